@@ -1,0 +1,122 @@
+//! The crate's error type.
+
+use crate::PeerId;
+
+/// Errors raised by sfb-core. Every variant names what was wrong and carries the numbers.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A factor batch or buffer does not have the shape the replica expects.
+    #[error("dimension mismatch in {what}: expected {expected}, got {got}")]
+    DimensionMismatch {
+        /// Which quantity was checked (e.g. "u length of pair 3 from peer 2").
+        what: String,
+        /// The expected size.
+        expected: usize,
+        /// The size found.
+        got: usize,
+    },
+    /// A sparse `v` names a column outside `0..D`.
+    #[error("sparse index {index} out of range for D = {d} (pair {pair} from peer {origin})")]
+    IndexOutOfRange {
+        /// Origin peer of the batch.
+        origin: PeerId,
+        /// Pair within the batch.
+        pair: usize,
+        /// The offending index.
+        index: u32,
+        /// The number of columns of W.
+        d: usize,
+    },
+    /// The sparse structure (row pointers) of a batch is inconsistent.
+    #[error("malformed sparse factors from peer {origin}: {reason}")]
+    MalformedSparse {
+        /// Origin peer of the batch.
+        origin: PeerId,
+        /// What is inconsistent.
+        reason: &'static str,
+    },
+    /// A factor, scale or parameter value is NaN or infinite.
+    #[error("non-finite value in {what} (pair {pair} from peer {origin})")]
+    NonFinite {
+        /// Origin peer of the batch.
+        origin: PeerId,
+        /// Pair within the batch (`usize::MAX` for the scale).
+        pair: usize,
+        /// Which array held it.
+        what: &'static str,
+    },
+    /// A batch names an origin that is not a peer of this cluster.
+    #[error("unknown origin peer {origin} (cluster has {peers} peers)")]
+    UnknownPeer {
+        /// The origin named.
+        origin: PeerId,
+        /// Number of peers.
+        peers: usize,
+    },
+    /// A batch's clock is outside what the engine can accept.
+    #[error("clock {clock} from peer {origin} is not acceptable: {reason}")]
+    BadClock {
+        /// Origin peer.
+        origin: PeerId,
+        /// The clock received.
+        clock: u64,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// A model mixed dense and sparse `v` within one iteration.
+    #[error("an SvList holds either dense or sparse v, not both")]
+    MixedFactorKinds,
+    /// The user's `compute_sv` returned an error.
+    #[error("model failed at clock {clock}: {source}")]
+    Model {
+        /// The clock being computed.
+        clock: u64,
+        /// The model's error.
+        #[source]
+        source: ModelError,
+    },
+    /// An engine configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A frame could not be decoded.
+    #[error("malformed frame: {reason}")]
+    Decode {
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// Result alias for sfb-core.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error returned by a user's [`Model`](crate::Model) callback.
+///
+/// Wraps any error type, so `compute_sv` can use `?` on its own errors.
+#[derive(Debug)]
+pub struct ModelError(Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl ModelError {
+    /// Creates a model error from a message.
+    pub fn msg(message: impl std::fmt::Display) -> Self {
+        Self(message.to_string().into())
+    }
+}
+
+impl std::fmt::Display for ModelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for ModelError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl From<Error> for ModelError {
+    fn from(e: Error) -> Self {
+        Self(Box::new(e))
+    }
+}

@@ -1,0 +1,370 @@
+//! Sufficient factors: the `(u, v)` pairs of rank-one updates, batched per peer and clock.
+
+use crate::{Error, PeerId, Result};
+
+/// The `v` halves of a batch: one row of length `D` per pair, dense or sparse (CSR).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum VFactors {
+    /// `K × D` values, row-major.
+    Dense(Vec<f32>),
+    /// Compressed sparse rows: pair `i` owns `indices[indptr[i]..indptr[i+1]]`.
+    Sparse {
+        /// `K + 1` row pointers into `indices`/`values`, starting at 0.
+        indptr: Vec<u32>,
+        /// Column indices, each `< D`.
+        indices: Vec<u32>,
+        /// Values matching `indices`.
+        values: Vec<f32>,
+    },
+}
+
+impl VFactors {
+    /// Number of stored values (K·D for dense, nnz for sparse).
+    pub fn stored_len(&self) -> usize {
+        match self {
+            VFactors::Dense(v) => v.len(),
+            VFactors::Sparse { values, .. } => values.len(),
+        }
+    }
+}
+
+/// K sufficient-factor pairs computed by one peer at one clock.
+///
+/// Represents the update `ΔW = scale · Σ_i u_i v_iᵀ` to a `J × D` parameter matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FactorBatch {
+    /// The peer that computed the factors.
+    pub origin: PeerId,
+    /// The origin's clock (iteration index) when it computed them.
+    pub clock: u64,
+    /// Multiplier applied to every pair (for SGD: `-lr / K`).
+    pub scale: f32,
+    /// Rows of W (`J`).
+    pub j: usize,
+    /// Columns of W (`D`).
+    pub d: usize,
+    /// `K × J` values, row-major: pair `i`'s `u` is `u[i*J..(i+1)*J]`.
+    pub u: Vec<f32>,
+    /// The `v` halves.
+    pub v: VFactors,
+}
+
+impl FactorBatch {
+    /// Number of pairs `K`.
+    pub fn len(&self) -> usize {
+        if self.j == 0 {
+            match &self.v {
+                VFactors::Dense(v) if self.d > 0 => v.len() / self.d,
+                VFactors::Sparse { indptr, .. } => indptr.len().saturating_sub(1),
+                _ => 0,
+            }
+        } else {
+            self.u.len() / self.j
+        }
+    }
+
+    /// Whether the batch holds no pairs.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `u` of pair `i`.
+    pub fn u_row(&self, i: usize) -> &[f32] {
+        &self.u[i * self.j..(i + 1) * self.j]
+    }
+
+    /// Checks the batch against a `j × d` replica: lengths, sparse structure, index range,
+    /// finite values. A batch that passes can be applied without panicking.
+    ///
+    /// # Errors
+    /// [`Error::DimensionMismatch`], [`Error::MalformedSparse`], [`Error::IndexOutOfRange`],
+    /// [`Error::NonFinite`].
+    pub fn validate(&self, j: usize, d: usize) -> Result<()> {
+        let origin = self.origin;
+        if self.j != j {
+            return Err(mismatch(format!("J of batch from {origin}"), j, self.j));
+        }
+        if self.d != d {
+            return Err(mismatch(format!("D of batch from {origin}"), d, self.d));
+        }
+        if !self.scale.is_finite() {
+            return Err(Error::NonFinite {
+                origin,
+                pair: usize::MAX,
+                what: "scale",
+            });
+        }
+        if j > 0 && self.u.len() % j != 0 {
+            return Err(mismatch(
+                format!("u length of batch from {origin} (multiple of J)"),
+                self.u.len().div_ceil(j) * j,
+                self.u.len(),
+            ));
+        }
+        let k = self.len();
+        if let Some(pair) = first_non_finite(&self.u, j) {
+            return Err(Error::NonFinite {
+                origin,
+                pair,
+                what: "u",
+            });
+        }
+        match &self.v {
+            VFactors::Dense(v) => {
+                if v.len() != k * d {
+                    return Err(mismatch(
+                        format!("v length of batch from {origin}"),
+                        k * d,
+                        v.len(),
+                    ));
+                }
+                if let Some(pair) = first_non_finite(v, d) {
+                    return Err(Error::NonFinite {
+                        origin,
+                        pair,
+                        what: "v",
+                    });
+                }
+            }
+            VFactors::Sparse {
+                indptr,
+                indices,
+                values,
+            } => {
+                if indptr.len() != k + 1 {
+                    return Err(mismatch(
+                        format!("sparse row pointers of batch from {origin}"),
+                        k + 1,
+                        indptr.len(),
+                    ));
+                }
+                if indptr[0] != 0 {
+                    return Err(Error::MalformedSparse {
+                        origin,
+                        reason: "first row pointer is not 0",
+                    });
+                }
+                if indptr.windows(2).any(|w| w[0] > w[1]) {
+                    return Err(Error::MalformedSparse {
+                        origin,
+                        reason: "row pointers decrease",
+                    });
+                }
+                if indices.len() != values.len() || indptr[k] as usize != indices.len() {
+                    return Err(Error::MalformedSparse {
+                        origin,
+                        reason: "row pointers, indices and values disagree in length",
+                    });
+                }
+                for pair in 0..k {
+                    let (a, b) = (indptr[pair] as usize, indptr[pair + 1] as usize);
+                    if let Some(&index) = indices[a..b].iter().find(|&&c| c as usize >= d) {
+                        return Err(Error::IndexOutOfRange {
+                            origin,
+                            pair,
+                            index,
+                            d,
+                        });
+                    }
+                    if values[a..b].iter().any(|x| !x.is_finite()) {
+                        return Err(Error::NonFinite {
+                            origin,
+                            pair,
+                            what: "v",
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn mismatch(what: String, expected: usize, got: usize) -> Error {
+    Error::DimensionMismatch {
+        what,
+        expected,
+        got,
+    }
+}
+
+/// Index of the first row (of length `row`) holding a non-finite value.
+fn first_non_finite(xs: &[f32], row: usize) -> Option<usize> {
+    xs.iter()
+        .position(|x| !x.is_finite())
+        .map(|i| i / row.max(1))
+}
+
+/// The buffer a model's `compute_sv` writes its factors into.
+///
+/// Each call to a `push_*` method adds one pair. All pairs of one iteration are either dense
+/// or sparse in `v`. The engine turns the list into a [`FactorBatch`] when the iteration
+/// ends ("commit") and clears it for the next one.
+#[derive(Debug, Clone)]
+pub struct SvList {
+    j: usize,
+    d: usize,
+    u: Vec<f32>,
+    dense_v: Vec<f32>,
+    indptr: Vec<u32>,
+    indices: Vec<u32>,
+    values: Vec<f32>,
+    kind: Option<bool>, // Some(true) = sparse
+    k: usize,
+}
+
+impl SvList {
+    /// An empty list for a `j × d` parameter matrix.
+    pub fn new(j: usize, d: usize) -> Self {
+        Self {
+            j,
+            d,
+            u: Vec::new(),
+            dense_v: Vec::new(),
+            indptr: vec![0],
+            indices: Vec::new(),
+            values: Vec::new(),
+            kind: None,
+            k: 0,
+        }
+    }
+
+    /// Rows of W (length of every `u`).
+    pub fn j(&self) -> usize {
+        self.j
+    }
+
+    /// Columns of W (length of every dense `v`).
+    pub fn d(&self) -> usize {
+        self.d
+    }
+
+    /// Number of pairs pushed so far.
+    pub fn len(&self) -> usize {
+        self.k
+    }
+
+    /// Whether no pair was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.k == 0
+    }
+
+    fn set_kind(&mut self, sparse: bool) -> Result<()> {
+        match self.kind {
+            None => {
+                self.kind = Some(sparse);
+                Ok(())
+            }
+            Some(s) if s == sparse => Ok(()),
+            Some(_) => Err(Error::MixedFactorKinds),
+        }
+    }
+
+    /// Adds a pair with dense `v`.
+    ///
+    /// # Errors
+    /// [`Error::DimensionMismatch`] if `u.len() != J` or `v.len() != D`;
+    /// [`Error::MixedFactorKinds`] after sparse pairs.
+    pub fn push_dense(&mut self, u: &[f32], v: &[f32]) -> Result<()> {
+        self.check_u(u)?;
+        if v.len() != self.d {
+            return Err(mismatch(format!("v of pair {}", self.k), self.d, v.len()));
+        }
+        self.set_kind(false)?;
+        self.u.extend_from_slice(u);
+        self.dense_v.extend_from_slice(v);
+        self.k += 1;
+        Ok(())
+    }
+
+    /// Adds a pair with dense `v` and returns zeroed `u` (length J) and `v` (length D) to
+    /// fill in place, avoiding a copy.
+    ///
+    /// # Errors
+    /// [`Error::MixedFactorKinds`] after sparse pairs.
+    pub fn next_dense(&mut self) -> Result<(&mut [f32], &mut [f32])> {
+        self.set_kind(false)?;
+        let (j, d) = (self.j, self.d);
+        self.u.resize(self.u.len() + j, 0.0);
+        self.dense_v.resize(self.dense_v.len() + d, 0.0);
+        self.k += 1;
+        let ul = self.u.len();
+        let vl = self.dense_v.len();
+        Ok((&mut self.u[ul - j..], &mut self.dense_v[vl - d..]))
+    }
+
+    /// Adds a pair with sparse `v` given as parallel `indices`/`values`.
+    ///
+    /// # Errors
+    /// [`Error::DimensionMismatch`] for a wrong `u` length or unequal index/value lengths,
+    /// [`Error::IndexOutOfRange`] for an index `≥ D`, [`Error::MixedFactorKinds`] after dense
+    /// pairs.
+    pub fn push_sparse(&mut self, u: &[f32], indices: &[u32], values: &[f32]) -> Result<()> {
+        self.check_u(u)?;
+        if indices.len() != values.len() {
+            return Err(mismatch(
+                format!("sparse values of pair {}", self.k),
+                indices.len(),
+                values.len(),
+            ));
+        }
+        if let Some(&index) = indices.iter().find(|&&i| i as usize >= self.d) {
+            return Err(Error::IndexOutOfRange {
+                origin: PeerId(u32::MAX),
+                pair: self.k,
+                index,
+                d: self.d,
+            });
+        }
+        self.set_kind(true)?;
+        self.u.extend_from_slice(u);
+        self.indices.extend_from_slice(indices);
+        self.values.extend_from_slice(values);
+        self.indptr.push(self.indices.len() as u32);
+        self.k += 1;
+        Ok(())
+    }
+
+    fn check_u(&self, u: &[f32]) -> Result<()> {
+        if u.len() != self.j {
+            return Err(mismatch(format!("u of pair {}", self.k), self.j, u.len()));
+        }
+        Ok(())
+    }
+
+    /// Turns the pushed pairs into a batch and leaves the list empty.
+    pub fn commit(&mut self, origin: PeerId, clock: u64, scale: f32) -> FactorBatch {
+        let v = if self.kind == Some(true) {
+            VFactors::Sparse {
+                indptr: std::mem::replace(&mut self.indptr, vec![0]),
+                indices: std::mem::take(&mut self.indices),
+                values: std::mem::take(&mut self.values),
+            }
+        } else {
+            VFactors::Dense(std::mem::take(&mut self.dense_v))
+        };
+        self.kind = None;
+        self.k = 0;
+        FactorBatch {
+            origin,
+            clock,
+            scale,
+            j: self.j,
+            d: self.d,
+            u: std::mem::take(&mut self.u),
+            v,
+        }
+    }
+
+    /// Drops every pair pushed so far.
+    pub fn clear(&mut self) {
+        self.u.clear();
+        self.dense_v.clear();
+        self.indptr.truncate(1);
+        self.indices.clear();
+        self.values.clear();
+        self.kind = None;
+        self.k = 0;
+    }
+}

@@ -1,0 +1,240 @@
+//! The Q-out optimizer: minimize Σ_{p≠q} dist(p, q) (SFB eq. 3) subject to out-degree Q.
+
+mod exact;
+mod local;
+
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::analysis::{lower_bound, total_cost};
+use crate::error::Result;
+use crate::generate;
+use crate::topology::{Topology, check_params};
+
+/// Optimizer settings. `Default`: 10 s time limit, seed 0, exact search up to 16 peers,
+/// no move budget.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Options {
+    /// Wall-time budget for the whole optimization (constructions, exact search, local
+    /// search). Default 10 s.
+    pub time_limit: Duration,
+    /// Seed of the local search's RNG. Default 0.
+    pub seed: u64,
+    /// Run the exact branch-and-bound when P ≤ this. Default 16.
+    pub exact_max_peers: usize,
+    /// Optional cap on local-search moves, for reproducible results independent of
+    /// machine speed (the time limit still applies). Default `None`.
+    pub max_moves: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            time_limit: Duration::from_secs(10),
+            seed: 0,
+            exact_max_peers: 16,
+            max_moves: None,
+        }
+    }
+}
+
+impl Options {
+    /// Sets [`time_limit`](Self::time_limit).
+    pub fn time_limit(mut self, limit: Duration) -> Self {
+        self.time_limit = limit;
+        self
+    }
+
+    /// Sets [`seed`](Self::seed).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets [`exact_max_peers`](Self::exact_max_peers).
+    pub fn exact_max_peers(mut self, peers: usize) -> Self {
+        self.exact_max_peers = peers;
+        self
+    }
+
+    /// Sets [`max_moves`](Self::max_moves).
+    pub fn max_moves(mut self, moves: Option<u64>) -> Self {
+        self.max_moves = moves;
+        self
+    }
+}
+
+/// Why a result is known to be optimal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Proof {
+    /// Not proven: the time limit ran out, or P was too large for the exact search.
+    None,
+    /// The cost equals the Moore-type lower bound.
+    MetBound,
+    /// The branch-and-bound explored the whole (pruned) search tree.
+    Exhausted,
+}
+
+/// Result of [`optimize`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Optimized {
+    /// The best topology found.
+    pub topology: Topology,
+    /// Its cost (Σ hop distances).
+    pub cost: u64,
+    /// The Moore-type lower bound for (P, Q).
+    pub lower_bound: u64,
+    /// True if `cost` is proven minimal (see [`proof`](Self::proof)).
+    pub proven_optimal: bool,
+    /// How optimality was established.
+    pub proof: Proof,
+    /// The construction the search started from (e.g. `"kautz"`).
+    pub start: &'static str,
+    /// Cost of that construction.
+    pub start_cost: u64,
+    /// Branch-and-bound nodes visited (0 if the exact search did not run).
+    pub nodes: u64,
+    /// Local-search moves tried.
+    pub moves: u64,
+    /// Wall time spent.
+    pub elapsed: Duration,
+}
+
+/// The constructions tried as starting points: `(name, topology)`.
+fn constructions(p: usize, q: usize) -> Vec<(&'static str, Topology)> {
+    let mut v = Vec::new();
+    if let Ok(t) = generate::kautz(p, q) {
+        v.push(("kautz", t));
+    }
+    if let Ok(t) = generate::exponential(p, q) {
+        v.push(("exponential", t));
+    }
+    if let Ok(t) = generate::ring(p, q) {
+        v.push(("ring", t));
+    }
+    v
+}
+
+/// Finds a Q-out topology over P peers with small cost Σ_{p≠q} dist(p, q).
+///
+/// 1. Evaluates the constructions (generalized Kautz, exponential, ring) and keeps the
+///    best; if it meets the lower bound it is returned as proven optimal.
+/// 2. For P ≤ [`Options::exact_max_peers`]: a short local search improves the incumbent,
+///    then the exact branch-and-bound (canonical BFS labelling, per-source optimistic BFS
+///    bound) either finds a better graph or proves the incumbent optimal. If the time
+///    limit stops it, the best graph so far is returned, not proven.
+/// 3. Otherwise: simulated annealing over arc redirections guided by the worst-served
+///    pairs, with incremental shortest-path re-evaluation, until the time limit (or the
+///    move budget) runs out or the bound is met.
+///
+/// # Arguments
+/// * `peers` (P), `out_degree` (Q): `P ≥ 2`, `1 ≤ Q < P`.
+/// * `options`: time limit, seed, exact-search threshold, move budget.
+///
+/// # Returns
+/// The best topology with its cost, the bound and whether optimality is proven. The result
+/// is never worse than the generalized Kautz construction.
+///
+/// # Errors
+/// Invalid parameters ([`check_params`]).
+///
+/// # Complexity
+/// Constructions: O(P² Q) each. One local-search move: O(P · indeg) to find the affected
+/// sources plus O(P Q) per affected source. The exact search is exponential in P.
+///
+/// # Example
+/// ```
+/// use sfb_topology::{optimize, Options};
+/// let r = optimize(8, 2, &Options::default())?;
+/// assert!(r.proven_optimal);
+/// assert_eq!(r.topology.out_degree(), 2);
+/// assert!(r.cost >= r.lower_bound);
+/// # Ok::<(), sfb_topology::Error>(())
+/// ```
+pub fn optimize(peers: usize, out_degree: usize, options: &Options) -> Result<Optimized> {
+    check_params(peers, out_degree)?;
+    let started = Instant::now();
+    let deadline = started + options.time_limit;
+    let (p, q) = (peers, out_degree);
+    let lb = lower_bound(p, q);
+
+    let mut best: Option<(&'static str, Topology, u64)> = None;
+    for (name, t) in constructions(p, q) {
+        let c = t.cost();
+        if best.as_ref().is_none_or(|b| c < b.2) {
+            best = Some((name, t, c));
+        }
+        if c == lb {
+            break;
+        }
+    }
+    let (start, mut topology, start_cost) = best.expect("the ring always exists");
+    let mut cost = start_cost;
+    let mut nodes = 0;
+    let mut moves = 0;
+    let mut proof = if cost == lb {
+        Proof::MetBound
+    } else {
+        Proof::None
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
+
+    if proof == Proof::None {
+        let exact = p <= options.exact_max_peers;
+        let ls_deadline = if exact {
+            // A short warm-up so the exact search starts from a good incumbent.
+            started + options.time_limit / 10
+        } else {
+            deadline
+        };
+        let mut search = local::Search::new(p, q, topology.flat().to_vec());
+        let budget = local::Budget {
+            deadline: ls_deadline,
+            max_moves: if exact {
+                Some(options.max_moves.unwrap_or(u64::MAX).min(20_000))
+            } else {
+                options.max_moves
+            },
+            target: lb,
+        };
+        let outcome = local::anneal(&mut search, &mut rng, &budget);
+        moves = outcome.moves;
+        if outcome.best_cost < cost {
+            topology = Topology::from_flat(p, q, outcome.best_out)?;
+            cost = outcome.best_cost;
+        }
+        if cost == lb {
+            proof = Proof::MetBound;
+        } else if exact {
+            let result = exact::Exact::new(p, q, cost, lb, deadline).run();
+            nodes = result.nodes;
+            if let Some(out) = result.best_out {
+                topology = Topology::from_flat(p, q, out)?;
+                cost = result.best_cost;
+            }
+            if cost == lb {
+                proof = Proof::MetBound;
+            } else if result.proven {
+                proof = Proof::Exhausted;
+            }
+        }
+    }
+    debug_assert_eq!(total_cost(topology.flat(), p, q), Some(cost));
+    Ok(Optimized {
+        topology,
+        cost,
+        lower_bound: lb,
+        proven_optimal: proof != Proof::None,
+        proof,
+        start,
+        start_cost,
+        nodes,
+        moves,
+        elapsed: started.elapsed(),
+    })
+}
