@@ -1,1 +1,45 @@
-fn main() {}
+//! The `sfb` command.
+
+use clap::{Parser, Subcommand};
+
+mod cli;
+
+/// Sufficient Factor Broadcasting: distributed training of matrix-parametrized models.
+#[derive(Debug, Parser)]
+#[command(name = "sfb", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The main job: a local cluster on built-in data, compared across consistency models.
+    Demo(cli::demo::DemoArgs),
+    /// Run a whole cluster (P peers) in one command.
+    Run(cli::run::RunArgs),
+    /// Benchmarks: paired comparisons measured in one run.
+    Bench(cli::bench::BenchArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let r = match &cli.command {
+        Command::Demo(a) => cli::demo::run(a),
+        Command::Run(a) => cli::run::run(a),
+        Command::Bench(a) => cli::bench::run(a),
+    };
+    match r {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -415,7 +415,7 @@ impl<M: Model> Engine<M> {
             if !self.all_delivered() {
                 return Ok(Progress::Blocked);
             }
-            self.metrics.wait_s += now.saturating_duration_since(since).as_secs_f64();
+            self.metrics.flush_s += now.saturating_duration_since(since).as_secs_f64();
             self.apply_ready(u64::MAX)?;
             self.done = true;
             self.last_step_end = Some(Instant::now());
@@ -474,7 +474,7 @@ impl<M: Model> Engine<M> {
         self.clock += 1;
         self.metrics.clocks = self.clock;
 
-        let eval_due = self.cfg.eval_every > 0 && self.clock % self.cfg.eval_every == 0;
+        let eval_due = self.cfg.eval_every > 0 && self.clock.is_multiple_of(self.cfg.eval_every);
         let evaluation = if eval_due && self.clock < self.cfg.clocks {
             self.evaluate()
         } else {

@@ -53,14 +53,12 @@ pub struct FactorBatch {
 impl FactorBatch {
     /// Number of pairs `K`.
     pub fn len(&self) -> usize {
-        if self.j == 0 {
-            match &self.v {
-                VFactors::Dense(v) if self.d > 0 => v.len() / self.d,
+        match self.u.len().checked_div(self.j) {
+            Some(k) => k,
+            None => match &self.v {
+                VFactors::Dense(v) => v.len().checked_div(self.d).unwrap_or(0),
                 VFactors::Sparse { indptr, .. } => indptr.len().saturating_sub(1),
-                _ => 0,
-            }
-        } else {
-            self.u.len() / self.j
+            },
         }
     }
 
@@ -95,7 +93,7 @@ impl FactorBatch {
                 what: "scale",
             });
         }
-        if j > 0 && self.u.len() % j != 0 {
+        if j > 0 && !self.u.len().is_multiple_of(j) {
             return Err(mismatch(
                 format!("u length of batch from {origin} (multiple of J)"),
                 self.u.len().div_ceil(j) * j,

@@ -16,8 +16,12 @@ pub struct PeerMetrics {
     pub compute_s: f64,
     /// Seconds applying updates (kernel and `prox`).
     pub apply_s: f64,
-    /// Seconds between steps: blocked on the consistency model or moving bytes.
+    /// Seconds between steps while clocks remain: blocked on the consistency model or
+    /// moving bytes.
     pub wait_s: f64,
+    /// Seconds after the last clock waiting for in-neighbours' remaining batches (the
+    /// end-of-run flush; a continuous job would not have it).
+    pub flush_s: f64,
     /// Seconds evaluating held-out objective (excluded from the others).
     pub eval_s: f64,
     /// Message bytes sent (encoded size, all destinations).
@@ -86,4 +90,185 @@ pub struct ClockRecord {
     pub wait_s: f64,
     /// Largest staleness applied so far.
     pub max_staleness: u64,
+}
+
+/// One peer's end-of-run report, the input of [`Summary::aggregate`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerReport {
+    /// Peer index.
+    pub peer: u32,
+    /// Seconds from the peer's first step to its end.
+    pub wall_s: f64,
+    /// Its counters.
+    pub metrics: PeerMetrics,
+    /// Held-out objective of its final replica.
+    pub objective: Option<f64>,
+    /// Held-out accuracy of its final replica.
+    pub test_accuracy: Option<f64>,
+    /// [`Replica::checksum`](crate::Replica::checksum) of its final replica.
+    pub checksum: String,
+}
+
+/// What a run was (the descriptive part of a [`Summary`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// `sfb` or `fms`.
+    pub backend: String,
+    /// `mem` or `libp2p`.
+    pub transport: String,
+    /// Model name.
+    pub model: String,
+    /// Consistency model, as parsed (`bsp`, `ssp:2`, …).
+    pub consistency: String,
+    /// Peers `P`.
+    pub peers: usize,
+    /// Out-degree `Q` (`P − 1` for full broadcast).
+    pub out_degree: usize,
+    /// Clocks run.
+    pub clocks: u64,
+    /// Mini-batch size per peer and clock.
+    pub batch: usize,
+}
+
+/// The `--summary` JSON of a run (keys fixed by DESIGN.md's CLI contract, plus extras).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// `sfb` or `fms`.
+    pub backend: String,
+    /// `mem` or `libp2p`.
+    pub transport: String,
+    /// Model name.
+    pub model: String,
+    /// Consistency model.
+    pub consistency: String,
+    /// Peers.
+    pub peers: usize,
+    /// Out-degree.
+    pub out_degree: usize,
+    /// Clocks.
+    pub clocks: u64,
+    /// Mini-batch size per peer and clock.
+    pub batch: usize,
+    /// Longest peer wall time, seconds.
+    pub wall_s: f64,
+    /// Mean over peers of the held-out objective of their final replicas.
+    pub objective: Option<f64>,
+    /// Mean over peers of the held-out accuracy of their final replicas.
+    pub test_accuracy: Option<f64>,
+    /// Samples processed by all peers.
+    pub samples: u64,
+    /// `samples / wall_s`.
+    pub samples_per_s: f64,
+    /// Message bytes sent by all peers.
+    pub bytes_sent: u64,
+    /// `bytes_sent / clocks`: cluster-wide bytes per clock.
+    pub bytes_per_clock: f64,
+    /// `bytes_per_clock / peers`.
+    pub bytes_per_clock_per_peer: f64,
+    /// Mean over peers of compute seconds.
+    pub compute_s: f64,
+    /// Mean over peers of apply seconds.
+    pub apply_s: f64,
+    /// Mean over peers of wait seconds.
+    pub wait_s: f64,
+    /// Mean over peers of end-of-run flush seconds.
+    pub flush_s: f64,
+    /// Mean over peers of evaluation seconds.
+    pub eval_s: f64,
+    /// Largest staleness any peer applied.
+    pub max_staleness: u64,
+    /// Summed staleness histogram (index = clocks late).
+    pub staleness_histogram: Vec<u64>,
+    /// One checksum per peer.
+    pub replica_checksums: Vec<String>,
+    /// `max_p ‖W_p − W̄‖_F / ‖W̄‖_F` over the final replicas (W̄ their mean); `None` when
+    /// the replicas were not gathered in one place.
+    pub max_replica_divergence: Option<f64>,
+}
+
+impl Summary {
+    /// Combines per-peer reports.
+    pub fn aggregate(info: RunInfo, reports: &[PeerReport], divergence: Option<f64>) -> Self {
+        let n = reports.len().max(1) as f64;
+        let mean = |f: &dyn Fn(&PeerReport) -> f64| reports.iter().map(f).sum::<f64>() / n;
+        let mean_opt = |f: &dyn Fn(&PeerReport) -> Option<f64>| {
+            let v: Vec<f64> = reports.iter().filter_map(f).collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        let wall_s = reports.iter().map(|r| r.wall_s).fold(0.0, f64::max);
+        let samples: u64 = reports.iter().map(|r| r.metrics.samples).sum();
+        let bytes_sent: u64 = reports.iter().map(|r| r.metrics.bytes_sent).sum();
+        let mut hist = vec![0u64; 0];
+        for r in reports {
+            let h = r.metrics.staleness_trimmed();
+            if hist.len() < h.len() {
+                hist.resize(h.len(), 0);
+            }
+            for (a, b) in hist.iter_mut().zip(h) {
+                *a += b;
+            }
+        }
+        let clocks = info.clocks.max(1) as f64;
+        Summary {
+            backend: info.backend,
+            transport: info.transport,
+            model: info.model,
+            consistency: info.consistency,
+            peers: info.peers,
+            out_degree: info.out_degree,
+            clocks: info.clocks,
+            batch: info.batch,
+            wall_s,
+            objective: mean_opt(&|r| r.objective),
+            test_accuracy: mean_opt(&|r| r.test_accuracy),
+            samples,
+            samples_per_s: if wall_s > 0.0 {
+                samples as f64 / wall_s
+            } else {
+                0.0
+            },
+            bytes_sent,
+            bytes_per_clock: bytes_sent as f64 / clocks,
+            bytes_per_clock_per_peer: bytes_sent as f64 / clocks / info.peers.max(1) as f64,
+            compute_s: mean(&|r| r.metrics.compute_s),
+            apply_s: mean(&|r| r.metrics.apply_s),
+            wait_s: mean(&|r| r.metrics.wait_s),
+            flush_s: mean(&|r| r.metrics.flush_s),
+            eval_s: mean(&|r| r.metrics.eval_s),
+            max_staleness: reports
+                .iter()
+                .map(|r| r.metrics.max_staleness)
+                .max()
+                .unwrap_or(0),
+            staleness_histogram: hist,
+            replica_checksums: reports.iter().map(|r| r.checksum.clone()).collect(),
+            max_replica_divergence: divergence,
+        }
+    }
+}
+
+/// `max_p ‖W_p − W̄‖_F / ‖W̄‖_F` for replicas of equal shape (0 for identical replicas;
+/// `None` for an empty list or mismatched shapes).
+pub fn max_divergence(ws: &[ndarray::ArrayView2<'_, f32>]) -> Option<f64> {
+    let first = ws.first()?;
+    if ws.iter().any(|w| w.dim() != first.dim()) {
+        return None;
+    }
+    let mut mean = ndarray::Array2::<f64>::zeros(first.dim());
+    for w in ws {
+        mean.zip_mut_with(w, |m, &x| *m += f64::from(x));
+    }
+    mean.mapv_inplace(|m| m / ws.len() as f64);
+    let norm = mean.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-30);
+    let worst = ws
+        .iter()
+        .map(|w| {
+            mean.iter()
+                .zip(w.iter())
+                .map(|(m, &x)| (f64::from(x) - m).powi(2))
+                .sum::<f64>()
+                .sqrt()
+        })
+        .fold(0.0, f64::max);
+    Some(worst / norm)
 }

@@ -20,7 +20,7 @@ use crate::{Error, FactorBatch, Result, VFactors};
 
 /// Rows of W per independently-updated block. A function of nothing but this constant, so
 /// results are identical on every machine with the same SIMD width, whatever the threads.
-pub const BLOCK_ROWS: usize = 64;
+pub const BLOCK_ROWS: usize = 128;
 
 /// What one call of [`Replica::apply`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

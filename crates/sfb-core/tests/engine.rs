@@ -1,0 +1,261 @@
+//! Engine input handling and the wire codec.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ndarray::{Array2, ArrayView2};
+use proptest::prelude::*;
+use sfb_core::wire::{self, Expect, Message};
+use sfb_core::{
+    Config, Consistency, Engine, Error, FactorBatch, Model, ModelError, PeerId, Progress, Shard,
+    SvList, VFactors,
+};
+
+/// u = [1; J], v = x: a model whose factors are easy to predict.
+struct Echo;
+impl Model for Echo {
+    type Sample = Vec<f32>;
+    fn compute_sv(
+        &mut self,
+        w: ArrayView2<'_, f32>,
+        batch: &[&Vec<f32>],
+        sv: &mut SvList,
+    ) -> Result<(), ModelError> {
+        let u = vec![1.0; w.nrows()];
+        for x in batch {
+            sv.push_dense(&u, x)?;
+        }
+        Ok(())
+    }
+}
+
+/// Produces a NaN.
+struct Broken;
+impl Model for Broken {
+    type Sample = Vec<f32>;
+    fn compute_sv(
+        &mut self,
+        w: ArrayView2<'_, f32>,
+        batch: &[&Vec<f32>],
+        sv: &mut SvList,
+    ) -> Result<(), ModelError> {
+        let u = vec![f32::NAN; w.nrows()];
+        for x in batch {
+            sv.push_dense(&u, x)?;
+        }
+        Ok(())
+    }
+}
+
+fn engine<M: Model<Sample = Vec<f32>>>(model: M, id: u32, peers: usize) -> Engine<M> {
+    let mut cfg = Config::full_broadcast(PeerId(id), peers);
+    cfg.clocks = 3;
+    cfg.batch_size = 2;
+    Engine::new(
+        cfg,
+        model,
+        Array2::zeros((2, 3)),
+        Shard::new(vec![vec![1.0, 2.0, 3.0]; 4], 1),
+    )
+    .unwrap()
+}
+
+fn batch(origin: u32, clock: u64) -> FactorBatch {
+    FactorBatch {
+        origin: PeerId(origin),
+        clock,
+        scale: -0.1,
+        j: 2,
+        d: 3,
+        u: vec![1.0; 2],
+        v: VFactors::Dense(vec![1.0; 3]),
+    }
+}
+
+fn msg(b: FactorBatch) -> Message {
+    Message::Factors {
+        batch: Arc::new(b),
+        mean_iter_us: 10,
+    }
+}
+
+#[test]
+fn engine_rejects_bad_messages_without_changing_state() {
+    let mut e = engine(Echo, 0, 3);
+    let good = batch(1, 0);
+    type Case = (PeerId, FactorBatch, fn(&Error) -> bool);
+    let cases: Vec<Case> = vec![
+        (
+            PeerId(1),
+            {
+                let mut b = good.clone();
+                b.u.push(1.0);
+                b
+            },
+            |e| matches!(e, Error::DimensionMismatch { .. }),
+        ),
+        (
+            PeerId(1),
+            {
+                let mut b = good.clone();
+                b.u[0] = f32::NAN;
+                b
+            },
+            |e| matches!(e, Error::NonFinite { .. }),
+        ),
+        (
+            PeerId(1),
+            {
+                let mut b = good.clone();
+                b.j = 3;
+                b.u = vec![1.0; 3];
+                b
+            },
+            |e| matches!(e, Error::DimensionMismatch { .. }),
+        ),
+        (PeerId(1), batch(1, 1), |e| {
+            matches!(e, Error::BadClock { .. })
+        }),
+        (PeerId(1), batch(1, 99), |e| {
+            matches!(e, Error::BadClock { .. })
+        }),
+        (PeerId(7), batch(7, 0), |e| {
+            matches!(e, Error::UnknownPeer { .. })
+        }),
+        (PeerId(0), batch(0, 0), |e| {
+            matches!(e, Error::UnknownPeer { .. })
+        }),
+        (PeerId(2), batch(1, 0), |e| {
+            matches!(e, Error::BadClock { .. })
+        }),
+    ];
+    for (from, b, check) in cases {
+        let err = e.on_message(from, msg(b)).unwrap_err();
+        assert!(check(&err), "unexpected error {err}");
+    }
+    assert_eq!(e.metrics().bytes_received, 0);
+    // The good batch is still accepted afterwards, and a duplicate is refused.
+    e.on_message(PeerId(1), msg(good.clone())).unwrap();
+    assert!(matches!(
+        e.on_message(PeerId(1), msg(good)).unwrap_err(),
+        Error::BadClock { .. }
+    ));
+}
+
+#[test]
+fn model_producing_nan_fails_the_step_and_sends_nothing() {
+    let mut e = engine(Broken, 0, 2);
+    let before = e.replica().checksum();
+    let err = e.on_tick(Instant::now()).unwrap_err();
+    assert!(matches!(err, Error::Model { clock: 0, .. }), "{err}");
+    assert!(e.poll_output().is_none());
+    assert_eq!(e.replica().checksum(), before);
+}
+
+#[test]
+fn bsp_blocks_until_in_neighbours_deliver() {
+    let mut e = engine(Echo, 0, 2);
+    assert_eq!(e.on_tick(Instant::now()).unwrap(), Progress::Stepped);
+    assert!(e.poll_output().is_some());
+    assert_eq!(e.on_tick(Instant::now()).unwrap(), Progress::Blocked);
+    assert_eq!(e.waiting_on(), vec![(PeerId(1), 0)]);
+    e.on_message(PeerId(1), msg(batch(1, 0))).unwrap();
+    assert_eq!(e.on_tick(Instant::now()).unwrap(), Progress::Stepped);
+}
+
+#[test]
+fn ssp_lets_a_peer_run_s_clocks_ahead() {
+    let mut cfg = Config::full_broadcast(PeerId(0), 2);
+    cfg.clocks = 10;
+    cfg.consistency = Consistency::Ssp { staleness: 2 };
+    let mut e = Engine::new(
+        cfg,
+        Echo,
+        Array2::zeros((2, 3)),
+        Shard::new(vec![vec![1.0, 2.0, 3.0]; 4], 1),
+    )
+    .unwrap();
+    let mut steps = 0;
+    while e.on_tick(Instant::now()).unwrap() == Progress::Stepped {
+        steps += 1;
+    }
+    assert_eq!(
+        steps, 3,
+        "clocks 0, 1, 2 need nothing from the peer; clock 3 needs its clock 0"
+    );
+}
+
+fn arb_batch() -> impl Strategy<Value = FactorBatch> {
+    (
+        0u32..4,
+        0u64..1000,
+        -1.0f32..1.0,
+        0usize..5,
+        any::<bool>(),
+        any::<u64>(),
+    )
+        .prop_map(|(origin, clock, scale, k, sparse, seed)| {
+            let (j, d) = (3usize, 5usize);
+            let f = |i: usize| {
+                ((seed.wrapping_add(i as u64).wrapping_mul(2654435761) % 1000) as f32) / 500.0 - 1.0
+            };
+            let u = (0..k * j).map(f).collect();
+            let v = if sparse {
+                let mut indptr = vec![0u32];
+                let mut indices = vec![];
+                let mut values = vec![];
+                for i in 0..k {
+                    for c in 0..d {
+                        if (seed >> ((i * d + c) % 60)) & 1 == 1 {
+                            indices.push(c as u32);
+                            values.push(f(c + i));
+                        }
+                    }
+                    indptr.push(indices.len() as u32);
+                }
+                VFactors::Sparse {
+                    indptr,
+                    indices,
+                    values,
+                }
+            } else {
+                VFactors::Dense((0..k * d).map(|i| f(i + 7)).collect())
+            };
+            FactorBatch {
+                origin: PeerId(origin),
+                clock,
+                scale,
+                j,
+                d,
+                u,
+                v,
+            }
+        })
+}
+
+proptest! {
+    #[test]
+    fn wire_round_trip(b in arb_batch(), us in any::<u32>()) {
+        let m = Message::Factors { batch: Arc::new(b), mean_iter_us: us };
+        let bytes = wire::encode(&m);
+        prop_assert_eq!(bytes.len(), wire::encoded_len(&m));
+        let back = wire::decode(&bytes, &Expect { j: 3, d: 5, peers: 4 }).unwrap();
+        prop_assert_eq!(back, m);
+    }
+
+    #[test]
+    fn wire_decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let _ = wire::decode(&bytes, &Expect { j: 3, d: 5, peers: 4 });
+    }
+
+    #[test]
+    fn wire_decode_of_mutated_frames_is_valid_or_an_error(b in arb_batch(), pos in any::<usize>(), byte in any::<u8>()) {
+        let m = Message::Factors { batch: Arc::new(b), mean_iter_us: 1 };
+        let mut bytes = wire::encode(&m);
+        let i = pos % bytes.len();
+        bytes[i] = byte;
+        if let Ok(Message::Factors { batch, .. }) = wire::decode(&bytes, &Expect { j: 3, d: 5, peers: 4 }) {
+            prop_assert!(batch.validate(3, 5).is_ok());
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! The `sfb` command line.
+
+pub mod bench;
+pub mod demo;
+pub mod run;
+pub mod train;
