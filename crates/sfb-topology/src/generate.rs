@@ -244,3 +244,106 @@ pub fn random(peers: usize, out_degree: usize, seed: u64) -> Result<Topology> {
     }
     Topology::from_flat(peers, out_degree, out)
 }
+
+/// Generalized Kautz graph on `peers + extra` peers with `extra` peers removed: every arc
+/// into a removed peer `x` is redirected to one of `x`'s out-neighbours (in-neighbour `j`
+/// of `x` gets out-neighbour `j` when possible, keeping in-degrees balanced). The removed
+/// set is drawn at random among peers with pairwise disjoint closed neighbourhoods.
+///
+/// Used as a starting point by the optimizer when `peers` is a little below a Kautz order
+/// `Q^D + Q^(D−1)`, where the Kautz digraph is much closer to the bound than the
+/// generalized Kautz graph on `peers`.
+pub(crate) fn kautz_deletion(
+    peers: usize,
+    out_degree: usize,
+    extra: usize,
+    rng: &mut ChaCha8Rng,
+) -> Option<Topology> {
+    let (p, q) = (peers, out_degree);
+    let n = p + extra;
+    let base = kautz(n, q).ok()?;
+    // Pick removed peers far apart: disjoint closed 2-neighbourhoods if there is room,
+    // else disjoint closed neighbourhoods, else any.
+    let mut removed = vec![false; n];
+    for radius in [2usize, 1, 0] {
+        let mut order: Vec<usize> = (0..n).collect();
+        order.shuffle(rng);
+        let mut blocked = vec![false; n];
+        removed.fill(false);
+        let mut count = 0;
+        let mut frontier = Vec::new();
+        let mut next = Vec::new();
+        for &x in &order {
+            if count == extra {
+                break;
+            }
+            if blocked[x] {
+                continue;
+            }
+            removed[x] = true;
+            count += 1;
+            blocked[x] = true;
+            frontier.clear();
+            frontier.push(x);
+            for _ in 0..radius {
+                next.clear();
+                for &y in &frontier {
+                    for &z in base.out(y).iter().chain(base.in_neighbours(y)) {
+                        if !blocked[z] {
+                            blocked[z] = true;
+                            next.push(z);
+                        }
+                    }
+                }
+                std::mem::swap(&mut frontier, &mut next);
+            }
+        }
+        if count == extra {
+            break;
+        }
+    }
+    let mut label = vec![usize::MAX; n];
+    let mut next = 0;
+    for x in 0..n {
+        if !removed[x] {
+            label[x] = next;
+            next += 1;
+        }
+    }
+    let mut out = Vec::with_capacity(p * q);
+    for y in 0..n {
+        if removed[y] {
+            continue;
+        }
+        let start = out.len();
+        for &x in base.out(y) {
+            if !removed[x] {
+                out.push(label[x]);
+            }
+        }
+        for &x in base.out(y) {
+            if !removed[x] {
+                continue;
+            }
+            let j = base
+                .in_neighbours(x)
+                .iter()
+                .position(|&z| z == y)
+                .unwrap_or(0);
+            let cands = base.out(x);
+            let k0 = j;
+            let pick = (0..cands.len())
+                .map(|k| cands[(k0 + k) % cands.len()])
+                .find(|&z| !removed[z] && z != y && !out[start..].contains(&label[z]));
+            match pick {
+                Some(z) => out.push(label[z]),
+                None => {
+                    let z = (0..n)
+                        .find(|&z| !removed[z] && z != y && !out[start..].contains(&label[z]))?;
+                    out.push(label[z]);
+                }
+            }
+        }
+    }
+    Topology::from_flat(p, q, out).ok()
+}

@@ -1,0 +1,312 @@
+//! File formats: the human-edited TOML cluster/topology file, the JSON report of
+//! DESIGN.md, and Graphviz DOT.
+//!
+//! See [`ClusterFile`] for the TOML schema.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::Analysis;
+use crate::error::{Error, Result};
+use crate::topology::Topology;
+
+/// One `[[peer]]` entry of a cluster/topology file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PeerEntry {
+    /// Peer index in `0..P`.
+    pub id: usize,
+    /// Listen address (a multiaddr such as `/ip4/127.0.0.1/tcp/4001`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
+    /// Out-neighbour ids.
+    pub out: Vec<usize>,
+    /// Keys this crate does not interpret, preserved on round trips.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, toml::Value>,
+}
+
+impl PeerEntry {
+    /// An entry with no address and no extra keys.
+    pub fn new(id: usize, out: Vec<usize>) -> Self {
+        Self {
+            id,
+            addr: None,
+            out,
+            extra: BTreeMap::new(),
+        }
+    }
+}
+
+/// A parsed cluster/topology TOML file.
+///
+/// # Schema
+/// ```toml
+/// out_degree = 2            # optional; if present every peer must have this many
+///
+/// [[peer]]
+/// id = 0                    # 0..P, each exactly once, any order
+/// addr = "/ip4/127.0.0.1/tcp/4001"   # optional listen address
+/// out = [1, 2]              # out-neighbour ids
+///
+/// [[peer]]
+/// id = 1
+/// out = [2, 0]
+/// # ...
+/// ```
+/// Unknown keys (top level or per peer, e.g. a later `public_key`) are kept in
+/// [`ClusterFile::extra`] / [`PeerEntry::extra`] and written back unchanged, so other crates
+/// can extend the file without changing this one.
+///
+/// # Example
+/// ```
+/// use sfb_topology::ClusterFile;
+/// let text = r#"
+/// [[peer]]
+/// id = 0
+/// addr = "/ip4/127.0.0.1/tcp/4001"
+/// out = [1]
+/// [[peer]]
+/// id = 1
+/// out = [0]
+/// "#;
+/// let file = ClusterFile::from_toml_str(text)?;
+/// let topology = file.topology()?;
+/// assert_eq!(topology.out(0), &[1]);
+/// assert_eq!(file.peers[0].addr.as_deref(), Some("/ip4/127.0.0.1/tcp/4001"));
+/// # Ok::<(), sfb_topology::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ClusterFile {
+    /// Declared out-degree; when present every peer must have exactly this many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_degree: Option<usize>,
+    /// The `[[peer]]` entries.
+    #[serde(default, rename = "peer")]
+    pub peers: Vec<PeerEntry>,
+    /// Top-level keys this crate does not interpret, preserved on round trips.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, toml::Value>,
+}
+
+impl ClusterFile {
+    /// The file for a topology: entries in id order, no addresses, `out_degree` set.
+    pub fn from_topology(t: &Topology) -> Self {
+        Self {
+            out_degree: Some(t.out_degree()),
+            peers: (0..t.peers())
+                .map(|p| PeerEntry::new(p, t.out(p).to_vec()))
+                .collect(),
+            extra: BTreeMap::new(),
+        }
+    }
+
+    /// Parses TOML text (syntax and types only; see [`topology`](Self::topology) for the
+    /// consistency checks).
+    ///
+    /// # Errors
+    /// [`Error::Parse`] with the parser's message and line.
+    pub fn from_toml_str(text: &str) -> Result<Self> {
+        toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let msg = e.message().replace('\n', " ");
+            Error::Parse {
+                format: "TOML",
+                message: match line {
+                    Some(l) => format!("line {l}: {}", msg.trim()),
+                    None => msg.trim().to_string(),
+                },
+            }
+        })
+    }
+
+    /// Writes the file as TOML.
+    ///
+    /// # Errors
+    /// [`Error::Serialize`] if an extra key cannot be represented.
+    pub fn to_toml_string(&self) -> Result<String> {
+        toml::to_string(self).map_err(|e| Error::Serialize {
+            format: "TOML",
+            message: e.to_string().replace('\n', " "),
+        })
+    }
+
+    /// Validates the file and builds the topology (peer `id` gets `out`).
+    ///
+    /// # Errors
+    /// [`Error::DuplicatePeer`], [`Error::MissingPeer`] (ids must be exactly `0..P`),
+    /// [`Error::UnknownPeer`] (an out-neighbour id ≥ P), [`Error::DegreeMismatch`] (a list
+    /// whose length differs from `out_degree`, or from peer 0's if absent), and every
+    /// [`Topology`] invariant.
+    pub fn topology(&self) -> Result<Topology> {
+        let p = self.peers.len();
+        let mut by_id: Vec<Option<&PeerEntry>> = vec![None; p];
+        for e in &self.peers {
+            if e.id >= p {
+                return Err(Error::MissingPeer {
+                    peer: by_id.iter().position(Option::is_none).unwrap_or(0),
+                    peers: p,
+                });
+            }
+            if by_id[e.id].is_some() {
+                return Err(Error::DuplicatePeer { peer: e.id });
+            }
+            by_id[e.id] = Some(e);
+        }
+        let entries: Vec<&PeerEntry> = by_id
+            .into_iter()
+            .map(|e| e.expect("ids are 0..P"))
+            .collect();
+        for e in &entries {
+            if let Some(&v) = e.out.iter().find(|&&v| v >= p) {
+                return Err(Error::UnknownPeer {
+                    peer: e.id,
+                    neighbour: v,
+                    peers: p,
+                });
+            }
+        }
+        let q = self
+            .out_degree
+            .unwrap_or_else(|| entries.first().map_or(0, |e| e.out.len()));
+        Topology::with_out_degree(q, entries.iter().map(|e| e.out.clone()).collect())
+    }
+
+    /// Listen addresses by peer id (`None` where absent), if the ids are `0..P`.
+    pub fn addrs(&self) -> Vec<Option<String>> {
+        let mut v = vec![None; self.peers.len()];
+        for e in &self.peers {
+            if let Some(slot) = v.get_mut(e.id) {
+                slot.clone_from(&e.addr);
+            }
+        }
+        v
+    }
+}
+
+/// The JSON report of `sfb topology --format json`, with exactly the DESIGN.md keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Report {
+    /// Number of peers P.
+    pub peers: usize,
+    /// Out-degree Q.
+    pub out_degree: usize,
+    /// Out-neighbour lists, `out[p]` for peer p.
+    pub out: Vec<Vec<usize>>,
+    /// Σ shortest-path lengths over ordered pairs.
+    pub cost: u64,
+    /// Moore-type lower bound.
+    pub lower_bound: u64,
+    /// Whether `cost` is proven minimal.
+    pub proven_optimal: bool,
+    /// Largest hop distance.
+    pub diameter: u32,
+    /// Mean hop distance over ordered pairs.
+    pub mean_delay: f64,
+}
+
+impl Report {
+    /// The report for a topology; `proven_optimal` comes from the optimizer (a cost equal
+    /// to the lower bound is always reported as proven).
+    pub fn new(t: &Topology, analysis: &Analysis, proven_optimal: bool) -> Self {
+        Self {
+            peers: t.peers(),
+            out_degree: t.out_degree(),
+            out: t.out_lists(),
+            cost: analysis.cost,
+            lower_bound: analysis.lower_bound,
+            proven_optimal: proven_optimal || analysis.cost == analysis.lower_bound,
+            diameter: analysis.diameter,
+            mean_delay: analysis.mean_delay,
+        }
+    }
+
+    /// Pretty-printed JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a Report always serializes")
+    }
+}
+
+/// The minimal JSON a topology can be read from: `out`, optionally `peers`/`out_degree`.
+#[derive(Deserialize)]
+struct JsonTopology {
+    out: Vec<Vec<usize>>,
+    peers: Option<usize>,
+    out_degree: Option<usize>,
+}
+
+impl Topology {
+    /// Parses a TOML cluster/topology file and validates it (addresses and extra keys are
+    /// dropped; use [`ClusterFile`] to keep them).
+    ///
+    /// # Errors
+    /// As [`ClusterFile::from_toml_str`] and [`ClusterFile::topology`].
+    pub fn from_toml_str(text: &str) -> Result<Self> {
+        ClusterFile::from_toml_str(text)?.topology()
+    }
+
+    /// The topology as a TOML cluster/topology file (no addresses).
+    pub fn to_toml(&self) -> String {
+        ClusterFile::from_topology(self)
+            .to_toml_string()
+            .expect("a plain topology always serializes")
+    }
+
+    /// Parses JSON with at least an `out` key (as written by [`Report::to_json`]); `peers`
+    /// and `out_degree`, if present, must agree with `out`.
+    ///
+    /// # Errors
+    /// [`Error::Parse`], [`Error::MissingPeer`] if `peers` disagrees, [`Error::UnknownPeer`],
+    /// [`Error::DegreeMismatch`] and every [`Topology`] invariant.
+    pub fn from_json_str(text: &str) -> Result<Self> {
+        let j: JsonTopology = serde_json::from_str(text).map_err(|e| Error::Parse {
+            format: "JSON",
+            message: e.to_string(),
+        })?;
+        let p = j.out.len();
+        if let Some(declared) = j.peers
+            && declared != p
+        {
+            return Err(Error::MissingPeer {
+                peer: p.min(declared),
+                peers: declared,
+            });
+        }
+        for (id, list) in j.out.iter().enumerate() {
+            if let Some(&v) = list.iter().find(|&&v| v >= p) {
+                return Err(Error::UnknownPeer {
+                    peer: id,
+                    neighbour: v,
+                    peers: p,
+                });
+            }
+        }
+        let q = j
+            .out_degree
+            .unwrap_or_else(|| j.out.first().map_or(0, Vec::len));
+        Topology::with_out_degree(q, j.out)
+    }
+
+    /// Graphviz DOT text (`digraph sfb { 0 -> 1; … }`).
+    pub fn to_dot(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "digraph sfb {{\n  // peers = {}, out_degree = {}",
+            self.peers(),
+            self.out_degree()
+        );
+        for p in 0..self.peers() {
+            let targets: Vec<String> = self.out(p).iter().map(ToString::to_string).collect();
+            let _ = writeln!(s, "  {p} -> {{ {} }};", targets.join(" "));
+        }
+        s.push_str("}\n");
+        s
+    }
+}

@@ -1,0 +1,257 @@
+//! `sfb topology`: build, optimize, check, convert and repair Q-out broadcast topologies.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use sfb_topology::{Method, Options, Report, Topology, gap, generate, lower_bound, optimize};
+
+/// How to build the topology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MethodArg {
+    /// Minimize Σ shortest-path lengths: exact branch-and-bound for small P, local search
+    /// from the best construction otherwise.
+    Optimal,
+    /// Generalized Kautz (Imase–Itoh) graph.
+    Kautz,
+    /// i → i + 2^k.
+    Exponential,
+    /// i → i+1, …, i+Q.
+    Ring,
+    /// Everyone to everyone (needs Q = P − 1).
+    Full,
+    /// Seeded random Q-out graph (a random Hamiltonian cycle plus random arcs).
+    Random,
+    /// i → i + j for the given --jumps.
+    Circulant,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// The human-edited cluster/topology file (`[[peer]] id, addr, out`).
+    Toml,
+    /// `peers, out_degree, out, cost, lower_bound, proven_optimal, diameter, mean_delay`.
+    Json,
+    /// Graphviz.
+    Dot,
+}
+
+/// `sfb topology` options.
+#[derive(Debug, Args)]
+pub struct TopologyArgs {
+    /// Number of peers P (≥ 2).
+    #[arg(long, required_unless_present = "input")]
+    pub peers: Option<usize>,
+    /// Out-degree Q: each peer sends to Q others (1 ≤ Q < P).
+    #[arg(long, required_unless_present = "input")]
+    pub out_degree: Option<usize>,
+    /// Construction or optimizer.
+    #[arg(long, value_enum, default_value_t = MethodArg::Optimal)]
+    pub method: MethodArg,
+    /// Comma-separated jumps for --method circulant (Q of them).
+    #[arg(long, value_delimiter = ',')]
+    pub jumps: Vec<usize>,
+    /// Seed for --method random and the optimizer's local search.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Time budget in seconds for --method optimal.
+    #[arg(long, default_value_t = 10.0)]
+    pub time_limit: f64,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Toml)]
+    pub format: FormatArg,
+    /// Write the topology here (the summary then goes to stdout); default: topology to
+    /// stdout, summary to stderr.
+    #[arg(short = 'o', long)]
+    pub out: Option<PathBuf>,
+    /// Read a topology file (TOML cluster file, or JSON if it ends in .json) instead of
+    /// building one: it is validated, analyzed and converted to --format.
+    #[arg(short = 'i', long)]
+    pub input: Option<PathBuf>,
+    /// With --input: comma-separated ids of failed peers; the survivors get a repaired
+    /// topology that changes as few arcs as possible.
+    #[arg(long, value_delimiter = ',', requires = "input")]
+    pub fail: Vec<usize>,
+}
+
+/// Runs `sfb topology`.
+pub fn run(args: &TopologyArgs) -> Result<()> {
+    let started = Instant::now();
+    let mut notes: Vec<String> = Vec::new();
+    let mut proven = false;
+    let topology = if let Some(path) = &args.input {
+        let mut t = read_topology(path)?;
+        if let Some(p) = args.peers
+            && p != t.peers()
+        {
+            bail!(
+                "{} has {} peers, but --peers {p} was given",
+                path.display(),
+                t.peers()
+            );
+        }
+        if let Some(q) = args.out_degree
+            && q != t.out_degree()
+        {
+            bail!(
+                "{} has out-degree {}, but --out-degree {q} was given",
+                path.display(),
+                t.out_degree()
+            );
+        }
+        notes.push(format!("source     {}", path.display()));
+        if !args.fail.is_empty() {
+            let r = sfb_topology::repair(&t, &args.fail)
+                .with_context(|| format!("cannot repair {}", path.display()))?;
+            notes.push(format!(
+                "repair     removed {:?}; {} survivors, out-degree {}, {} arcs changed{}; new id i = old id survivors[i] = {:?}",
+                args.fail,
+                r.survivors.len(),
+                r.topology.out_degree(),
+                r.changed_arcs,
+                if r.rebuilt { " (rebuilt)" } else { "" },
+                r.survivors
+            ));
+            t = r.topology;
+        }
+        t
+    } else {
+        let p = args.peers.expect("clap requires --peers");
+        let q = args.out_degree.expect("clap requires --out-degree");
+        sfb_topology::check_params(p, q)?;
+        match args.method {
+            MethodArg::Optimal => {
+                if !(args.time_limit.is_finite() && args.time_limit > 0.0) {
+                    bail!(
+                        "--time-limit must be a positive number of seconds, got {}",
+                        args.time_limit
+                    );
+                }
+                let opts = Options::default()
+                    .time_limit(Duration::from_secs_f64(args.time_limit))
+                    .seed(args.seed);
+                let r = optimize(p, q, &opts)?;
+                proven = r.proven_optimal;
+                notes.push(format!(
+                    "search     started from {} (cost {}); {} local-search moves, {} branch-and-bound nodes; proof: {}",
+                    r.start,
+                    r.start_cost,
+                    r.moves,
+                    r.nodes,
+                    match r.proof {
+                        sfb_topology::Proof::MetBound => "meets the lower bound",
+                        sfb_topology::Proof::Exhausted => "search exhausted",
+                        _ => "none (time limit or P too large for the exact search)",
+                    }
+                ));
+                r.topology
+            }
+            MethodArg::Kautz => generate(&Method::Kautz, p, q)?,
+            MethodArg::Exponential => generate(&Method::Exponential, p, q)?,
+            MethodArg::Ring => generate(&Method::Ring, p, q)?,
+            MethodArg::Full => generate(&Method::Full, p, q)?,
+            MethodArg::Random => generate(&Method::Random { seed: args.seed }, p, q)?,
+            MethodArg::Circulant => {
+                if args.jumps.is_empty() {
+                    bail!("--method circulant needs --jumps J1,J2,… ({q} of them)");
+                }
+                generate(&Method::Circulant(args.jumps.clone()), p, q)?
+            }
+        }
+    };
+    let build_time = started.elapsed();
+    let analysis = topology.analyze();
+    let report = Report::new(&topology, &analysis, proven);
+    let text = match args.format {
+        FormatArg::Toml => topology.to_toml(),
+        FormatArg::Json => report.to_json() + "\n",
+        FormatArg::Dot => topology.to_dot(),
+    };
+    let summary = summary(args, &topology, &report, &notes, build_time);
+    match &args.out {
+        Some(path) => {
+            std::fs::write(path, &text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            print!("{summary}");
+            println!("wrote      {}", path.display());
+        }
+        None => {
+            std::io::stdout().write_all(text.as_bytes())?;
+            eprint!("{summary}");
+        }
+    }
+    Ok(())
+}
+
+fn read_topology(path: &Path) -> Result<Topology> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read topology file {}", path.display()))?;
+    let is_json = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let t = if is_json {
+        Topology::from_json_str(&text)
+    } else {
+        Topology::from_toml_str(&text)
+    };
+    t.with_context(|| format!("{}", path.display()))
+}
+
+fn summary(
+    args: &TopologyArgs,
+    t: &Topology,
+    r: &Report,
+    notes: &[String],
+    build_time: Duration,
+) -> String {
+    use std::fmt::Write as _;
+    let (p, q) = (t.peers(), t.out_degree());
+    let mut s = String::new();
+    let method = if args.input.is_some() {
+        "file".to_string()
+    } else {
+        format!("{:?}", args.method).to_lowercase()
+    };
+    let _ = writeln!(s, "topology   P = {p}, Q = {q}, method {method}");
+    let _ = writeln!(
+        s,
+        "cost       {} (Σ hop distances), mean delay {:.4} hops, diameter {}",
+        r.cost, r.mean_delay, r.diameter
+    );
+    let _ = writeln!(
+        s,
+        "bound      {} (Moore-type), gap {:.3} %",
+        r.lower_bound,
+        100.0 * gap(r.cost, r.lower_bound)
+    );
+    let _ = writeln!(
+        s,
+        "optimal    {}",
+        if r.proven_optimal {
+            "proven"
+        } else {
+            "not proven"
+        }
+    );
+    // Reference constructions at equal out-degree.
+    let lb = lower_bound(p, q);
+    let mut refs = Vec::new();
+    for (name, m) in [
+        ("kautz", Method::Kautz),
+        ("exponential", Method::Exponential),
+    ] {
+        if let Ok(g) = generate(&m, p, q) {
+            let c = g.cost();
+            refs.push(format!("{name} {c} (gap {:.3} %)", 100.0 * gap(c, lb)));
+        }
+    }
+    let _ = writeln!(s, "compare    at Q = {q}: {}", refs.join(", "));
+    for n in notes {
+        let _ = writeln!(s, "{n}");
+    }
+    let _ = writeln!(s, "time       {build_time:.3?}");
+    s
+}
