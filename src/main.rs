@@ -18,6 +18,13 @@ enum Command {
     Demo(cli::demo::DemoArgs),
     /// Run a whole cluster (P peers) in one command.
     Run(cli::run::RunArgs),
+    /// Run one peer of a cluster file until its clocks are done.
+    Peer(Box<cli::p2p::PeerArgs>),
+    /// Q-out partial-broadcast topologies: optimize, construct, analyse, repair.
+    Topology(cli::topology::TopologyArgs),
+    /// Cluster files.
+    #[command(subcommand)]
+    Cluster(cli::p2p::ClusterCmd),
     /// Benchmarks: paired comparisons measured in one run.
     Bench(cli::bench::BenchArgs),
 }
@@ -33,6 +40,9 @@ fn main() -> std::process::ExitCode {
     let r = match &cli.command {
         Command::Demo(a) => cli::demo::run(a),
         Command::Run(a) => cli::run::run(a),
+        Command::Peer(a) => cli::p2p::peer(a),
+        Command::Cluster(c) => cli::p2p::cluster(c),
+        Command::Topology(a) => cli::topology::run(a),
         Command::Bench(a) => cli::bench::run(a),
     };
     match r {

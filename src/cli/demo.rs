@@ -46,6 +46,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         metrics: None,
         summary: None,
         straggler: None,
+        model_opts: Default::default(),
     };
     let straggler = Some(((p - 1) as u32, args.straggler_ms));
     let arms: Vec<(&str, TrainArgs)> = vec![
@@ -83,7 +84,11 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let mut rows: Vec<(String, Summary)> = Vec::new();
     for (i, (name, train)) in arms.into_iter().enumerate() {
         eprintln!("[{}/4] {name} …", i + 1);
-        let (summary, records) = super::run::run_mem_cluster(p, &train, Duration::from_secs(60))?;
+        let full: Vec<Vec<usize>> = (0..p)
+            .map(|i| (0..p).filter(|&j| j != i).collect())
+            .collect();
+        let (summary, records) =
+            super::run::run_mem_cluster(&full, &train, Duration::from_secs(60))?;
         let slug = name.replace([',', ' ', '='], "_").replace("__", "_");
         std::fs::write(
             args.out.join(format!("{slug}.summary.json")),

@@ -2,5 +2,8 @@
 
 pub mod bench;
 pub mod demo;
+pub mod fms;
+pub mod p2p;
 pub mod run;
+pub mod topology;
 pub mod train;

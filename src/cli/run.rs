@@ -40,9 +40,18 @@ pub struct RunArgs {
     /// Transport.
     #[arg(long, value_enum, default_value = "mem")]
     pub transport: Transport,
-    /// Seconds a peer may wait without receiving anything before the run fails.
+    /// Seconds a peer may wait without receiving anything before the run fails (in-memory
+    /// transport; libp2p peers use --peer-timeout).
     #[arg(long, default_value_t = 30.0)]
     pub timeout: f64,
+    /// FMS only: what clients push to the server (factors, or the dense ΔW of the paper).
+    #[arg(long, value_enum, default_value = "factors")]
+    pub fms_push: super::fms::Push,
+    /// Seconds the topology optimizer may spend when Q < P−1.
+    #[arg(long, default_value_t = 5.0)]
+    pub topology_time_limit: f64,
+    #[command(flatten)]
+    pub net: super::p2p::NetArgs,
     #[command(flatten)]
     pub train: TrainArgs,
 }
@@ -53,25 +62,48 @@ pub fn run(args: &RunArgs) -> Result<()> {
         bail!("--peers must be at least 1");
     }
     let q = args.out_degree.unwrap_or(p - 1);
-    if q != p - 1 {
-        bail!(
-            "--out-degree {q} < P−1 needs partial-broadcast topologies, which `sfb run` does not wire yet; use full broadcast (Q = P−1 = {})",
-            p - 1
-        );
-    }
-    match (args.backend, args.transport) {
-        (Backend::Sfb, Transport::Mem) => {}
-        (Backend::Fms, _) => bail!("--backend fms is not available in this build yet"),
-        (_, Transport::Libp2p) => bail!("--transport libp2p is not available in this build yet"),
-    }
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
         bail!("--timeout must be a positive number of seconds");
     }
-    let (summary, records) = run_mem_cluster(
-        p,
-        &args.train,
-        std::time::Duration::from_secs_f64(args.timeout),
-    )?;
+    let tl = std::time::Duration::from_secs_f64(args.topology_time_limit.max(0.0));
+    let (summary, records) = match (args.backend, args.transport) {
+        (Backend::Fms, Transport::Mem) => {
+            if args.net.bandwidth.is_some() {
+                bail!("--bandwidth is enforced by the libp2p transport; add --transport libp2p");
+            }
+            super::fms::run_mem_fms(
+                p,
+                &args.train,
+                std::time::Duration::from_secs_f64(args.timeout),
+                args.fms_push,
+            )?
+        }
+        (Backend::Fms, Transport::Libp2p) => {
+            bail!("--backend fms over --transport libp2p is not built yet; use --transport mem")
+        }
+        (Backend::Sfb, Transport::Mem) => {
+            if args.net.bandwidth.is_some() {
+                bail!("--bandwidth is enforced by the libp2p transport; add --transport libp2p");
+            }
+            let out = if p == 1 {
+                vec![vec![]]
+            } else {
+                super::p2p::topology_for(p, q, tl)?.out_lists()
+            };
+            run_mem_cluster(
+                &out,
+                &args.train,
+                std::time::Duration::from_secs_f64(args.timeout),
+            )?
+        }
+        (Backend::Sfb, Transport::Libp2p) => super::p2p::launch(
+            p,
+            q,
+            &args.train,
+            std::time::Duration::from_secs_f64(args.timeout),
+            tl,
+        )?,
+    };
     if let Some(path) = &args.train.metrics {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
@@ -90,18 +122,23 @@ pub fn run(args: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs P peers with full broadcast over the in-memory transport; returns the summary and
-/// every peer's per-clock records.
+/// Runs P peers over the in-memory transport, peer `i` sending to `out[i]`; returns the
+/// summary and every peer's per-clock records.
 pub fn run_mem_cluster(
-    p: usize,
+    out: &[Vec<usize>],
     train: &TrainArgs,
     timeout: std::time::Duration,
 ) -> Result<(Summary, Vec<ClockRecord>)> {
+    let p = out.len();
     let data = load_data(train)?;
-    let engines = (0..p as u32)
+    let engines = (0..p)
         .map(|id| {
-            let others: Vec<PeerId> = (0..p as u32).filter(|&o| o != id).map(PeerId).collect();
-            build_engine(train, &data, id, p, others.clone(), others)
+            let o: Vec<PeerId> = out[id].iter().map(|&x| PeerId(x as u32)).collect();
+            let i: Vec<PeerId> = (0..p)
+                .filter(|&src| out[src].contains(&id))
+                .map(|x| PeerId(x as u32))
+                .collect();
+            build_engine(train, &data, id as u32, p, o, i)
         })
         .collect::<Result<Vec<_>>>()?;
     let opts = sfb_net::mem::Options {
@@ -130,11 +167,16 @@ pub fn run_mem_cluster(
         model: train.model.name().into(),
         consistency: train.consistency().to_string(),
         peers: p,
-        out_degree: p - 1,
+        out_degree: out.first().map_or(0, Vec::len),
         clocks: train.clocks,
         batch: train.batch,
     };
-    let summary = Summary::aggregate(info, &reports, max_divergence(&ws));
+    let mut summary = Summary::aggregate(info, &reports, max_divergence(&ws));
+    let extras: Vec<_> = runs
+        .iter()
+        .filter_map(|r| r.engine.last_evaluation().map(|e| e.extra))
+        .collect();
+    summary.extra = sfb_core::metrics::mean_extras(&extras);
     let records = runs.into_iter().flat_map(|r| r.records).collect();
     Ok((summary, records))
 }
@@ -163,6 +205,20 @@ pub fn print_summary(s: &Summary) {
         "  bytes sent {} ({:.0} per clock, {:.0} per clock per peer)  max staleness {}",
         s.bytes_sent, s.bytes_per_clock, s.bytes_per_clock_per_peer, s.max_staleness
     );
+    if !s.extra.is_empty() {
+        let figures: Vec<String> = s
+            .extra
+            .iter()
+            .map(|(k, v)| {
+                if v.abs() < 1e-3 && *v != 0.0 {
+                    format!("{k} {v:.3e}")
+                } else {
+                    format!("{k} {v:.6}")
+                }
+            })
+            .collect();
+        println!("  {}", figures.join("  "));
+    }
     let distinct = {
         let mut c = s.replica_checksums.clone();
         c.sort();

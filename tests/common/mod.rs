@@ -73,3 +73,21 @@ pub fn opts() -> sfb::net::mem::Options {
         ..Default::default()
     }
 }
+
+/// The FMS counterpart of [`engines`]: a server and one client per peer, built from the
+/// same engines (same models, shards, samplers, initial W).
+pub fn fms_nodes(
+    p: &Problem,
+    c: &ClusterSpec,
+    push: sfb::core::fms::Push,
+) -> (
+    sfb::core::fms::Server<Straggler<Mlr>>,
+    Vec<sfb::core::fms::Client<Straggler<Mlr>>>,
+) {
+    let server = sfb::core::fms::Server::from_engine(engines(p, c).swap_remove(0), push).unwrap();
+    let clients = engines(p, c)
+        .into_iter()
+        .map(|e| sfb::core::fms::Client::from_engine(e, push).unwrap())
+        .collect();
+    (server, clients)
+}

@@ -25,9 +25,10 @@ use ndarray::Array2;
 
 use crate::metrics::{ClockRecord, PeerMetrics};
 use crate::wire::{self, Message};
+use crate::worker::Worker;
 use crate::{
     Consistency, Error, Evaluation, Evaluator, FactorBatch, Model, PeerId, PeerStatus, Replica,
-    Result, Shard, StatusView, SvList,
+    Result, Shard, StatusView,
 };
 
 /// Configuration of one peer's engine.
@@ -150,20 +151,12 @@ struct InStatus {
 /// One peer's engine; see the [module docs](self).
 pub struct Engine<M: Model> {
     cfg: Config,
-    model: M,
+    worker: Worker<M>,
     replica: Replica,
-    shard: Shard<M::Sample>,
-    sv: SvList,
-    evaluator: Option<Box<dyn Evaluator>>,
     clock: u64,
     status: Vec<Option<InStatus>>,
     pending: BTreeMap<(u64, PeerId), Arc<FactorBatch>>,
     outputs: VecDeque<Output>,
-    events: VecDeque<Event>,
-    metrics: PeerMetrics,
-    started: Option<Instant>,
-    last_step_end: Option<Instant>,
-    last_eval: Option<Evaluation>,
     done: bool,
 }
 
@@ -196,29 +189,36 @@ impl<M: Model> Engine<M> {
             });
         }
         Ok(Self {
-            sv: SvList::new(j, d),
+            worker: Worker::new(cfg.id, model, shard, j, d),
             cfg,
-            model,
             replica,
-            shard,
-            evaluator: None,
             clock: 0,
             status,
             pending: BTreeMap::new(),
             outputs: VecDeque::new(),
-            events: VecDeque::new(),
-            metrics: PeerMetrics::default(),
-            started: None,
-            last_step_end: None,
-            last_eval: None,
             done: false,
         })
     }
 
     /// Evaluates with `evaluator` every `eval_every` clocks and at the end.
     pub fn with_evaluator(mut self, evaluator: Box<dyn Evaluator>) -> Self {
-        self.evaluator = Some(evaluator);
+        self.worker.set_evaluator(evaluator);
         self
+    }
+
+    /// Takes a fresh engine apart (for [`fms::Client::from_engine`](crate::fms::Client)):
+    /// its configuration, worker (model, shard, evaluator) and initial replica.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the engine has already stepped or received anything.
+    pub(crate) fn into_parts(self) -> Result<(Config, Worker<M>, Replica)> {
+        if self.clock > 0 || !self.pending.is_empty() || self.worker.started.is_some() {
+            return Err(Error::Config(format!(
+                "engine of {} has already run (clock {}); only a fresh engine can be converted",
+                self.cfg.id, self.clock
+            )));
+        }
+        Ok((self.cfg, self.worker, self.replica))
     }
 
     /// The configuration.
@@ -238,17 +238,17 @@ impl<M: Model> Engine<M> {
 
     /// The model.
     pub fn model(&self) -> &M {
-        &self.model
+        &self.worker.model
     }
 
     /// Counters so far.
     pub fn metrics(&self) -> &PeerMetrics {
-        &self.metrics
+        &self.worker.metrics
     }
 
     /// The latest evaluation, if any.
     pub fn last_evaluation(&self) -> Option<Evaluation> {
-        self.last_eval
+        self.worker.last_eval
     }
 
     /// Whether the run is complete.
@@ -284,13 +284,21 @@ impl<M: Model> Engine<M> {
     /// the replica's shape and hold finite values. A refused message changes nothing.
     ///
     /// # Errors
-    /// [`Error::UnknownPeer`], [`Error::BadClock`], and the validation errors of
-    /// [`FactorBatch::validate`].
+    /// [`Error::UnexpectedMessage`] for anything but [`Message::Factors`] (the FMS
+    /// messages), [`Error::UnknownPeer`], [`Error::BadClock`], and the validation errors
+    /// of [`FactorBatch::validate`].
     pub fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()> {
         let Message::Factors {
             batch,
             mean_iter_us,
-        } = &msg;
+        } = &msg
+        else {
+            return Err(Error::UnexpectedMessage {
+                from,
+                kind: msg.kind(),
+                role: "SFB peer",
+            });
+        };
         let origin = batch.origin;
         if origin != from {
             return Err(Error::BadClock {
@@ -325,7 +333,7 @@ impl<M: Model> Engine<M> {
         }
         let (j, d) = self.replica.dim();
         batch.validate(j, d)?;
-        self.metrics.bytes_received += wire::encoded_len(&msg) as u64;
+        self.worker.metrics.bytes_received += wire::encoded_len(&msg) as u64;
         self.status[origin.index()] = Some(InStatus {
             delivered: st.delivered + 1,
             mean_iter_s: f64::from(*mean_iter_us) * 1e-6,
@@ -342,7 +350,7 @@ impl<M: Model> Engine<M> {
 
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        self.worker.poll_event()
     }
 
     fn may_start(&self) -> bool {
@@ -392,10 +400,10 @@ impl<M: Model> Engine<M> {
         for k in &keys {
             self.pending.remove(k);
             let late = self.clock.saturating_sub(1).saturating_sub(k.0);
-            self.metrics.record_staleness(late);
+            self.worker.metrics.record_staleness(late);
         }
-        self.model.prox(self.replica.w_mut());
-        self.metrics.apply_s += t0.elapsed().as_secs_f64();
+        self.worker.model.prox(self.replica.w_mut());
+        self.worker.metrics.apply_s += t0.elapsed().as_secs_f64();
         Ok(())
     }
 
@@ -409,22 +417,21 @@ impl<M: Model> Engine<M> {
         if self.done {
             return Ok(Progress::Done);
         }
-        let started = *self.started.get_or_insert(now);
-        let since = self.last_step_end.unwrap_or(started);
+        let (_, since) = self.worker.tick_times(now);
         if self.clock >= self.cfg.clocks {
             if !self.all_delivered() {
                 return Ok(Progress::Blocked);
             }
-            self.metrics.flush_s += now.saturating_duration_since(since).as_secs_f64();
+            self.worker.metrics.flush_s += now.saturating_duration_since(since).as_secs_f64();
             self.apply_ready(u64::MAX)?;
             self.done = true;
-            self.last_step_end = Some(Instant::now());
+            self.worker.mark_step_end();
             return Ok(Progress::Done);
         }
         if !self.may_start() {
             return Ok(Progress::Blocked);
         }
-        self.metrics.wait_s += now.saturating_duration_since(since).as_secs_f64();
+        self.worker.metrics.wait_s += now.saturating_duration_since(since).as_secs_f64();
         let limit = if self.cfg.consistency.applies_future() {
             u64::MAX
         } else {
@@ -433,37 +440,18 @@ impl<M: Model> Engine<M> {
         self.apply_ready(limit)?;
 
         let t = self.clock;
-        let t0 = Instant::now();
-        let batch = self.shard.next_batch(self.cfg.batch_size);
-        self.sv.clear();
-        let clock = t;
-        self.model
-            .compute_sv(self.replica.w(), &batch, &mut self.sv)
-            .map_err(|source| Error::Model { clock, source })?;
-        let pairs = self.sv.len();
-        let scale = self.model.scale(t, self.cfg.lr, pairs);
-        let fb = self.sv.commit(self.cfg.id, t, scale);
-        let (j, d) = self.replica.dim();
-        fb.validate(j, d).map_err(|e| Error::Model {
-            clock,
-            source: e.into(),
-        })?;
-        self.metrics.compute_s += t0.elapsed().as_secs_f64();
-        self.metrics.samples += batch.len() as u64;
-        drop(batch);
-
+        let fb = self
+            .worker
+            .compute(self.replica.w(), t, self.cfg.batch_size, self.cfg.lr)?;
         let fb = Arc::new(fb);
-        let steps = (t + 1) as f64;
-        let mean_iter_us = ((self.metrics.compute_s + self.metrics.apply_s) / steps * 1e6)
-            .min(f64::from(u32::MAX)) as u32;
         let msg = Message::Factors {
             batch: Arc::clone(&fb),
-            mean_iter_us,
+            mean_iter_us: self.worker.mean_iter_us(t + 1),
         };
         if !self.cfg.out_neighbors.is_empty() {
             let len = wire::encoded_len(&msg) as u64;
             for &to in &self.cfg.out_neighbors {
-                self.metrics.bytes_sent += len;
+                self.worker.metrics.bytes_sent += len;
                 self.outputs.push_back(Output {
                     to,
                     msg: msg.clone(),
@@ -472,61 +460,22 @@ impl<M: Model> Engine<M> {
         }
         self.pending.insert((t, self.cfg.id), fb);
         self.clock += 1;
-        self.metrics.clocks = self.clock;
-
-        let eval_due = self.cfg.eval_every > 0 && self.clock.is_multiple_of(self.cfg.eval_every);
-        let evaluation = if eval_due && self.clock < self.cfg.clocks {
-            self.evaluate()
-        } else {
-            None
-        };
-        let end = Instant::now();
-        self.last_step_end = Some(end);
-        self.push_record(
-            end.saturating_duration_since(started).as_secs_f64(),
-            evaluation,
+        self.worker.end_step(
+            self.replica.w(),
+            self.clock,
+            self.cfg.clocks,
+            self.cfg.eval_every,
         );
         Ok(Progress::Stepped)
     }
 
     /// Runs the evaluator on the current replica (timed as `eval_s`).
     pub fn evaluate(&mut self) -> Option<Evaluation> {
-        let ev = self.evaluator.as_mut()?;
-        let t0 = Instant::now();
-        let e = ev.evaluate(self.replica.w());
-        self.metrics.eval_s += t0.elapsed().as_secs_f64();
-        self.last_eval = Some(e);
-        Some(e)
+        self.worker.evaluate(self.replica.w())
     }
 
     /// After [`Progress::Done`]: evaluates the final replica and emits the final record.
     pub fn finish(&mut self) -> Option<Evaluation> {
-        let e = self.evaluate();
-        let wall = self.started.map_or(0.0, |s| s.elapsed().as_secs_f64());
-        self.push_record(wall, e);
-        e
-    }
-
-    fn push_record(&mut self, wall_s: f64, evaluation: Option<Evaluation>) {
-        let m = &self.metrics;
-        self.events.push_back(Event::Clock(ClockRecord {
-            peer: self.cfg.id.0,
-            clock: self.clock,
-            wall_s,
-            objective: evaluation.map(|e| e.objective),
-            test_accuracy: evaluation.and_then(|e| e.accuracy),
-            samples: m.samples,
-            samples_per_s: if wall_s > 0.0 {
-                m.samples as f64 / wall_s
-            } else {
-                0.0
-            },
-            bytes_sent: m.bytes_sent,
-            bytes_received: m.bytes_received,
-            compute_s: m.compute_s,
-            apply_s: m.apply_s,
-            wait_s: m.wait_s,
-            max_staleness: m.max_staleness,
-        }));
+        self.worker.finish(self.replica.w(), self.clock)
     }
 }

@@ -64,6 +64,17 @@ pub enum Error {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// A node received a kind of message its role never accepts (e.g. an SFB peer sent
+    /// a full W, or an FMS client sent factors to another client).
+    #[error("{role} does not accept {kind} messages (received one from {from})")]
+    UnexpectedMessage {
+        /// The sender.
+        from: PeerId,
+        /// The message kind ([`Message::kind`](crate::wire::Message::kind)).
+        kind: &'static str,
+        /// The receiving node's role.
+        role: &'static str,
+    },
     /// A model mixed dense and sparse `v` within one iteration.
     #[error("an SvList holds either dense or sparse v, not both")]
     MixedFactorKinds,

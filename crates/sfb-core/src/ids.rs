@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 pub struct PeerId(pub u32);
 
 impl PeerId {
+    /// The FMS parameter server (`u32::MAX`; displayed as `server`). Never a valid peer
+    /// index: clients are `0..P`.
+    pub const SERVER: PeerId = PeerId(u32::MAX);
+
     /// The index as `usize`, for table lookups.
     pub fn index(self) -> usize {
         self.0 as usize
@@ -15,7 +19,11 @@ impl PeerId {
 
 impl std::fmt::Display for PeerId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "p{}", self.0)
+        if *self == Self::SERVER {
+            write!(f, "server")
+        } else {
+            write!(f, "p{}", self.0)
+        }
     }
 }
 

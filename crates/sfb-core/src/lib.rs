@@ -56,11 +56,14 @@ mod data;
 pub mod engine;
 mod error;
 mod factor;
+pub mod fms;
 mod ids;
 pub mod metrics;
 mod model;
+mod node;
 pub mod replica;
 pub mod wire;
+mod worker;
 
 pub use consistency::{
     Barrier, Consistency, ParseConsistencyError, PeerStatus, StatusView, ThrottledRelease,
@@ -70,5 +73,6 @@ pub use engine::{Config, Engine, Event, Output, Progress};
 pub use error::{Error, ModelError, Result};
 pub use factor::{FactorBatch, SvList, VFactors};
 pub use ids::PeerId;
-pub use model::{Evaluation, Evaluator, Model};
+pub use model::{Evaluation, Evaluator, Extras, Model};
+pub use node::StateMachine;
 pub use replica::{ApplyStats, Replica};

@@ -1,5 +1,7 @@
 //! What a peer measures and reports.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Longest staleness tracked individually; larger values share the last bucket.
@@ -184,9 +186,33 @@ pub struct Summary {
     /// `max_p ‖W_p − W̄‖_F / ‖W̄‖_F` over the final replicas (W̄ their mean); `None` when
     /// the replicas were not gathered in one place.
     pub max_replica_divergence: Option<f64>,
+    /// Model-specific figures (e.g. `duality_gap`, `reconstruction_error`) of the peers'
+    /// final evaluations, each the mean over the peers that reported it ([`mean_extras`]);
+    /// serialized as extra top-level keys. Empty from [`aggregate`](Self::aggregate): the
+    /// caller fills it.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, f64>,
 }
 
 impl Summary {
+    /// Combines the reports of an FMS run: the clients' reports as in
+    /// [`aggregate`](Self::aggregate) (one checksum per client; means over clients), plus
+    /// the parameter server's traffic in `bytes_sent` and the per-clock figures derived
+    /// from it (its full-W pushes are FMS's bottleneck, so they must count).
+    pub fn aggregate_with_server(
+        info: RunInfo,
+        clients: &[PeerReport],
+        server: &PeerMetrics,
+        divergence: Option<f64>,
+    ) -> Self {
+        let mut s = Self::aggregate(info, clients, divergence);
+        s.bytes_sent += server.bytes_sent;
+        let clocks = s.clocks.max(1) as f64;
+        s.bytes_per_clock = s.bytes_sent as f64 / clocks;
+        s.bytes_per_clock_per_peer = s.bytes_per_clock / s.peers.max(1) as f64;
+        s
+    }
+
     /// Combines per-peer reports.
     pub fn aggregate(info: RunInfo, reports: &[PeerReport], divergence: Option<f64>) -> Self {
         let n = reports.len().max(1) as f64;
@@ -243,8 +269,27 @@ impl Summary {
             staleness_histogram: hist,
             replica_checksums: reports.iter().map(|r| r.checksum.clone()).collect(),
             max_replica_divergence: divergence,
+            extra: BTreeMap::new(),
         }
     }
+}
+
+/// Per key, the mean over the peers' figures that carry it
+/// ([`Evaluation::extra`](crate::Evaluation::extra) of each final evaluation).
+pub fn mean_extras<'a>(
+    peers: impl IntoIterator<Item = &'a crate::Extras>,
+) -> BTreeMap<String, f64> {
+    let mut acc: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+    for extras in peers {
+        for (k, v) in extras.iter() {
+            let e = acc.entry(k.to_string()).or_insert((0.0, 0));
+            e.0 += v;
+            e.1 += 1;
+        }
+    }
+    acc.into_iter()
+        .map(|(k, (s, n))| (k, s / n as f64))
+        .collect()
 }
 
 /// `max_p ‖W_p − W̄‖_F / ‖W̄‖_F` for replicas of equal shape (0 for identical replicas;

@@ -89,6 +89,84 @@ pub struct Evaluation {
     pub objective: f64,
     /// Fraction classified correctly, for classifiers.
     pub accuracy: Option<f64>,
+    /// Model-specific named figures (e.g. `duality_gap`), reported as extra keys of the
+    /// run summary.
+    pub extra: Extras,
+}
+
+impl Evaluation {
+    /// An evaluation with no extra figures.
+    pub fn new(objective: f64, accuracy: Option<f64>) -> Self {
+        Self {
+            objective,
+            accuracy,
+            extra: Extras::default(),
+        }
+    }
+
+    /// Adds a named figure (see [`Extras::with`]).
+    pub fn with(mut self, name: &'static str, value: f64) -> Self {
+        self.extra = self.extra.with(name, value);
+        self
+    }
+}
+
+/// Up to [`Extras::CAPACITY`] named figures of an [`Evaluation`], in insertion order.
+///
+/// A fixed-size list, so that [`Evaluation`] stays `Copy`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Extras {
+    items: [(&'static str, f64); Extras::CAPACITY],
+    len: usize,
+}
+
+impl Extras {
+    /// Most figures an evaluation can carry.
+    pub const CAPACITY: usize = 8;
+
+    /// Adds `name = value`, replacing an earlier value of the same name.
+    ///
+    /// # Panics
+    /// When [`CAPACITY`](Self::CAPACITY) distinct names are already present.
+    pub fn with(mut self, name: &'static str, value: f64) -> Self {
+        if let Some(slot) = self.items[..self.len].iter_mut().find(|(n, _)| *n == name) {
+            slot.1 = value;
+            return self;
+        }
+        assert!(
+            self.len < Self::CAPACITY,
+            "an Evaluation holds at most {} extra figures",
+            Self::CAPACITY
+        );
+        self.items[self.len] = (name, value);
+        self.len += 1;
+        self
+    }
+
+    /// The value named `name`.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    /// `(name, value)` pairs in insertion order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
+        self.items[..self.len].iter().copied()
+    }
+
+    /// Number of figures.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The figures as an owned map (for reports).
+    pub fn to_map(&self) -> std::collections::BTreeMap<String, f64> {
+        self.iter().map(|(n, v)| (n.to_string(), v)).collect()
+    }
 }
 
 /// Computes an [`Evaluation`] of W, typically on held-out data.

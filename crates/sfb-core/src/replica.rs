@@ -5,6 +5,9 @@
 //! single GEMM `W += Ūᵀ V̄` (faer on ndarray views); pairs with sparse `v` are applied by a
 //! per-row scatter over their non-zeros.
 //!
+//! The FMS baseline with dense push ships whole `ΔW` matrices instead of factors; the
+//! parameter server adds those with [`Replica::add_dense`], the only other way W changes.
+//!
 //! Determinism: W is cut into row blocks of a size that depends only on W's shape; each
 //! block is updated by a sequential GEMM followed by the sparse scatter, and blocks run in
 //! parallel on rayon. The bits of the result therefore depend on the inputs and their order
@@ -16,7 +19,7 @@ use faer_ext::IntoFaer;
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
-use crate::{Error, FactorBatch, Result, VFactors};
+use crate::{Error, FactorBatch, PeerId, Result, VFactors};
 
 /// Rows of W per independently-updated block. A function of nothing but this constant, so
 /// results are identical on every machine with the same SIMD width, whatever the threads.
@@ -105,11 +108,93 @@ impl Replica {
         Ok(apply_unchecked(&mut self.w, batches))
     }
 
+    /// Adds dense updates, `W += Σ_i deltas[i]`, entry by entry in the order given (the
+    /// FMS server's dense-push path; factor pushes go through [`apply`](Self::apply)).
+    ///
+    /// Every delta is validated first; if any fails, W is left untouched. Each entry's sum
+    /// is formed in the same order whatever the number of threads, so the result is
+    /// deterministic.
+    ///
+    /// # Errors
+    /// [`Error::DimensionMismatch`] or [`Error::NonFinite`] from [`validate_dense`] (the
+    /// `origin` of the pair `(origin, delta)` names who sent it).
+    ///
+    /// # Complexity
+    /// `O(J·D·n)` additions, one pass over W.
+    pub fn add_dense(&mut self, deltas: &[(PeerId, ArrayView2<'_, f32>)]) -> Result<()> {
+        let (j, d) = self.w.dim();
+        for (origin, m) in deltas {
+            validate_dense(*m, j, d, *origin, "dense ΔW")?;
+        }
+        if j == 0 || d == 0 || deltas.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<std::borrow::Cow<'_, [f32]>> = deltas
+            .iter()
+            .map(|(_, m)| match m.as_slice() {
+                Some(s) => std::borrow::Cow::Borrowed(s),
+                None => std::borrow::Cow::Owned(m.iter().copied().collect()),
+            })
+            .collect();
+        let chunk = BLOCK_ROWS * d;
+        let wslice = self.w.as_slice_mut().expect("replica is standard layout");
+        wslice
+            .par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(blk, wb)| {
+                let (a, n) = (blk * chunk, wb.len());
+                for m in &rows {
+                    for (x, &y) in wb.iter_mut().zip(&m[a..a + n]) {
+                        *x += y;
+                    }
+                }
+            });
+        Ok(())
+    }
+
     /// A 64-bit hash of W's shape and the bits of every entry (FNV-1a over 32-bit words),
     /// as 16 hex digits. Equal checksums mean bitwise-equal replicas (up to hash collisions).
     pub fn checksum(&self) -> String {
         checksum(self.w.view())
     }
+}
+
+/// Checks a dense `J × D` matrix that came from `origin` (a full W or a dense ΔW, named
+/// `what`): exact shape and finite entries.
+///
+/// # Errors
+/// [`Error::DimensionMismatch`] for a wrong shape; [`Error::NonFinite`] naming the first
+/// row holding a NaN or infinity (as `pair`).
+pub fn validate_dense(
+    m: ArrayView2<'_, f32>,
+    j: usize,
+    d: usize,
+    origin: PeerId,
+    what: &'static str,
+) -> Result<()> {
+    let (mj, md) = m.dim();
+    if mj != j {
+        return Err(Error::DimensionMismatch {
+            what: format!("rows of {what} from {origin}"),
+            expected: j,
+            got: mj,
+        });
+    }
+    if md != d {
+        return Err(Error::DimensionMismatch {
+            what: format!("columns of {what} from {origin}"),
+            expected: d,
+            got: md,
+        });
+    }
+    if let Some(pair) = m
+        .rows()
+        .into_iter()
+        .position(|r| r.iter().any(|x| !x.is_finite()))
+    {
+        return Err(Error::NonFinite { origin, pair, what });
+    }
+    Ok(())
 }
 
 /// Hash of a matrix's shape and bits; see [`Replica::checksum`].

@@ -1,18 +1,24 @@
 //! Wire messages and their byte encoding.
 //!
 //! A frame is `version: u16 LE`, a `postcard`-encoded header, then the payload as raw
-//! little-endian arrays: `u` (K·J f32), then dense `v` (K·D f32) or sparse `v`
-//! (K+1 u32 row pointers, nnz u32 indices, nnz f32 values). Arrays are copied as bytes,
-//! never element by element through serde. Length prefixes are the transport's business.
+//! little-endian arrays. Arrays are copied as bytes, never element by element through
+//! serde. Length prefixes are the transport's business. Payloads by kind:
+//! - [`Message::Factors`]: `u` (K·J f32), then dense `v` (K·D f32) or sparse `v`
+//!   (K+1 u32 row pointers, nnz u32 indices, nnz f32 values);
+//! - [`Message::Params`] and [`Message::Delta`] (the FMS backend): a J×D matrix, J·D f32
+//!   row-major.
 //!
 //! [`decode`] validates everything before a message exists: version, header, sizes (with
 //! overflow checks), exact payload length, known origin, shape, sparse structure and finite
 //! values. Any input either decodes to a valid message or yields an [`Error`].
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
+use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 
+use crate::replica::validate_dense;
 use crate::{Error, FactorBatch, PeerId, Result, VFactors};
 
 #[cfg(target_endian = "big")]
@@ -21,28 +27,68 @@ compile_error!("sfb's wire format copies f32 arrays as little-endian bytes");
 /// Version written at the start of every frame.
 pub const WIRE_VERSION: u16 = 1;
 
-/// A message between peers.
+/// A message between peers (SFB), or between an FMS client and the parameter server.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Message {
-    /// One peer's factors for one clock.
+    /// One peer's factors for one clock (SFB peer → peer; FMS client → server with
+    /// factor push).
     Factors {
         /// The factors.
         batch: Arc<FactorBatch>,
         /// The origin's mean iteration time in microseconds (for custom barriers).
         mean_iter_us: u32,
     },
+    /// The FMS server's full W once clocks `0..clock` are complete (server → client).
+    Params {
+        /// Clocks whose updates W includes (all of `0..clock`, nothing later).
+        clock: u64,
+        /// W, `J × D` (shared: the server sends the same snapshot to every client).
+        w: Arc<Array2<f32>>,
+    },
+    /// One FMS client's dense update `ΔW = scale · Σ u vᵀ` for one clock (client →
+    /// server with dense push, the paper's FMS).
+    Delta {
+        /// The client.
+        origin: PeerId,
+        /// The client's clock.
+        clock: u64,
+        /// The client's mean iteration time in microseconds.
+        mean_iter_us: u32,
+        /// ΔW, `J × D`.
+        delta: Arc<Array2<f32>>,
+    },
 }
 
 impl Message {
-    /// Origin peer of the message.
+    /// Origin of the message ([`PeerId::SERVER`] for [`Message::Params`]).
     pub fn origin(&self) -> PeerId {
         match self {
             Message::Factors { batch, .. } => batch.origin,
+            Message::Params { .. } => PeerId::SERVER,
+            Message::Delta { origin, .. } => *origin,
+        }
+    }
+
+    /// The clock the message belongs to (for `Params`: the clocks W includes).
+    pub fn clock(&self) -> u64 {
+        match self {
+            Message::Factors { batch, .. } => batch.clock,
+            Message::Params { clock, .. } | Message::Delta { clock, .. } => *clock,
+        }
+    }
+
+    /// The kind's name, for errors and logs: `factors`, `params` or `delta`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::Factors { .. } => "factors",
+            Message::Params { .. } => "params",
+            Message::Delta { .. } => "delta",
         }
     }
 }
 
+// Variant order is part of the wire format (postcard encodes the variant index).
 #[derive(Debug, Serialize, Deserialize)]
 enum Header {
     Factors {
@@ -54,6 +100,18 @@ enum Header {
         j: u32,
         d: u32,
         nnz: Option<u32>,
+    },
+    Params {
+        clock: u64,
+        j: u32,
+        d: u32,
+    },
+    Delta {
+        origin: u32,
+        clock: u64,
+        mean_iter_us: u32,
+        j: u32,
+        d: u32,
     },
 }
 
@@ -86,6 +144,31 @@ fn header_of(msg: &Message) -> Header {
                 VFactors::Sparse { values, .. } => Some(values.len() as u32),
             },
         },
+        Message::Params { clock, w } => Header::Params {
+            clock: *clock,
+            j: w.nrows() as u32,
+            d: w.ncols() as u32,
+        },
+        Message::Delta {
+            origin,
+            clock,
+            mean_iter_us,
+            delta,
+        } => Header::Delta {
+            origin: origin.0,
+            clock: *clock,
+            mean_iter_us: *mean_iter_us,
+            j: delta.nrows() as u32,
+            d: delta.ncols() as u32,
+        },
+    }
+}
+
+/// A matrix's entries in row-major order (borrowed when it is in standard layout).
+fn row_major(m: &Array2<f32>) -> Cow<'_, [f32]> {
+    match m.as_slice() {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(m.iter().copied().collect()),
     }
 }
 
@@ -104,6 +187,7 @@ pub fn encoded_len(msg: &Message) -> usize {
                     } => indptr.len() + indices.len() + values.len(),
                 })
         }
+        Message::Params { w: m, .. } | Message::Delta { delta: m, .. } => 4 * m.len(),
     };
     2 + header + payload
 }
@@ -135,6 +219,9 @@ pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
                     out.extend_from_slice(bytemuck::cast_slice(values));
                 }
             }
+        }
+        Message::Params { w: m, .. } | Message::Delta { delta: m, .. } => {
+            out.extend_from_slice(bytemuck::cast_slice(&row_major(m)));
         }
     }
 }
@@ -171,6 +258,32 @@ impl<'a> Reader<'a> {
         let bytes = self.take(n.checked_mul(4).ok_or_else(|| bad("size overflow"))?, what)?;
         Ok(bytemuck::pod_collect_to_vec(bytes))
     }
+
+    /// A `j × d` matrix from `origin` (shape checked against `expect` before reading).
+    fn matrix(
+        &mut self,
+        j: u32,
+        d: u32,
+        expect: &Expect,
+        origin: PeerId,
+        what: &'static str,
+    ) -> Result<Array2<f32>> {
+        let (j, d) = (j as usize, d as usize);
+        for (name, got, expected) in [("J (rows)", j, expect.j), ("D (columns)", d, expect.d)] {
+            if got != expected {
+                return Err(Error::DimensionMismatch {
+                    what: format!("{name} of {what} in frame from {origin}"),
+                    expected,
+                    got,
+                });
+            }
+        }
+        let n = j.checked_mul(d).ok_or_else(|| bad("J·D overflows"))?;
+        let values = self.f32s(n, what)?;
+        let m = Array2::from_shape_vec((j, d), values).map_err(|e| bad(format!("{what}: {e}")))?;
+        validate_dense(m.view(), j, d, origin, what)?;
+        Ok(m)
+    }
 }
 
 /// Decodes and validates one frame.
@@ -178,7 +291,8 @@ impl<'a> Reader<'a> {
 /// # Errors
 /// [`Error::Decode`] for a wrong version, undecodable header, size mismatch or trailing
 /// bytes; [`Error::UnknownPeer`] for an origin `≥ peers`; shape, sparse-structure and
-/// non-finite errors from [`FactorBatch::validate`].
+/// non-finite errors from [`FactorBatch::validate`] (factors) and
+/// [`validate_dense`] (full W and dense ΔW).
 pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
     if bytes.len() < 2 {
         return Err(bad("frame shorter than its version field"));
@@ -262,6 +376,35 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
             Message::Factors {
                 batch: Arc::new(batch),
                 mean_iter_us,
+            }
+        }
+        Header::Params { clock, j, d } => {
+            let w = r.matrix(j, d, expect, PeerId::SERVER, "W")?;
+            Message::Params {
+                clock,
+                w: Arc::new(w),
+            }
+        }
+        Header::Delta {
+            origin,
+            clock,
+            mean_iter_us,
+            j,
+            d,
+        } => {
+            let origin = PeerId(origin);
+            if origin.index() >= expect.peers {
+                return Err(Error::UnknownPeer {
+                    origin,
+                    peers: expect.peers,
+                });
+            }
+            let delta = r.matrix(j, d, expect, origin, "dense ΔW")?;
+            Message::Delta {
+                origin,
+                clock,
+                mean_iter_us,
+                delta: Arc::new(delta),
             }
         }
     };

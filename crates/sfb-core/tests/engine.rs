@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ndarray::{Array2, ArrayView2};
+use ndarray::{Array2, ArrayView2, ShapeBuilder};
 use proptest::prelude::*;
 use sfb_core::wire::{self, Expect, Message};
 use sfb_core::{
@@ -143,6 +143,36 @@ fn engine_rejects_bad_messages_without_changing_state() {
 }
 
 #[test]
+fn engine_rejects_fms_messages_with_a_typed_error() {
+    let mut e = engine(Echo, 0, 2);
+    let before = e.replica().checksum();
+    let params = Message::Params {
+        clock: 1,
+        w: Arc::new(Array2::zeros((2, 3))),
+    };
+    let delta = Message::Delta {
+        origin: PeerId(1),
+        clock: 0,
+        mean_iter_us: 1,
+        delta: Arc::new(Array2::zeros((2, 3))),
+    };
+    for (from, m, kind) in [
+        (PeerId::SERVER, params, "params"),
+        (PeerId(1), delta, "delta"),
+    ] {
+        let err = e.on_message(from, m).unwrap_err();
+        assert!(
+            matches!(err, Error::UnexpectedMessage { kind: k, .. } if k == kind),
+            "unexpected error {err}"
+        );
+    }
+    assert_eq!(e.metrics().bytes_received, 0);
+    assert_eq!(e.replica().checksum(), before);
+    // Still a working peer afterwards.
+    e.on_message(PeerId(1), msg(batch(1, 0))).unwrap();
+}
+
+#[test]
 fn model_producing_nan_fails_the_step_and_sends_nothing() {
     let mut e = engine(Broken, 0, 2);
     let before = e.replica().checksum();
@@ -233,7 +263,158 @@ fn arb_batch() -> impl Strategy<Value = FactorBatch> {
         })
 }
 
+/// A 3×5 matrix with seeded values in [-1, 1).
+fn matrix(seed: u64) -> Array2<f32> {
+    Array2::from_shape_fn((3, 5), |(r, c)| {
+        ((seed
+            .wrapping_add((r * 5 + c) as u64)
+            .wrapping_mul(2654435761)
+            % 1000) as f32)
+            / 500.0
+            - 1.0
+    })
+}
+
+/// Any message: factors, a full W (server → client) or a dense ΔW (client → server).
+fn arb_message() -> impl Strategy<Value = Message> {
+    prop_oneof![
+        (arb_batch(), any::<u32>()).prop_map(|(b, us)| Message::Factors {
+            batch: Arc::new(b),
+            mean_iter_us: us,
+        }),
+        (0u64..1000, any::<u64>()).prop_map(|(clock, seed)| Message::Params {
+            clock,
+            w: Arc::new(matrix(seed)),
+        }),
+        (0u32..4, 0u64..1000, any::<u32>(), any::<u64>()).prop_map(|(origin, clock, us, seed)| {
+            Message::Delta {
+                origin: PeerId(origin),
+                clock,
+                mean_iter_us: us,
+                delta: Arc::new(matrix(seed)),
+            }
+        }),
+    ]
+}
+
+const EXPECT: Expect = Expect {
+    j: 3,
+    d: 5,
+    peers: 4,
+};
+
+#[test]
+fn wire_refuses_bad_fms_frames() {
+    let good = Message::Delta {
+        origin: PeerId(1),
+        clock: 0,
+        mean_iter_us: 0,
+        delta: Arc::new(matrix(1)),
+    };
+    let bytes = wire::encode(&good);
+    // Truncated payload, trailing bytes.
+    assert!(matches!(
+        wire::decode(&bytes[..bytes.len() - 1], &EXPECT),
+        Err(Error::Decode { .. })
+    ));
+    let mut long = bytes.clone();
+    long.push(0);
+    assert!(matches!(
+        wire::decode(&long, &EXPECT),
+        Err(Error::Decode { .. })
+    ));
+    // Non-finite value in the last entry.
+    let mut nan = bytes.clone();
+    let n = nan.len();
+    nan[n - 4..].copy_from_slice(&f32::NAN.to_le_bytes());
+    assert!(matches!(
+        wire::decode(&nan, &EXPECT),
+        Err(Error::NonFinite { pair: 2, .. })
+    ));
+    // Wrong shape, unknown origin.
+    let wide = Message::Params {
+        clock: 1,
+        w: Arc::new(Array2::zeros((3, 6))),
+    };
+    assert!(matches!(
+        wire::decode(&wire::encode(&wide), &EXPECT),
+        Err(Error::DimensionMismatch {
+            expected: 5,
+            got: 6,
+            ..
+        })
+    ));
+    let stranger = Message::Delta {
+        origin: PeerId(9),
+        clock: 0,
+        mean_iter_us: 0,
+        delta: Arc::new(matrix(1)),
+    };
+    assert!(matches!(
+        wire::decode(&wire::encode(&stranger), &EXPECT),
+        Err(Error::UnknownPeer { .. })
+    ));
+    // A column-major W encodes as its row-major entries.
+    let cm = Array2::from_shape_vec((3, 5).f(), (0..15).map(|x| x as f32).collect()).unwrap();
+    let m = Message::Params {
+        clock: 2,
+        w: Arc::new(cm.clone()),
+    };
+    let bytes = wire::encode(&m);
+    assert_eq!(bytes.len(), wire::encoded_len(&m));
+    match wire::decode(&bytes, &EXPECT).unwrap() {
+        Message::Params { clock: 2, w } => assert_eq!(*w, cm),
+        other => panic!("decoded {other:?}"),
+    }
+}
+
 proptest! {
+    #[test]
+    fn wire_round_trip_every_kind(m in arb_message()) {
+        let bytes = wire::encode(&m);
+        prop_assert_eq!(bytes.len(), wire::encoded_len(&m));
+        let back = wire::decode(&bytes, &EXPECT).unwrap();
+        prop_assert_eq!(back, m);
+    }
+
+    #[test]
+    fn wire_decode_of_mutated_frames_of_every_kind_is_valid_or_an_error(
+        m in arb_message(),
+        pos in any::<usize>(),
+        byte in any::<u8>(),
+        cut in any::<usize>(),
+    ) {
+        let mut bytes = wire::encode(&m);
+        let i = pos % bytes.len();
+        bytes[i] = byte;
+        let bytes = &bytes[..bytes.len() - cut % 3];
+        match wire::decode(bytes, &EXPECT) {
+            Ok(Message::Factors { batch, .. }) => prop_assert!(batch.validate(3, 5).is_ok()),
+            Ok(Message::Params { w, .. }) => {
+                prop_assert_eq!(w.dim(), (3, 5));
+                prop_assert!(w.iter().all(|x| x.is_finite()));
+            }
+            Ok(Message::Delta { origin, delta, .. }) => {
+                prop_assert!(origin.index() < 4);
+                prop_assert_eq!(delta.dim(), (3, 5));
+                prop_assert!(delta.iter().all(|x| x.is_finite()));
+            }
+            Ok(other) => prop_assert!(false, "unknown kind {:?}", other),
+            Err(_) => {}
+        }
+    }
+
+    #[test]
+    fn wire_decode_of_fms_headers_with_arbitrary_payloads_never_panics(
+        kind in 1u8..3,
+        rest in proptest::collection::vec(any::<u8>(), 0..120),
+    ) {
+        let mut bytes = wire::WIRE_VERSION.to_le_bytes().to_vec();
+        bytes.push(kind);
+        bytes.extend_from_slice(&rest);
+        let _ = wire::decode(&bytes, &EXPECT);
+    }
+
     #[test]
     fn wire_round_trip(b in arb_batch(), us in any::<u32>()) {
         let m = Message::Factors { batch: Arc::new(b), mean_iter_us: us };

@@ -1,5 +1,7 @@
 //! The crate's error type.
 
+use std::path::PathBuf;
+
 /// Errors raised by sfb-models.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -18,6 +20,43 @@ pub enum Error {
         /// Index of the sample in its batch.
         index: usize,
         /// What is wrong.
+        reason: String,
+    },
+    /// A line of a data file is malformed or does not fit the training data.
+    #[error("{}:{line}: {reason}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A data file holds no samples.
+    #[error("{}:{lines}: empty data file: no samples in {lines} line(s)", path.display())]
+    Empty {
+        /// The file.
+        path: PathBuf,
+        /// Lines read (blank and comment lines included).
+        lines: usize,
+    },
+    /// A data file could not be opened or read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A model or reader parameter is out of range.
+    #[error("invalid parameter {name} = {value}: {reason}")]
+    Parameter {
+        /// The parameter's name.
+        name: &'static str,
+        /// Its value, as given.
+        value: String,
+        /// The accepted range.
         reason: String,
     },
 }

@@ -1,10 +1,16 @@
 //! Models for **sfb**: each a [`sfb_core::Model`] implementation a user can read as an
-//! example of writing their own, plus seeded data generators and evaluation.
+//! example of writing their own, plus data loaders, seeded data generators and evaluation.
 //!
-//! - [`Mlr`]: multiclass logistic regression, `u = softmax(W a) − onehot(y)`, `v = a`.
-//! - [`synthetic`]: seeded classification data ([`ClassificationSpec`]) and the shared
-//!   initial W.
-//! - [`Straggler`]: wraps a model with an injected per-step delay.
+//! | model | W | factors `u`, `v` | extra |
+//! |---|---|---|---|
+//! | [`Mlr`] (softmax regression, SGD) | classes × features | `softmax(W a) − onehot(y)`, `a` | |
+//! | [`L2Mlr`] (SDCA / CoCoA+) | Z, classes × (features + 1) | `Δα_i / n`, `x_i` | W = ∇h*(Z) = Z/λ ([`sdca::dual_operator`]) |
+//! | [`Dml`] (metric learning) | L, latent × features | `±2 L(x − y)`, `x − y` | |
+//! | [`SparseCoding`] | dictionary, features × atoms | `−(x − W a)`, `a` | `prox`: unit-norm atoms |
+//!
+//! All take one sample type, [`Example`], so a program picks the model at run time with
+//! [`ModelSpec`] / [`AnyModel`]. Data comes from files ([`data`]: LIBSVM/svmlight, CSV) or
+//! seeded generators ([`synthetic`]).
 //!
 //! # Example
 //! ```
@@ -12,6 +18,7 @@
 //! let spec: ClassificationSpec = "classes=3,features=5,samples=100".parse().unwrap();
 //! let (train, test) = synthetic::classification(&spec, 42);
 //! assert_eq!((train.len(), test.len()), (100, 20));
+//! assert_eq!(train[7].id, 7);
 //! let w = synthetic::init_w(3, 5, 0.0, 42);
 //! let eval = sfb_models::mlr::evaluate(w.view(), &test);
 //! assert!((eval.objective - 3f64.ln()).abs() < 1e-6); // uniform prediction
@@ -19,14 +26,23 @@
 //! ```
 #![warn(missing_docs)]
 
+mod any;
+pub mod data;
+pub mod dml;
 mod error;
 pub mod mlr;
 mod sample;
+pub mod sdca;
+pub mod sparse_coding;
 mod straggler;
 pub mod synthetic;
 
+pub use any::{AnyModel, ModelSpec, Problem};
+pub use dml::{Dml, DmlEvaluator};
 pub use error::{Error, Result};
 pub use mlr::{Mlr, MlrEvaluator};
 pub use sample::{Example, Features, dot};
+pub use sdca::{L2Mlr, L2MlrEvaluator};
+pub use sparse_coding::{SparseCoding, SparseCodingEvaluator};
 pub use straggler::Straggler;
-pub use synthetic::ClassificationSpec;
+pub use synthetic::{ClassificationSpec, ClusterSpec, SignalSpec};

@@ -127,10 +127,7 @@ impl Model for Mlr {
 /// Mean cross-entropy and accuracy of W on `data`.
 pub fn evaluate(w: ArrayView2<'_, f32>, data: &[Example]) -> Evaluation {
     if data.is_empty() {
-        return Evaluation {
-            objective: f64::NAN,
-            accuracy: None,
-        };
+        return Evaluation::new(f64::NAN, None);
     }
     let mut loss = 0f64;
     let mut correct = 0usize;
@@ -155,10 +152,10 @@ pub fn evaluate(w: ArrayView2<'_, f32>, data: &[Example]) -> Evaluation {
             correct += usize::from(arg == y);
         }
     }
-    Evaluation {
-        objective: loss / data.len() as f64,
-        accuracy: Some(correct as f64 / data.len() as f64),
-    }
+    Evaluation::new(
+        loss / data.len() as f64,
+        Some(correct as f64 / data.len() as f64),
+    )
 }
 
 /// Held-out evaluation of MLR: mean cross-entropy and accuracy.

@@ -36,6 +36,69 @@ impl Features {
         }
     }
 
+    /// `‖x‖²`.
+    pub fn sq_norm(&self) -> f32 {
+        match self {
+            Features::Dense(x) => dot(x, x),
+            Features::Sparse { values, .. } => dot(values, values),
+        }
+    }
+
+    /// `x · y` of two feature vectors of the same `D` (any mix of dense and sparse).
+    pub fn dot_features(&self, other: &Features) -> f32 {
+        match (self, other) {
+            (Features::Dense(a), b) => b.dot(a),
+            (a, Features::Dense(b)) => a.dot(b),
+            (
+                Features::Sparse {
+                    indices: ia,
+                    values: va,
+                },
+                Features::Sparse {
+                    indices: ib,
+                    values: vb,
+                },
+            ) => {
+                let (mut p, mut q, mut s) = (0, 0, 0f32);
+                while p < ia.len() && q < ib.len() {
+                    match ia[p].cmp(&ib[q]) {
+                        std::cmp::Ordering::Less => p += 1,
+                        std::cmp::Ordering::Greater => q += 1,
+                        std::cmp::Ordering::Equal => {
+                            s += va[p] * vb[q];
+                            p += 1;
+                            q += 1;
+                        }
+                    }
+                }
+                s
+            }
+        }
+    }
+
+    /// Writes the dense form into `out` (length `D`, at least [`min_dim`](Self::min_dim)).
+    pub fn write_dense(&self, out: &mut [f32]) {
+        match self {
+            Features::Dense(x) => {
+                out[..x.len()].copy_from_slice(x);
+                out[x.len()..].fill(0.0);
+            }
+            Features::Sparse { indices, values } => {
+                out.fill(0.0);
+                for (&c, &v) in indices.iter().zip(values) {
+                    out[c as usize] = v;
+                }
+            }
+        }
+    }
+
+    /// The dense form, of length `d` (at least [`min_dim`](Self::min_dim)).
+    pub fn to_dense(&self, d: usize) -> Vec<f32> {
+        let mut out = vec![0.0; d];
+        self.write_dense(&mut out);
+        out
+    }
+
     /// Largest index + 1 (the dense length for dense features).
     pub fn min_dim(&self) -> usize {
         match self {
@@ -45,13 +108,27 @@ impl Features {
     }
 }
 
-/// A labelled example: features and a class in `0..J`.
+/// A labelled example: features, a class in `0..J` and its index in its data set.
+///
+/// Every built-in model takes this one sample type, so a program can choose the model at
+/// run time ([`AnyModel`](crate::AnyModel)). Models that need no label ignore `y` (sparse
+/// coding); models that keep per-sample state find it by `id` (SDCA's dual variables).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Example {
     /// Features.
     pub x: Features,
-    /// Class index.
+    /// Class index (0 for unlabelled data).
     pub y: u32,
+    /// Index of the sample in its data set (row of its file, counting samples from 0);
+    /// unique within a training set.
+    pub id: u32,
+}
+
+impl Example {
+    /// An example with the given features, class and index.
+    pub fn new(x: Features, y: u32, id: u32) -> Self {
+        Self { x, y, id }
+    }
 }
 
 /// Dot product, written to auto-vectorize.

@@ -1,4 +1,15 @@
-//! Seeded synthetic data.
+//! Seeded synthetic data, one generator per kind of model:
+//!
+//! - [`classification`] ([`ClassificationSpec`]): a random linear teacher labels Gaussian
+//!   inputs — for MLR and L2-MLR;
+//! - [`clusters`] ([`ClusterSpec`]): classes separated in a few informative dimensions,
+//!   hidden under high-variance noise dimensions (Euclidean nearest neighbours do badly) —
+//!   for distance metric learning;
+//! - [`signals`] ([`SignalSpec`]): sparse combinations of a hidden unit-norm dictionary plus
+//!   noise — for sparse coding.
+//!
+//! Every spec parses from the CLI's `key=value,…` form; every output is a function of the
+//! spec and the seed, and samples carry their index as `id`.
 
 use ndarray::Array2;
 use rand::{Rng, SeedableRng};
@@ -140,11 +151,11 @@ pub fn classification(spec: &ClassificationSpec, seed: u64) -> (Vec<Example>, Ve
                 |b, (c, z)| if z > b.1 { (c, z) } else { b },
             )
             .0 as u32;
-        Example { x, y }
+        Example { x, y, id: 0 }
     };
     let train = (0..spec.samples).map(|_| draw(&mut rng)).collect();
     let test = (0..spec.test).map(|_| draw(&mut rng)).collect();
-    (train, test)
+    (numbered(train), numbered(test))
 }
 
 /// The initial W every peer starts from: `N(0, std²)` entries drawn from `seed`
@@ -155,4 +166,230 @@ pub fn init_w(j: usize, d: usize, std: f32, seed: u64) -> Array2<f32> {
         return Array2::zeros((j, d));
     }
     Array2::from_shape_fn((j, d), |_| normal(&mut rng) * std)
+}
+
+/// Sets `id` to the position of each sample.
+fn numbered(mut v: Vec<Example>) -> Vec<Example> {
+    for (i, e) in v.iter_mut().enumerate() {
+        e.id = i as u32;
+    }
+    v
+}
+
+/// Splits a `key=value,…` spec, refusing keys outside `known`.
+fn key_values<'a>(spec: &'a str, known: &[&str]) -> Result<Vec<(&'a str, &'a str)>> {
+    let mut out = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').ok_or_else(|| Error::Spec {
+            spec: spec.to_string(),
+            reason: format!("{part:?} is not key=value"),
+        })?;
+        let k = k.trim();
+        if !known.contains(&k) {
+            return Err(Error::Spec {
+                spec: spec.to_string(),
+                reason: format!("unknown key {k:?} (known: {})", known.join(", ")),
+            });
+        }
+        out.push((k, v.trim()));
+    }
+    Ok(out)
+}
+
+fn number<T: std::str::FromStr>(spec: &str, k: &str, v: &str) -> Result<T> {
+    v.parse().map_err(|_| Error::Spec {
+        spec: spec.to_string(),
+        reason: format!("{k} = {v:?} is not a valid number"),
+    })
+}
+
+/// Parameters of [`clusters`] (distance metric learning data).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ClusterSpec {
+    /// Classes. Key `classes`. Default 5.
+    pub classes: usize,
+    /// Features `d`. Key `features`. Default 20.
+    pub features: usize,
+    /// Informative features (the first ones); the rest are noise. Key `informative`.
+    /// Default `min(features, 3)`.
+    pub informative: usize,
+    /// Training samples. Key `samples`. Default 2000.
+    pub samples: usize,
+    /// Held-out samples. Key `test`. Default `samples / 5`.
+    pub test: usize,
+    /// Standard deviation of the noise features. Key `noise`. Default 3.
+    pub noise: f32,
+    /// Standard deviation of the class centres in the informative features (the spread
+    /// within a class is 1). Key `sep`. Default 3.
+    pub sep: f32,
+}
+
+impl std::str::FromStr for ClusterSpec {
+    type Err = Error;
+
+    fn from_str(spec: &str) -> Result<Self> {
+        let mut s = Self {
+            classes: 5,
+            features: 20,
+            informative: 0,
+            samples: 2000,
+            test: 0,
+            noise: 3.0,
+            sep: 3.0,
+        };
+        let (mut informative, mut test) = (None, None);
+        let known = [
+            "classes",
+            "features",
+            "informative",
+            "samples",
+            "test",
+            "noise",
+            "sep",
+        ];
+        for (k, v) in key_values(spec, &known)? {
+            match k {
+                "classes" => s.classes = number(spec, k, v)?,
+                "features" => s.features = number(spec, k, v)?,
+                "informative" => informative = Some(number(spec, k, v)?),
+                "samples" => s.samples = number(spec, k, v)?,
+                "test" => test = Some(number(spec, k, v)?),
+                "noise" => s.noise = number(spec, k, v)?,
+                _ => s.sep = number(spec, k, v)?,
+            }
+        }
+        s.informative = informative.unwrap_or(s.features.min(3));
+        s.test = test.unwrap_or(s.samples / 5);
+        let fail = |reason: &str| Error::Spec {
+            spec: spec.to_string(),
+            reason: reason.into(),
+        };
+        if s.classes < 2 || s.features == 0 || s.samples < 2 {
+            return Err(fail("need classes ≥ 2, features ≥ 1, samples ≥ 2"));
+        }
+        if s.informative == 0 || s.informative > s.features {
+            return Err(fail("informative must be in 1..=features"));
+        }
+        if !(s.noise.is_finite() && s.noise >= 0.0 && s.sep.is_finite() && s.sep > 0.0) {
+            return Err(fail("noise must be ≥ 0 and sep > 0"));
+        }
+        Ok(s)
+    }
+}
+
+/// Labelled clusters for metric learning: class centres `N(0, sep²)` in the first
+/// `informative` features, unit spread around them, and `N(0, noise²)` in every other
+/// feature. Returns dense `(train, test)`.
+pub fn clusters(spec: &ClusterSpec, seed: u64) -> (Vec<Example>, Vec<Example>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xc1u64);
+    let m = spec.informative;
+    let centres: Vec<Vec<f32>> = (0..spec.classes)
+        .map(|_| (0..m).map(|_| normal(&mut rng) * spec.sep).collect())
+        .collect();
+    let draw = |rng: &mut ChaCha8Rng| -> Example {
+        let y = rng.random_range(0..spec.classes);
+        let x = (0..spec.features)
+            .map(|c| {
+                if c < m {
+                    centres[y][c] + normal(rng)
+                } else {
+                    normal(rng) * spec.noise
+                }
+            })
+            .collect();
+        Example::new(Features::Dense(x), y as u32, 0)
+    };
+    let train = (0..spec.samples).map(|_| draw(&mut rng)).collect();
+    let test = (0..spec.test).map(|_| draw(&mut rng)).collect();
+    (numbered(train), numbered(test))
+}
+
+/// Parameters of [`signals`] (sparse coding data).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SignalSpec {
+    /// Signal dimension `d`. Key `features`. Default 64.
+    pub features: usize,
+    /// Atoms of the hidden dictionary. Key `atoms` (`classes` is read as `atoms`, so the
+    /// CLI's default spec works for every model). Default 32.
+    pub atoms: usize,
+    /// Non-zero coefficients per signal. Key `sparsity`. Default 3.
+    pub sparsity: usize,
+    /// Training samples. Key `samples`. Default 5000.
+    pub samples: usize,
+    /// Held-out samples. Key `test`. Default `samples / 5`.
+    pub test: usize,
+    /// Standard deviation of additive noise per entry. Key `noise`. Default 0.05.
+    pub noise: f32,
+}
+
+impl std::str::FromStr for SignalSpec {
+    type Err = Error;
+
+    fn from_str(spec: &str) -> Result<Self> {
+        let mut s = Self {
+            features: 64,
+            atoms: 32,
+            sparsity: 3,
+            samples: 5000,
+            test: 0,
+            noise: 0.05,
+        };
+        let mut test = None;
+        let known = [
+            "features", "atoms", "classes", "sparsity", "samples", "test", "noise",
+        ];
+        for (k, v) in key_values(spec, &known)? {
+            match k {
+                "features" => s.features = number(spec, k, v)?,
+                "atoms" | "classes" => s.atoms = number(spec, k, v)?,
+                "sparsity" => s.sparsity = number(spec, k, v)?,
+                "samples" => s.samples = number(spec, k, v)?,
+                "test" => test = Some(number(spec, k, v)?),
+                _ => s.noise = number(spec, k, v)?,
+            }
+        }
+        s.test = test.unwrap_or(s.samples / 5);
+        if s.features == 0 || s.atoms == 0 || s.samples == 0 {
+            return Err(Error::Spec {
+                spec: spec.to_string(),
+                reason: "features, atoms and samples must be positive".into(),
+            });
+        }
+        if s.sparsity == 0 || s.sparsity > s.atoms || !(s.noise.is_finite() && s.noise >= 0.0) {
+            return Err(Error::Spec {
+                spec: spec.to_string(),
+                reason: "sparsity must be in 1..=atoms and noise ≥ 0".into(),
+            });
+        }
+        Ok(s)
+    }
+}
+
+/// Signals `x = D c + noise` with a hidden `features × atoms` dictionary `D` of unit-norm
+/// Gaussian atoms and `sparsity` standard-normal coefficients per signal (label 0).
+/// Returns dense `(train, test)`.
+pub fn signals(spec: &SignalSpec, seed: u64) -> (Vec<Example>, Vec<Example>) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0051_90a1);
+    let (d, k) = (spec.features, spec.atoms);
+    let mut dict = Array2::from_shape_fn((k, d), |_| normal(&mut rng));
+    for mut atom in dict.rows_mut() {
+        let n = atom.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+        atom.mapv_inplace(|v| v / n);
+    }
+    let draw = |rng: &mut ChaCha8Rng| -> Example {
+        let mut x: Vec<f32> = (0..d).map(|_| normal(rng) * spec.noise).collect();
+        let chosen = rand::seq::index::sample(rng, k, spec.sparsity);
+        for a in chosen.iter() {
+            let c = normal(rng);
+            for (xi, di) in x.iter_mut().zip(dict.row(a)) {
+                *xi += c * di;
+            }
+        }
+        Example::new(Features::Dense(x), 0, 0)
+    };
+    let train = (0..spec.samples).map(|_| draw(&mut rng)).collect();
+    let test = (0..spec.test).map(|_| draw(&mut rng)).collect();
+    (numbered(train), numbered(test))
 }

@@ -47,6 +47,25 @@ pub enum Error {
         /// The other end.
         to: PeerId,
     },
+    /// A network operation failed (listen, dial, stream IO).
+    #[error("{0}")]
+    Net(String),
+    /// A stream's handshake was refused.
+    #[error("handshake with peer {peer} refused: {reason}")]
+    Handshake {
+        /// The other end.
+        peer: PeerId,
+        /// Why.
+        reason: String,
+    },
+    /// A peer sent a frame that failed validation.
+    #[error("bad frame from peer {peer}: {reason}")]
+    BadFrame {
+        /// The sender.
+        peer: PeerId,
+        /// What was wrong.
+        reason: String,
+    },
     /// The cluster is misconfigured.
     #[error("invalid cluster: {0}")]
     Config(String),

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TrySendError, bounded};
 use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
-use sfb_core::{Engine, Event, Model, Output, PeerId, Progress};
+use sfb_core::{Engine, Event, Model, Output, PeerId, Progress, StateMachine};
 
 use crate::{Error, Result};
 
@@ -46,7 +46,7 @@ pub struct PeerRun<M: Model> {
 }
 
 #[derive(Debug)]
-enum Envelope {
+pub(crate) enum Envelope {
     Frame(PeerId, Message),
     Abort(PeerId),
 }
@@ -75,91 +75,95 @@ pub fn run<M: Model>(engines: Vec<Engine<M>>, opts: &Options) -> Result<Vec<Peer
             .zip(rxs)
             .map(|(engine, rx)| {
                 let txs = txs.clone();
-                s.spawn(move || drive(engine, rx, txs, opts))
+                s.spawn(move || drive(engine, rx, txs, peer_slot, opts))
             })
             .collect();
         drop(txs);
         handles
             .into_iter()
-            .map(|h| h.join().expect("peer thread panicked"))
+            .map(|h| {
+                h.join()
+                    .expect("peer thread panicked")
+                    .map(|(engine, records)| PeerRun { engine, records })
+            })
             .collect()
     });
-    let mut out = Vec::with_capacity(p);
-    let mut first_abort = None;
-    for r in results {
-        match r {
-            Ok(run) => out.push(run),
-            Err(e @ Error::Aborted { .. }) => {
-                first_abort.get_or_insert(e);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    match first_abort {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
+    first_error(results)
 }
 
-fn drive<M: Model>(
-    mut engine: Engine<M>,
+/// Where frames for a node go: the index of its inbox.
+pub(crate) type Slot = fn(PeerId, usize) -> usize;
+
+/// Peer `i`'s inbox is `txs[i]`.
+pub(crate) fn peer_slot(id: PeerId, _nodes: usize) -> usize {
+    id.index()
+}
+
+/// Drives one node on its thread until it is done or fails; on failure tells every other
+/// node to stop. `txs[slot(id, txs.len())]` is node `id`'s inbox.
+pub(crate) fn drive<N: StateMachine>(
+    mut node: N,
     rx: Receiver<Envelope>,
     txs: Vec<Sender<Envelope>>,
+    slot: Slot,
     opts: &Options,
-) -> Result<PeerRun<M>> {
-    let me = engine.config().id;
+) -> Result<(N, Vec<ClockRecord>)> {
+    let me = node.id();
+    let mine = slot(me, txs.len());
     let mut records = Vec::new();
-    let r = drive_inner(&mut engine, &rx, &txs, opts, &mut records);
+    let r = drive_inner(&mut node, &rx, &txs, slot, opts, &mut records);
     if let Err(e) = &r
         && !matches!(e, Error::Aborted { .. })
     {
         for (i, tx) in txs.iter().enumerate() {
-            if i != me.index() {
+            if i != mine {
                 let _ = tx.try_send(Envelope::Abort(me));
             }
         }
     }
     r?;
-    engine.finish();
-    drain_events(&mut engine, &mut records);
-    Ok(PeerRun { engine, records })
+    node.finish();
+    drain_events(&mut node, &mut records);
+    Ok((node, records))
 }
 
-fn drain_events<M: Model>(engine: &mut Engine<M>, records: &mut Vec<ClockRecord>) {
-    while let Some(ev) = engine.poll_event() {
+fn drain_events<N: StateMachine>(node: &mut N, records: &mut Vec<ClockRecord>) {
+    while let Some(ev) = node.poll_event() {
         if let Event::Clock(r) = ev {
             records.push(r);
         }
     }
 }
 
-fn receive<M: Model>(engine: &mut Engine<M>, env: Envelope) -> Result<()> {
-    let me = engine.config().id;
+fn receive<N: StateMachine>(node: &mut N, env: Envelope) -> Result<()> {
+    let me = node.id();
     match env {
-        Envelope::Frame(from, msg) => engine
+        Envelope::Frame(from, msg) => node
             .on_message(from, msg)
             .map_err(|source| Error::Peer { peer: me, source }),
         Envelope::Abort(by) => Err(Error::Aborted { peer: me, by }),
     }
 }
 
-fn drive_inner<M: Model>(
-    engine: &mut Engine<M>,
+fn drive_inner<N: StateMachine>(
+    node: &mut N,
     rx: &Receiver<Envelope>,
     txs: &[Sender<Envelope>],
+    slot: Slot,
     opts: &Options,
     records: &mut Vec<ClockRecord>,
 ) -> Result<()> {
-    let me = engine.config().id;
+    let me = node.id();
+    let inbox = |to: PeerId| &txs[slot(to, txs.len())];
     let mut outbox: VecDeque<Output> = VecDeque::new();
     let mut last_progress = Instant::now();
     loop {
         while let Ok(env) = rx.try_recv() {
-            receive(engine, env)?;
+            receive(node, env)?;
             last_progress = Instant::now();
         }
         while let Some(o) = outbox.pop_front() {
-            match txs[o.to.index()].try_send(Envelope::Frame(me, o.msg)) {
+            match inbox(o.to).try_send(Envelope::Frame(me, o.msg)) {
                 Ok(()) => last_progress = Instant::now(),
                 Err(TrySendError::Full(Envelope::Frame(_, msg))) => {
                     outbox.push_front(Output { to: o.to, msg });
@@ -173,40 +177,40 @@ fn drive_inner<M: Model>(
             let remaining = opts.timeout.saturating_sub(last_progress.elapsed());
             let mut sel = Select::new();
             let r = sel.recv(rx);
-            sel.send(&txs[head.to.index()]);
+            sel.send(inbox(head.to));
             match sel.ready_timeout(remaining) {
                 Ok(i) if i == r => {
                     if let Ok(env) = rx.try_recv() {
-                        receive(engine, env)?;
+                        receive(node, env)?;
                         last_progress = Instant::now();
                     }
                 }
                 Ok(_) => {}
-                Err(_) => return Err(timeout(engine, last_progress.elapsed())),
+                Err(_) => return Err(timeout(node, last_progress.elapsed())),
             }
             continue;
         }
-        match engine
+        match node
             .on_tick(Instant::now())
             .map_err(|source| Error::Peer { peer: me, source })?
         {
             Progress::Stepped => {
                 last_progress = Instant::now();
-                while let Some(o) = engine.poll_output() {
+                while let Some(o) = node.poll_output() {
                     outbox.push_back(o);
                 }
-                drain_events(engine, records);
+                drain_events(node, records);
             }
             Progress::Done => return Ok(()),
             Progress::Blocked => {
                 let remaining = opts.timeout.saturating_sub(last_progress.elapsed());
                 match rx.recv_timeout(remaining) {
                     Ok(env) => {
-                        receive(engine, env)?;
+                        receive(node, env)?;
                         last_progress = Instant::now();
                     }
                     Err(RecvTimeoutError::Timeout) => {
-                        return Err(timeout(engine, last_progress.elapsed()));
+                        return Err(timeout(node, last_progress.elapsed()));
                     }
                     Err(RecvTimeoutError::Disconnected) => {
                         return Err(Error::Disconnected { peer: me, to: me });
@@ -217,21 +221,40 @@ fn drive_inner<M: Model>(
     }
 }
 
-fn timeout<M: Model>(engine: &Engine<M>, waited: Duration) -> Error {
-    let waiting_on = engine
+fn timeout<N: StateMachine>(node: &N, waited: Duration) -> Error {
+    let waiting_on = node
         .waiting_on()
         .iter()
         .map(|(q, d)| format!("{q} (delivered {d} clocks)"))
         .collect::<Vec<_>>()
         .join(", ");
     Error::Timeout {
-        peer: engine.config().id,
-        clock: engine.clock(),
+        peer: node.id(),
+        clock: node.clock(),
         waited,
         waiting_on: if waiting_on.is_empty() {
             "a full outbound link".into()
         } else {
             waiting_on
         },
+    }
+}
+
+/// Splits per-node results: the first real error wins over `Aborted` errors it caused.
+pub(crate) fn first_error<T>(results: Vec<Result<T>>) -> Result<Vec<T>> {
+    let mut out = Vec::with_capacity(results.len());
+    let mut first_abort = None;
+    for r in results {
+        match r {
+            Ok(x) => out.push(x),
+            Err(e @ Error::Aborted { .. }) => {
+                first_abort.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    match first_abort {
+        Some(e) => Err(e),
+        None => Ok(out),
     }
 }

@@ -1,0 +1,813 @@
+//! The FMS baseline ("full matrix sync"): a parameter [`Server`] holds W; P [`Client`]s
+//! compute updates on the W the server last sent them and push them to the server, which
+//! applies them and pushes the full W back to every client. Both are sans-IO state
+//! machines driven like the [`Engine`]: `on_message`, `on_tick`,
+//! `poll_output`, `poll_event`.
+//!
+//! # Protocol
+//! - Client `p` computes clock `t` once it holds a W that includes every update of clocks
+//!   `0..t − s` (`s` = the SSP staleness bound, 0 for BSP): the same `compute_sv`, shard
+//!   sampler, scale and validation as an SFB peer. It sends the result to
+//!   [`PeerId::SERVER`]: its factors as [`Message::Factors`] ([`Push::Factors`], Project
+//!   Adam style, the default) or the dense `ΔW = scale · Σ u vᵀ`, computed with the apply
+//!   kernel on a zero matrix, as [`Message::Delta`] ([`Push::Dense`], the paper's FMS).
+//!   A client never applies anything itself.
+//! - The server accepts each client's clocks in order. When every client's update of the
+//!   next clock `c` is in, it applies them in origin order in **one**
+//!   [`Replica::apply`] call (dense: [`Replica::add_dense`]), then the model's `prox`,
+//!   and pushes the full W as [`Message::Params`] `{ clock: c + 1 }` to every client at
+//!   once (eager, ESSP-style; clients never ask).
+//!
+//! Under BSP this is exactly the sequence of kernel calls of an SFB peer with full
+//! broadcast (which applies, before computing clock `c + 1`, the P batches of clock `c`
+//! in origin order in one call, then `prox`), so with factor push the server's and every
+//! client's final W are bitwise identical to SFB's. Under SSP(s) the server still applies
+//! whole clocks only; a client runs at most `s` clocks ahead of the server's W, and the
+//! server refuses a push more than `s` clocks ahead of its W, which bounds its buffer to
+//! `P·(s + 1)` updates.
+//!
+//! # Metrics
+//! A client's [`PeerMetrics`] mean what an SFB peer's do: `batches_applied` and the
+//! staleness histogram count, when the client computes clock `t`, the P updates of each
+//! clock `c` that its W newly includes, as `t − 1 − c` clocks late (so under BSP every
+//! update is 0 late, and under SSP(s) none is more than `s`); `apply_s` is the time spent
+//! validating received W. The server's counters hold its bytes (the full-W pushes are
+//! FMS's bottleneck), `apply_s` and `wait_s`; its [`ClockRecord`](crate::metrics::ClockRecord)s carry
+//! `peer = PeerId::SERVER.0`.
+//!
+//! # Example: a server and two clients, BSP, driven by hand
+//! ```
+//! use std::time::Instant;
+//! use ndarray::{Array2, ArrayView2};
+//! use sfb_core::fms::{Client, Config, Server};
+//! use sfb_core::{Model, ModelError, PeerId, Progress, Shard, SvList};
+//!
+//! /// Least squares with J = 1: u = w·x − y, v = x.
+//! struct Ls;
+//! impl Model for Ls {
+//!     type Sample = (Vec<f32>, f32);
+//!     fn compute_sv(&mut self, w: ArrayView2<'_, f32>, batch: &[&Self::Sample], sv: &mut SvList)
+//!         -> Result<(), ModelError> {
+//!         for (x, y) in batch {
+//!             let pred: f32 = w.row(0).iter().zip(x).map(|(a, b)| a * b).sum();
+//!             sv.push_dense(&[pred - y], x)?;
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let mut cfg = Config::new(2);
+//! cfg.clocks = 5;
+//! let mut server = Server::new(cfg.clone(), Ls, Array2::zeros((1, 2))).unwrap();
+//! let data = |p: usize| Shard::new(vec![(vec![1.0, p as f32], 1.0); 4], p as u64);
+//! let mut clients: Vec<_> = (0..2)
+//!     .map(|p| Client::new(PeerId(p), cfg.clone(), Ls, Array2::zeros((1, 2)), data(p as usize)).unwrap())
+//!     .collect();
+//! while !(server.is_done() && clients.iter().all(|c| c.is_done())) {
+//!     for c in &mut clients {
+//!         c.on_tick(Instant::now()).unwrap();
+//!         while let Some(out) = c.poll_output() {
+//!             assert_eq!(out.to, PeerId::SERVER);
+//!             server.on_message(c.id(), out.msg).unwrap();
+//!         }
+//!     }
+//!     server.on_tick(Instant::now()).unwrap();
+//!     while let Some(out) = server.poll_output() {
+//!         clients[out.to.index()].on_message(PeerId::SERVER, out.msg).unwrap();
+//!     }
+//! }
+//! assert_eq!(clients[0].checksum(), server.replica().checksum());
+//! assert_eq!(clients[1].checksum(), server.replica().checksum());
+//! ```
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ndarray::{Array2, ArrayView2};
+
+use crate::engine::{Event, Output, Progress};
+use crate::metrics::PeerMetrics;
+use crate::replica::validate_dense;
+use crate::wire::{self, Message};
+use crate::worker::{self, Worker};
+use crate::{
+    Consistency, Engine, Error, Evaluation, Evaluator, FactorBatch, Model, PeerId, Replica, Result,
+    Shard,
+};
+
+/// What a client pushes to the server each clock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Push {
+    /// Its sufficient factors, `O(K·(J + D))` floats (Project Adam style). The server
+    /// applies them with the same kernel as SFB peers: bitwise-identical W under BSP.
+    #[default]
+    Factors,
+    /// The dense `ΔW`, `J·D` floats (the paper's FMS). Equal to factor push up to float
+    /// rounding.
+    Dense,
+}
+
+impl std::fmt::Display for Push {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Push::Factors => "factors",
+            Push::Dense => "dense",
+        })
+    }
+}
+
+/// Configuration shared by the server and its clients.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Clients `P` (ids `0..P`).
+    pub clients: usize,
+    /// BSP or SSP(s). Default: BSP.
+    pub consistency: Consistency,
+    /// Clocks to run. Default: 100.
+    pub clocks: u64,
+    /// Mini-batch size `K` per client and clock. Default: 16.
+    pub batch_size: usize,
+    /// Learning rate handed to [`Model::scale`]. Default: 0.1.
+    pub lr: f32,
+    /// Clients evaluate every this many clocks (the last clock always); 0: only at the
+    /// end. Default: 10.
+    pub eval_every: u64,
+    /// What clients push. Default: [`Push::Factors`].
+    pub push: Push,
+}
+
+impl Config {
+    /// `clients` clients with the defaults.
+    pub fn new(clients: usize) -> Self {
+        Self {
+            clients,
+            consistency: Consistency::Bsp,
+            clocks: 100,
+            batch_size: 16,
+            lr: 0.1,
+            eval_every: 10,
+            push: Push::Factors,
+        }
+    }
+
+    /// The FMS counterpart of an SFB peer configuration: same clients, consistency, clocks,
+    /// batch size, learning rate and evaluation period.
+    pub fn from_engine(cfg: &crate::Config, push: Push) -> Self {
+        Self {
+            clients: cfg.peers,
+            consistency: cfg.consistency.clone(),
+            clocks: cfg.clocks,
+            batch_size: cfg.batch_size,
+            lr: cfg.lr,
+            eval_every: cfg.eval_every,
+            push,
+        }
+    }
+
+    /// Checks the configuration before anything runs.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the problem (no clients, a consistency model other than
+    /// BSP or SSP, a zero batch size, a non-finite learning rate).
+    pub fn validate(&self) -> Result<()> {
+        let fail = |m: String| Err(Error::Config(m));
+        if self.clients == 0 || self.clients >= PeerId::SERVER.index() {
+            return fail(format!(
+                "FMS needs between 1 and {} clients, got {}",
+                PeerId::SERVER.index() - 1,
+                self.clients
+            ));
+        }
+        if self.consistency.staleness_bound().is_none() {
+            return fail(format!(
+                "the FMS backend supports bsp and ssp:S, not {}",
+                self.consistency
+            ));
+        }
+        if self.batch_size == 0 {
+            return fail("batch size must be at least 1".into());
+        }
+        if !self.lr.is_finite() {
+            return fail(format!("learning rate {} is not finite", self.lr));
+        }
+        Ok(())
+    }
+
+    /// The staleness bound `s` (0 for BSP).
+    pub fn staleness(&self) -> u64 {
+        self.consistency.staleness_bound().unwrap_or(0)
+    }
+}
+
+#[derive(Debug)]
+enum Update {
+    Factors(Arc<FactorBatch>),
+    Dense(Arc<Array2<f32>>),
+}
+
+/// The parameter server; see the [module docs](self).
+pub struct Server<M: Model> {
+    cfg: Config,
+    model: M,
+    replica: Replica,
+    clock: u64,
+    next: Vec<u64>,
+    pending: BTreeMap<(u64, PeerId), Update>,
+    outputs: VecDeque<Output>,
+    events: VecDeque<Event>,
+    metrics: PeerMetrics,
+    started: Option<Instant>,
+    last_step_end: Option<Instant>,
+    done: bool,
+}
+
+impl<M: Model> std::fmt::Debug for Server<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("fms::Server")
+            .field("clock", &self.clock)
+            .field("pending", &self.pending.len())
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: Model> Server<M> {
+    /// A server for `cfg` starting from `w0` (the clients' initial W), with `model` for its
+    /// `prox` (the server never calls `compute_sv`).
+    ///
+    /// # Errors
+    /// [`Error::Config`] from [`Config::validate`]; [`Error::NonFinite`] for a bad `w0`.
+    pub fn new(cfg: Config, model: M, w0: Array2<f32>) -> Result<Self> {
+        cfg.validate()?;
+        Ok(Self {
+            replica: Replica::new(w0)?,
+            next: vec![0; cfg.clients],
+            cfg,
+            model,
+            clock: 0,
+            pending: BTreeMap::new(),
+            outputs: VecDeque::new(),
+            events: VecDeque::new(),
+            metrics: PeerMetrics::default(),
+            started: None,
+            last_step_end: None,
+            done: false,
+        })
+    }
+
+    /// The server for clients made like the fresh SFB `engine` (any peer's): its model
+    /// (for `prox`), initial W, peers as clients, consistency and clocks.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the engine has already run or its configuration is not valid
+    /// for FMS (see [`Config::validate`]).
+    pub fn from_engine(engine: Engine<M>, push: Push) -> Result<Self> {
+        let (ecfg, worker, replica) = engine.into_parts()?;
+        Self::new(
+            Config::from_engine(&ecfg, push),
+            worker.model,
+            replica.into_inner(),
+        )
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Clocks complete: W includes every update of clocks `0..clock()`.
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// The server's W.
+    pub fn replica(&self) -> &Replica {
+        &self.replica
+    }
+
+    /// The model (only its `prox` is used).
+    pub fn model(&self) -> &M {
+        &self.model
+    }
+
+    /// Counters so far (bytes, `apply_s`, `wait_s`, `batches_applied`, `clocks`).
+    pub fn metrics(&self) -> &PeerMetrics {
+        &self.metrics
+    }
+
+    /// Whether every clock is applied and its W pushed.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Clients whose update of the next clock is missing, with the clocks each has
+    /// delivered; empty when the server is not waiting. For error messages on timeouts.
+    pub fn waiting_on(&self) -> Vec<(PeerId, u64)> {
+        if self.done || self.clock >= self.cfg.clocks {
+            return Vec::new();
+        }
+        self.next
+            .iter()
+            .enumerate()
+            .filter(|&(_, &n)| n <= self.clock)
+            .map(|(p, &n)| (PeerId(p as u32), n))
+            .collect()
+    }
+
+    /// Takes a client's update, received from `from`.
+    ///
+    /// The update must be of the configured [`Push`] kind, come from the client it names,
+    /// be that client's next clock (links are FIFO), be below the run's clocks and at most
+    /// `s` clocks ahead of the server's W, and have W's shape and finite values. A refused
+    /// message changes nothing; W only changes in [`on_tick`](Self::on_tick).
+    ///
+    /// # Errors
+    /// [`Error::UnexpectedMessage`] for a full W or the other push kind;
+    /// [`Error::UnknownPeer`]; [`Error::BadClock`]; the shape and non-finite errors of
+    /// [`FactorBatch::validate`] and [`validate_dense`].
+    pub fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()> {
+        let (origin, clock) = match (&msg, self.cfg.push) {
+            (Message::Factors { batch, .. }, Push::Factors) => (batch.origin, batch.clock),
+            (Message::Delta { origin, clock, .. }, Push::Dense) => (*origin, *clock),
+            _ => {
+                return Err(Error::UnexpectedMessage {
+                    from,
+                    kind: msg.kind(),
+                    role: match self.cfg.push {
+                        Push::Factors => "FMS server with factor push",
+                        Push::Dense => "FMS server with dense push",
+                    },
+                });
+            }
+        };
+        if origin != from {
+            return Err(Error::BadClock {
+                origin,
+                clock,
+                reason: "origin differs from sender",
+            });
+        }
+        let Some(&expected) = self.next.get(origin.index()) else {
+            return Err(Error::UnknownPeer {
+                origin,
+                peers: self.cfg.clients,
+            });
+        };
+        if clock != expected {
+            return Err(Error::BadClock {
+                origin,
+                clock,
+                reason: if clock < expected {
+                    "duplicate (already delivered)"
+                } else {
+                    "out of order (an earlier clock is missing)"
+                },
+            });
+        }
+        if clock >= self.cfg.clocks {
+            return Err(Error::BadClock {
+                origin,
+                clock,
+                reason: "beyond the run's last clock",
+            });
+        }
+        if clock > self.clock + self.cfg.staleness() {
+            return Err(Error::BadClock {
+                origin,
+                clock,
+                reason: "ahead of the staleness bound (no W it may have computed on exists yet)",
+            });
+        }
+        let (j, d) = self.replica.dim();
+        let update = match msg {
+            Message::Factors { ref batch, .. } => {
+                batch.validate(j, d)?;
+                Update::Factors(Arc::clone(batch))
+            }
+            Message::Delta { ref delta, .. } => {
+                validate_dense(delta.view(), j, d, origin, "dense ΔW")?;
+                Update::Dense(Arc::clone(delta))
+            }
+            Message::Params { .. } => unreachable!("refused above"),
+        };
+        self.metrics.bytes_received += wire::encoded_len(&msg) as u64;
+        self.next[origin.index()] += 1;
+        self.pending.insert((clock, origin), update);
+        Ok(())
+    }
+
+    /// The next frame to send (a [`Message::Params`] to one client), if any.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// The next event (a record per completed clock), if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn clock_complete(&self) -> bool {
+        self.clock < self.cfg.clocks && self.next.iter().all(|&n| n > self.clock)
+    }
+
+    /// Applies every complete clock and queues its W for every client.
+    ///
+    /// Returns [`Progress::Stepped`] when it completed at least one clock (drain
+    /// [`poll_output`](Self::poll_output), then tick again), [`Progress::Blocked`] while
+    /// some client's update is missing, [`Progress::Done`] once every clock is applied and
+    /// pushed.
+    ///
+    /// # Errors
+    /// Kernel errors, which cannot happen for updates accepted by `on_message`. After an
+    /// error the server should be dropped.
+    pub fn on_tick(&mut self, now: Instant) -> Result<Progress> {
+        if self.done {
+            return Ok(Progress::Done);
+        }
+        let started = *self.started.get_or_insert(now);
+        if self.clock >= self.cfg.clocks {
+            self.done = true;
+            return Ok(Progress::Done);
+        }
+        if !self.clock_complete() {
+            return Ok(Progress::Blocked);
+        }
+        let since = self.last_step_end.unwrap_or(started);
+        self.metrics.wait_s += now.saturating_duration_since(since).as_secs_f64();
+        while self.clock_complete() {
+            self.complete_clock()?;
+            let end = Instant::now();
+            self.last_step_end = Some(end);
+            self.events.push_back(Event::Clock(worker::record(
+                PeerId::SERVER,
+                &self.metrics,
+                self.clock,
+                end.saturating_duration_since(started).as_secs_f64(),
+                None,
+            )));
+        }
+        Ok(Progress::Stepped)
+    }
+
+    fn complete_clock(&mut self) -> Result<()> {
+        let c = self.clock;
+        let t0 = Instant::now();
+        let updates: Vec<Update> = (0..self.cfg.clients as u32)
+            .map(|p| {
+                self.pending
+                    .remove(&(c, PeerId(p)))
+                    .expect("clock complete")
+            })
+            .collect();
+        match self.cfg.push {
+            Push::Factors => {
+                let refs: Vec<&FactorBatch> = updates
+                    .iter()
+                    .map(|u| match u {
+                        Update::Factors(b) => b.as_ref(),
+                        Update::Dense(_) => unreachable!("push kind checked on receipt"),
+                    })
+                    .collect();
+                self.replica.apply(&refs)?;
+            }
+            Push::Dense => {
+                let views: Vec<(PeerId, ArrayView2<'_, f32>)> = updates
+                    .iter()
+                    .enumerate()
+                    .map(|(p, u)| match u {
+                        Update::Dense(m) => (PeerId(p as u32), m.view()),
+                        Update::Factors(_) => unreachable!("push kind checked on receipt"),
+                    })
+                    .collect();
+                self.replica.add_dense(&views)?;
+            }
+        }
+        self.model.prox(self.replica.w_mut());
+        self.metrics.apply_s += t0.elapsed().as_secs_f64();
+        self.metrics.batches_applied += updates.len() as u64;
+        self.clock += 1;
+        self.metrics.clocks = self.clock;
+        let msg = Message::Params {
+            clock: self.clock,
+            w: Arc::new(self.replica.w().to_owned()),
+        };
+        let len = wire::encoded_len(&msg) as u64;
+        for p in 0..self.cfg.clients as u32 {
+            self.metrics.bytes_sent += len;
+            self.outputs.push_back(Output {
+                to: PeerId(p),
+                msg: msg.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// After [`Progress::Done`]: emits the final record.
+    pub fn finish(&mut self) {
+        let wall = self.started.map_or(0.0, |s| s.elapsed().as_secs_f64());
+        self.events.push_back(Event::Clock(worker::record(
+            PeerId::SERVER,
+            &self.metrics,
+            self.clock,
+            wall,
+            None,
+        )));
+    }
+}
+
+/// One FMS client; see the [module docs](self).
+pub struct Client<M: Model> {
+    cfg: Config,
+    worker: Worker<M>,
+    w: Arc<Array2<f32>>,
+    w_clock: u64,
+    accounted: u64,
+    clock: u64,
+    outputs: VecDeque<Output>,
+    done: bool,
+}
+
+impl<M: Model> std::fmt::Debug for Client<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("fms::Client")
+            .field("id", &self.worker.id)
+            .field("clock", &self.clock)
+            .field("w_clock", &self.w_clock)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: Model> Client<M> {
+    /// Client `id` of `cfg`, starting from `w0` (the server's initial W), training `model`
+    /// on `shard`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] from [`Config::validate`] or for an `id` not below
+    /// `cfg.clients`; [`Error::NonFinite`] for a bad `w0`.
+    pub fn new(
+        id: PeerId,
+        cfg: Config,
+        model: M,
+        w0: Array2<f32>,
+        shard: Shard<M::Sample>,
+    ) -> Result<Self> {
+        let replica = Replica::new(w0)?;
+        let (j, d) = replica.dim();
+        Self::from_parts(id, cfg, Worker::new(id, model, shard, j, d), replica)
+    }
+
+    /// The client that trains exactly what the fresh SFB `engine` would (same id, model,
+    /// shard and sampler, evaluator, initial W, consistency, clocks, batch size and
+    /// learning rate), syncing through a server instead.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the engine has already run or its configuration is not valid
+    /// for FMS (see [`Config::validate`]).
+    pub fn from_engine(engine: Engine<M>, push: Push) -> Result<Self> {
+        let (ecfg, worker, replica) = engine.into_parts()?;
+        Self::from_parts(ecfg.id, Config::from_engine(&ecfg, push), worker, replica)
+    }
+
+    fn from_parts(id: PeerId, cfg: Config, worker: Worker<M>, replica: Replica) -> Result<Self> {
+        cfg.validate()?;
+        if id.index() >= cfg.clients {
+            return Err(Error::Config(format!(
+                "client id {id} is not below clients = {}",
+                cfg.clients
+            )));
+        }
+        Ok(Self {
+            cfg,
+            worker,
+            w: Arc::new(replica.into_inner()),
+            w_clock: 0,
+            accounted: 0,
+            clock: 0,
+            outputs: VecDeque::new(),
+            done: false,
+        })
+    }
+
+    /// Evaluates with `evaluator` every `eval_every` clocks and at the end.
+    pub fn with_evaluator(mut self, evaluator: Box<dyn Evaluator>) -> Self {
+        self.worker.set_evaluator(evaluator);
+        self
+    }
+
+    /// This client.
+    pub fn id(&self) -> PeerId {
+        self.worker.id
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The next clock to compute (= clocks computed and pushed).
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// Clocks whose updates the client's W includes (all of `0..w_clock()`).
+    pub fn w_clock(&self) -> u64 {
+        self.w_clock
+    }
+
+    /// The W the server last sent (the initial W before that).
+    pub fn w(&self) -> ArrayView2<'_, f32> {
+        self.w.view()
+    }
+
+    /// [`Replica::checksum`] of [`w`](Self::w).
+    pub fn checksum(&self) -> String {
+        crate::replica::checksum(self.w.view())
+    }
+
+    /// The model.
+    pub fn model(&self) -> &M {
+        &self.worker.model
+    }
+
+    /// Counters so far; see the [module docs](self#metrics).
+    pub fn metrics(&self) -> &PeerMetrics {
+        &self.worker.metrics
+    }
+
+    /// The latest evaluation, if any.
+    pub fn last_evaluation(&self) -> Option<Evaluation> {
+        self.worker.last_eval
+    }
+
+    /// Whether every clock is pushed and the final W received.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn needed_w_clock(&self) -> u64 {
+        if self.clock >= self.cfg.clocks {
+            self.cfg.clocks
+        } else {
+            self.clock.saturating_sub(self.cfg.staleness())
+        }
+    }
+
+    /// `[(PeerId::SERVER, w_clock)]` while the client waits for a newer W; empty
+    /// otherwise. For error messages on timeouts.
+    pub fn waiting_on(&self) -> Vec<(PeerId, u64)> {
+        if self.done || self.w_clock >= self.needed_w_clock() {
+            Vec::new()
+        } else {
+            vec![(PeerId::SERVER, self.w_clock)]
+        }
+    }
+
+    /// Takes a message received from `from`: a full W from the server.
+    ///
+    /// W must come from [`PeerId::SERVER`], be newer than the one held, include no clock
+    /// this client has not pushed yet, and have the right shape and finite values (the
+    /// check is timed as `apply_s`). A refused message changes nothing.
+    ///
+    /// # Errors
+    /// [`Error::UnexpectedMessage`] for factors or deltas, or W from anyone but the
+    /// server; [`Error::BadClock`]; the errors of [`validate_dense`].
+    pub fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()> {
+        let Message::Params { clock, w } = &msg else {
+            return Err(Error::UnexpectedMessage {
+                from,
+                kind: msg.kind(),
+                role: "FMS client",
+            });
+        };
+        if from != PeerId::SERVER {
+            return Err(Error::UnexpectedMessage {
+                from,
+                kind: msg.kind(),
+                role: "FMS client (W only comes from the server)",
+            });
+        }
+        let clock = *clock;
+        let reason = if clock <= self.w_clock {
+            Some("stale or duplicate W (not newer than the one held)")
+        } else if clock > self.clock {
+            Some("W includes clocks this client has not pushed")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(Error::BadClock {
+                origin: PeerId::SERVER,
+                clock,
+                reason,
+            });
+        }
+        let t0 = Instant::now();
+        let (j, d) = self.w.dim();
+        validate_dense(w.view(), j, d, PeerId::SERVER, "W")?;
+        self.worker.metrics.apply_s += t0.elapsed().as_secs_f64();
+        self.worker.metrics.bytes_received += wire::encoded_len(&msg) as u64;
+        self.w = Arc::clone(w);
+        self.w_clock = clock;
+        Ok(())
+    }
+
+    /// The next frame to send (to [`PeerId::SERVER`]), if any.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.worker.poll_event()
+    }
+
+    /// Records the updates W gained since the last step, as if applied before computing
+    /// `self.clock` (see the module docs).
+    fn account(&mut self) {
+        for c in self.accounted..self.w_clock {
+            let late = self.clock.saturating_sub(1).saturating_sub(c);
+            for _ in 0..self.cfg.clients {
+                self.worker.metrics.record_staleness(late);
+            }
+        }
+        self.accounted = self.w_clock;
+    }
+
+    /// Tries to make progress at time `now`: computes and pushes the next clock if the
+    /// held W is recent enough.
+    ///
+    /// # Errors
+    /// [`Error::Model`] if `compute_sv` fails or produces invalid factors. Nothing is sent
+    /// then; the client should be dropped.
+    pub fn on_tick(&mut self, now: Instant) -> Result<Progress> {
+        if self.done {
+            return Ok(Progress::Done);
+        }
+        let (_, since) = self.worker.tick_times(now);
+        if self.w_clock < self.needed_w_clock() {
+            return Ok(Progress::Blocked);
+        }
+        let elapsed = now.saturating_duration_since(since).as_secs_f64();
+        if self.clock >= self.cfg.clocks {
+            self.worker.metrics.flush_s += elapsed;
+            self.account();
+            self.done = true;
+            self.worker.mark_step_end();
+            return Ok(Progress::Done);
+        }
+        self.worker.metrics.wait_s += elapsed;
+        self.account();
+
+        let t = self.clock;
+        let fb = self
+            .worker
+            .compute(self.w.view(), t, self.cfg.batch_size, self.cfg.lr)?;
+        let msg = match self.cfg.push {
+            Push::Factors => Message::Factors {
+                batch: Arc::new(fb),
+                mean_iter_us: self.worker.mean_iter_us(t + 1),
+            },
+            Push::Dense => {
+                let t0 = Instant::now();
+                let (j, d) = self.w.dim();
+                let mut delta = Replica::zeros(j, d);
+                delta.apply(&[&fb]).map_err(|e| Error::Model {
+                    clock: t,
+                    source: e.into(),
+                })?;
+                self.worker.metrics.compute_s += t0.elapsed().as_secs_f64();
+                Message::Delta {
+                    origin: self.worker.id,
+                    clock: t,
+                    mean_iter_us: self.worker.mean_iter_us(t + 1),
+                    delta: Arc::new(delta.into_inner()),
+                }
+            }
+        };
+        self.worker.metrics.bytes_sent += wire::encoded_len(&msg) as u64;
+        self.outputs.push_back(Output {
+            to: PeerId::SERVER,
+            msg,
+        });
+        self.clock += 1;
+        self.worker.end_step(
+            self.w.view(),
+            self.clock,
+            self.cfg.clocks,
+            self.cfg.eval_every,
+        );
+        Ok(Progress::Stepped)
+    }
+
+    /// Runs the evaluator on the held W (timed as `eval_s`).
+    pub fn evaluate(&mut self) -> Option<Evaluation> {
+        self.worker.evaluate(self.w.view())
+    }
+
+    /// After [`Progress::Done`]: evaluates the final W and emits the final record.
+    pub fn finish(&mut self) -> Option<Evaluation> {
+        self.worker.finish(self.w.view(), self.clock)
+    }
+}

@@ -1,0 +1,119 @@
+//! The driver's view of a sans-IO node.
+
+use std::time::Instant;
+
+use crate::engine::{Event, Output, Progress};
+use crate::fms::{Client, Server};
+use crate::wire::Message;
+use crate::{Engine, Model, PeerId, Result};
+
+/// What every sans-IO node (an SFB [`Engine`], an FMS [`Server`] or [`Client`]) offers the
+/// transport that drives it. A driver loops: deliver received frames with
+/// [`on_message`](Self::on_message), call [`on_tick`](Self::on_tick), send everything
+/// [`poll_output`](Self::poll_output) yields, log [`poll_event`](Self::poll_event); on
+/// [`Progress::Done`] call [`finish`](Self::finish) and drain events once more.
+pub trait StateMachine {
+    /// The node's id ([`PeerId::SERVER`] for the FMS server).
+    fn id(&self) -> PeerId;
+    /// The node's clock (for messages).
+    fn clock(&self) -> u64;
+    /// Takes a frame received from `from`; a refused frame changes nothing.
+    ///
+    /// # Errors
+    /// The node's validation errors.
+    fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()>;
+    /// Tries to make progress.
+    ///
+    /// # Errors
+    /// The node's step errors; drop the node after one.
+    fn on_tick(&mut self, now: Instant) -> Result<Progress>;
+    /// The next frame to send.
+    fn poll_output(&mut self) -> Option<Output>;
+    /// The next event.
+    fn poll_event(&mut self) -> Option<Event>;
+    /// Whom the node waits for, with what each has delivered (for timeout errors).
+    fn waiting_on(&self) -> Vec<(PeerId, u64)>;
+    /// After [`Progress::Done`]: final evaluation and record.
+    fn finish(&mut self);
+}
+
+impl<M: Model> StateMachine for Engine<M> {
+    fn id(&self) -> PeerId {
+        self.config().id
+    }
+    fn clock(&self) -> u64 {
+        Engine::clock(self)
+    }
+    fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()> {
+        Engine::on_message(self, from, msg)
+    }
+    fn on_tick(&mut self, now: Instant) -> Result<Progress> {
+        Engine::on_tick(self, now)
+    }
+    fn poll_output(&mut self) -> Option<Output> {
+        Engine::poll_output(self)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        Engine::poll_event(self)
+    }
+    fn waiting_on(&self) -> Vec<(PeerId, u64)> {
+        Engine::waiting_on(self)
+    }
+    fn finish(&mut self) {
+        Engine::finish(self);
+    }
+}
+
+impl<M: Model> StateMachine for Server<M> {
+    fn id(&self) -> PeerId {
+        PeerId::SERVER
+    }
+    fn clock(&self) -> u64 {
+        Server::clock(self)
+    }
+    fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()> {
+        Server::on_message(self, from, msg)
+    }
+    fn on_tick(&mut self, now: Instant) -> Result<Progress> {
+        Server::on_tick(self, now)
+    }
+    fn poll_output(&mut self) -> Option<Output> {
+        Server::poll_output(self)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        Server::poll_event(self)
+    }
+    fn waiting_on(&self) -> Vec<(PeerId, u64)> {
+        Server::waiting_on(self)
+    }
+    fn finish(&mut self) {
+        Server::finish(self);
+    }
+}
+
+impl<M: Model> StateMachine for Client<M> {
+    fn id(&self) -> PeerId {
+        Client::id(self)
+    }
+    fn clock(&self) -> u64 {
+        Client::clock(self)
+    }
+    fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()> {
+        Client::on_message(self, from, msg)
+    }
+    fn on_tick(&mut self, now: Instant) -> Result<Progress> {
+        Client::on_tick(self, now)
+    }
+    fn poll_output(&mut self) -> Option<Output> {
+        Client::poll_output(self)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        Client::poll_event(self)
+    }
+    fn waiting_on(&self) -> Vec<(PeerId, u64)> {
+        Client::waiting_on(self)
+    }
+    fn finish(&mut self) {
+        Client::finish(self);
+    }
+}

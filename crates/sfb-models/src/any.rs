@@ -1,0 +1,221 @@
+//! Choosing a model at run time: [`ModelSpec`] builds any built-in model as an
+//! [`AnyModel`], with its starting matrix and its evaluator, over the shared sample type
+//! [`Example`].
+
+use std::sync::Arc;
+
+use ndarray::{Array2, ArrayView2, ArrayViewMut2};
+use sfb_core::{Evaluator, Model, ModelError, SvList};
+
+use crate::{
+    Dml, DmlEvaluator, Example, L2Mlr, L2MlrEvaluator, Mlr, MlrEvaluator, Result, SparseCoding,
+    SparseCodingEvaluator, dml, sparse_coding, synthetic,
+};
+
+/// Any built-in model, dispatching every [`Model`] method to the one inside.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AnyModel {
+    /// Multiclass logistic regression by SGD.
+    Mlr(Mlr),
+    /// L2-regularized MLR by SDCA.
+    L2Mlr(L2Mlr),
+    /// Distance metric learning (boxed: it holds its pair sampler's state).
+    Dml(Box<Dml>),
+    /// Sparse coding.
+    SparseCoding(SparseCoding),
+}
+
+impl Model for AnyModel {
+    type Sample = Example;
+
+    fn compute_sv(
+        &mut self,
+        w: ArrayView2<'_, f32>,
+        batch: &[&Example],
+        sv: &mut SvList,
+    ) -> Result<(), ModelError> {
+        match self {
+            AnyModel::Mlr(m) => m.compute_sv(w, batch, sv),
+            AnyModel::L2Mlr(m) => m.compute_sv(w, batch, sv),
+            AnyModel::Dml(m) => m.compute_sv(w, batch, sv),
+            AnyModel::SparseCoding(m) => m.compute_sv(w, batch, sv),
+        }
+    }
+
+    fn prox(&mut self, w: ArrayViewMut2<'_, f32>) {
+        match self {
+            AnyModel::Mlr(m) => m.prox(w),
+            AnyModel::L2Mlr(m) => m.prox(w),
+            AnyModel::Dml(m) => m.prox(w),
+            AnyModel::SparseCoding(m) => m.prox(w),
+        }
+    }
+
+    fn scale(&self, clock: u64, lr: f32, pairs: usize) -> f32 {
+        match self {
+            AnyModel::Mlr(m) => m.scale(clock, lr, pairs),
+            AnyModel::L2Mlr(m) => m.scale(clock, lr, pairs),
+            AnyModel::Dml(m) => m.scale(clock, lr, pairs),
+            AnyModel::SparseCoding(m) => m.scale(clock, lr, pairs),
+        }
+    }
+}
+
+/// Which model to build, with its parameters.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ModelSpec {
+    /// [`Mlr`]: W is `classes × features`.
+    Mlr,
+    /// [`L2Mlr`] with regularization `lambda`: the replica is Z, `classes × (features + 1)`.
+    L2Mlr {
+        /// λ > 0.
+        lambda: f64,
+    },
+    /// [`Dml`]: the projection is `latent × features`.
+    Dml {
+        /// Rows of the projection.
+        latent: usize,
+        /// Hinge margin of dissimilar pairs.
+        margin: f32,
+    },
+    /// [`SparseCoding`]: the dictionary is `features × atoms`.
+    SparseCoding {
+        /// Dictionary size.
+        atoms: usize,
+        /// ℓ1 weight λ ≥ 0.
+        lambda: f32,
+        /// Coordinate-descent sweeps per code while training.
+        sweeps: usize,
+        /// Step-size decay in clocks ([`SparseCoding::with_decay`]; 0 = constant step).
+        decay: f32,
+    },
+}
+
+/// The data every peer knows: the whole training set, the held-out set, and the shape.
+#[derive(Debug, Clone)]
+pub struct Problem {
+    /// All training samples (every peer derives its shard from it).
+    pub train: Arc<Vec<Example>>,
+    /// Held-out samples.
+    pub test: Arc<Vec<Example>>,
+    /// Classes `J` (ignored by sparse coding).
+    pub classes: usize,
+    /// Features `D`.
+    pub features: usize,
+}
+
+impl ModelSpec {
+    /// `mlr`, `l2mlr`, `dml` or `sc`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModelSpec::Mlr => "mlr",
+            ModelSpec::L2Mlr { .. } => "l2mlr",
+            ModelSpec::Dml { .. } => "dml",
+            ModelSpec::SparseCoding { .. } => "sc",
+        }
+    }
+
+    /// Shape of the replicated matrix.
+    pub fn shape(&self, problem: &Problem) -> (usize, usize) {
+        let (j, d) = (problem.classes, problem.features);
+        match *self {
+            ModelSpec::Mlr => (j, d),
+            ModelSpec::L2Mlr { .. } => (j, d + 1),
+            ModelSpec::Dml { latent, .. } => (latent, d),
+            ModelSpec::SparseCoding { atoms, .. } => (d, atoms),
+        }
+    }
+
+    /// The starting matrix, the same on every peer for the same `seed`: MLR
+    /// `N(0, init_std²)` entries ([`synthetic::init_w`]); SDCA zeros (all duals 0);
+    /// DML [`dml::init_projection`]; sparse coding [`sparse_coding::init_dictionary`].
+    pub fn init_w(&self, problem: &Problem, init_std: f32, seed: u64) -> Array2<f32> {
+        let (j, d) = (problem.classes, problem.features);
+        match *self {
+            ModelSpec::Mlr => synthetic::init_w(j, d, init_std, seed),
+            ModelSpec::L2Mlr { .. } => L2Mlr::init_z(j, d),
+            ModelSpec::Dml { latent, .. } => dml::init_projection(&problem.train, latent, d, seed),
+            ModelSpec::SparseCoding { atoms, .. } => {
+                sparse_coding::init_dictionary(&problem.train, d, atoms, seed)
+            }
+        }
+    }
+
+    /// The model of peer `peer` of `peers`, owning `shard`; `seed` drives any sampling
+    /// the model does itself (DML's pairs).
+    ///
+    /// # Errors
+    /// [`crate::Error::Parameter`] for parameters out of range.
+    pub fn build(
+        &self,
+        problem: &Problem,
+        shard: &[Example],
+        peers: usize,
+        seed: u64,
+    ) -> Result<AnyModel> {
+        let (j, d) = (problem.classes, problem.features);
+        let positive = |name: &'static str, v: usize| {
+            if v == 0 {
+                Err(crate::Error::Parameter {
+                    name,
+                    value: "0".into(),
+                    reason: "must be at least 1".into(),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        Ok(match *self {
+            ModelSpec::Mlr => AnyModel::Mlr(Mlr::new(j, d)),
+            ModelSpec::L2Mlr { lambda } => {
+                AnyModel::L2Mlr(L2Mlr::new(j, d, lambda, problem.train.len(), peers, shard)?)
+            }
+            ModelSpec::Dml { latent, margin } => {
+                positive("latent", latent)?;
+                AnyModel::Dml(Box::new(Dml::new(
+                    latent,
+                    d,
+                    margin,
+                    Arc::new(shard.to_vec()),
+                    seed,
+                )?))
+            }
+            ModelSpec::SparseCoding {
+                atoms,
+                lambda,
+                sweeps,
+                decay,
+            } => {
+                positive("dict-size", atoms)?;
+                AnyModel::SparseCoding(
+                    SparseCoding::new(d, atoms, lambda, sweeps)?.with_decay(decay),
+                )
+            }
+        })
+    }
+
+    /// The held-out evaluator of this model (see each evaluator for its figures).
+    pub fn evaluator(&self, problem: &Problem, seed: u64) -> Box<dyn Evaluator> {
+        match *self {
+            ModelSpec::Mlr => Box::new(MlrEvaluator::new(Arc::clone(&problem.test))),
+            ModelSpec::L2Mlr { lambda } => Box::new(L2MlrEvaluator::new(
+                Arc::clone(&problem.train),
+                Arc::clone(&problem.test),
+                lambda,
+            )),
+            ModelSpec::Dml { margin, .. } => Box::new(DmlEvaluator::new(
+                &problem.train,
+                &problem.test,
+                problem.features,
+                margin,
+                seed,
+            )),
+            ModelSpec::SparseCoding { lambda, .. } => Box::new(SparseCodingEvaluator::new(
+                Arc::clone(&problem.test),
+                lambda,
+            )),
+        }
+    }
+}

@@ -1,0 +1,534 @@
+//! Data loaders: LIBSVM/svmlight (sparse) and dense CSV, label mapping, deterministic
+//! sharding and hold-out splits.
+//!
+//! Files are read line by line through a reused buffer (a 1 GB file is never held in one
+//! `String`); every error names the file and the 1-based line.
+//!
+//! A held-out file must be read *like* its training file ([`LibsvmOptions::like`],
+//! [`CsvOptions::like`]): same index base, same number of features `D`, same label-to-class
+//! map. A feature index `≥ D` or a label not seen in training is then an error.
+//!
+//! # Example
+//! ```
+//! use sfb_models::data::{parse_libsvm, LibsvmOptions};
+//! let train = "# two classes, labels -1/+1, 1-based\n+1 1:0.5 3:1 # comment\n-1 qid:7 2:2\n";
+//! let train = parse_libsvm(train.as_bytes(), "train.svm".as_ref(), &LibsvmOptions::default())
+//!     .unwrap();
+//! assert_eq!((train.samples.len(), train.features, train.labels.classes()), (2, 3, 2));
+//! assert_eq!(train.samples[0].y, 1); // +1 is the second class in ascending order
+//! let bad = parse_libsvm("+1 4:1\n".as_bytes(), "test.svm".as_ref(), &LibsvmOptions::like(&train));
+//! assert_eq!(
+//!     bad.unwrap_err().to_string(),
+//!     "test.svm:1: feature index 4 is beyond the 3 features of the training data"
+//! );
+//! ```
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::str::FromStr;
+
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+use crate::{Error, Example, Features, Result};
+
+/// Maps the label values of a file to classes `0..J`: class `c` is the `c`-th smallest
+/// distinct label of the training data.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LabelMap {
+    values: Vec<f64>,
+}
+
+impl LabelMap {
+    /// The map of the distinct values in `labels` (NaN is not a label).
+    pub fn from_labels(labels: impl IntoIterator<Item = f64>) -> Self {
+        let mut values: Vec<f64> = labels
+            .into_iter()
+            .filter(|v| !v.is_nan())
+            .map(|v| v + 0.0) // -0 → +0
+            .collect();
+        values.sort_by(f64::total_cmp);
+        values.dedup();
+        Self { values }
+    }
+
+    /// Number of classes `J`.
+    pub fn classes(&self) -> usize {
+        self.values.len()
+    }
+
+    /// The class of label value `label`, if it was seen.
+    pub fn class_of(&self, label: f64) -> Option<u32> {
+        let label = label + 0.0;
+        self.values
+            .binary_search_by(|v| v.total_cmp(&label))
+            .ok()
+            .map(|c| c as u32)
+    }
+
+    /// The label value of class `class`.
+    pub fn label(&self, class: u32) -> Option<f64> {
+        self.values.get(class as usize).copied()
+    }
+
+    fn describe(&self) -> String {
+        let shown: Vec<String> = self.values.iter().take(12).map(|v| v.to_string()).collect();
+        let more = if self.values.len() > 12 { ", …" } else { "" };
+        format!("{}{more}", shown.join(", "))
+    }
+}
+
+/// How feature indices of a LIBSVM file are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IndexBase {
+    /// The first feature is `0`.
+    Zero,
+    /// The first feature is `1` (the LIBSVM convention).
+    One,
+}
+
+/// A labelled data set read from a file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    /// The samples, in file order; `id` counts samples from 0.
+    pub samples: Vec<Example>,
+    /// Number of features `D`.
+    pub features: usize,
+    /// Label values ↔ classes.
+    pub labels: LabelMap,
+    /// Index base the file was read with (`One` for CSV).
+    pub base: IndexBase,
+}
+
+impl Dataset {
+    /// Stores every sample's features densely (length `D`).
+    pub fn densify(&mut self) {
+        for e in &mut self.samples {
+            if !matches!(e.x, Features::Dense(_)) {
+                e.x = Features::Dense(e.x.to_dense(self.features));
+            }
+        }
+    }
+
+    /// Splits off a deterministic hold-out set: a seeded permutation picks
+    /// `round(fraction · n)` samples (at least one, and at least one left for training),
+    /// both parts keep file order and ids. Returns `(train, held_out)`.
+    pub fn split(self, fraction: f64, seed: u64) -> (Vec<Example>, Vec<Example>) {
+        let n = self.samples.len();
+        let k =
+            ((fraction * n as f64).round() as usize).clamp(usize::from(n > 1), n.saturating_sub(1));
+        let mut order: Vec<usize> = (0..n).collect();
+        order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed ^ 0x6a09_e667_f3bc_c908));
+        let mut held = vec![false; n];
+        for &i in &order[..k] {
+            held[i] = true;
+        }
+        let (mut train, mut test) = (Vec::with_capacity(n - k), Vec::with_capacity(k));
+        for (e, h) in self.samples.into_iter().zip(held) {
+            if h { test.push(e) } else { train.push(e) }
+        }
+        (train, test)
+    }
+}
+
+/// Peer `peer`'s shard of `samples` out of `peers`: sample `i` goes to peer `i mod peers`
+/// ([`sfb_core::shard_indices`]), so every peer computes the same split without talking.
+pub fn shard(samples: &[Example], peers: usize, peer: usize) -> Vec<Example> {
+    sfb_core::shard_indices(samples.len(), peers, peer)
+        .map(|i| samples[i].clone())
+        .collect()
+}
+
+/// Options of [`read_libsvm`]. The default detects everything (for training files).
+#[derive(Debug, Clone, Default)]
+pub struct LibsvmOptions {
+    /// Index base; `None`: zero-based if any index `0` occurs, else one-based (as
+    /// scikit-learn's `load_svmlight_file(zero_based="auto")`).
+    pub base: Option<IndexBase>,
+    /// Number of features `D`; `None`: the largest index + 1. When set, an index `≥ D`
+    /// is an error.
+    pub features: Option<usize>,
+    /// Label map; `None`: built from this file's labels. When set, an unknown label is
+    /// an error.
+    pub labels: Option<LabelMap>,
+}
+
+impl LibsvmOptions {
+    /// Options to read a held-out file like `train`: same base, `D` and labels.
+    pub fn like(train: &Dataset) -> Self {
+        Self {
+            base: Some(train.base),
+            features: Some(train.features),
+            labels: Some(train.labels.clone()),
+        }
+    }
+}
+
+fn open(path: &Path) -> Result<BufReader<File>> {
+    let f = File::open(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(BufReader::with_capacity(1 << 16, f))
+}
+
+/// Reads a LIBSVM/svmlight file: `label [qid:N] index:value … [# comment]` per line.
+///
+/// Labels are any numbers (`-1`, `+1`, `3`, `2.5`), mapped to classes by [`LabelMap`];
+/// `qid:` tokens and `#` comments are ignored; blank lines are skipped; zero values are
+/// dropped; indices may come in any order but not twice. Samples are sparse.
+///
+/// # Errors
+/// [`Error::Io`]; [`Error::Parse`] (file and line) for a malformed line, an index `≥ D`
+/// or below the base, a label not in `opts.labels`; [`Error::Empty`] when no sample is
+/// found.
+pub fn read_libsvm(path: impl AsRef<Path>, opts: &LibsvmOptions) -> Result<Dataset> {
+    let path = path.as_ref();
+    parse_libsvm(open(path)?, path, opts)
+}
+
+/// [`read_libsvm`] from any buffered reader; `path` only names the source in errors.
+///
+/// # Errors
+/// As [`read_libsvm`].
+pub fn parse_libsvm(
+    mut reader: impl BufRead,
+    path: &Path,
+    opts: &LibsvmOptions,
+) -> Result<Dataset> {
+    let fail = |line: usize, reason: String| Error::Parse {
+        path: path.to_path_buf(),
+        line,
+        reason,
+    };
+    // Raw samples: (line, label, raw indices, values); the base is applied at the end.
+    let mut rows: Vec<(usize, f64, Vec<u32>, Vec<f32>)> = Vec::new();
+    let mut saw_zero_index = None;
+    let mut buf = String::new();
+    let mut lineno = 0usize;
+    loop {
+        buf.clear();
+        let n = reader
+            .read_line(&mut buf)
+            .map_err(|e| fail(lineno + 1, format!("cannot read line: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        lineno += 1;
+        let content = buf.split('#').next().unwrap_or("").trim();
+        if content.is_empty() {
+            continue;
+        }
+        let mut tokens = content.split_ascii_whitespace();
+        let label_tok = tokens.next().expect("non-empty line has a token");
+        let label: f64 = label_tok
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite())
+            .ok_or_else(|| {
+                fail(
+                    lineno,
+                    format!("label {label_tok:?} is not a finite number (multi-label lines are not supported)"),
+                )
+            })?;
+        let mut idx = Vec::new();
+        let mut val = Vec::new();
+        for tok in tokens {
+            let (i, v) = tok
+                .split_once(':')
+                .ok_or_else(|| fail(lineno, format!("{tok:?} is not index:value")))?;
+            if i == "qid" {
+                i64::from_str(v)
+                    .map_err(|_| fail(lineno, format!("qid {v:?} is not an integer")))?;
+                continue;
+            }
+            let index: u32 = i.parse().map_err(|_| {
+                fail(
+                    lineno,
+                    format!(
+                        "feature index {i:?} in {tok:?} is not a non-negative integer below 2^32"
+                    ),
+                )
+            })?;
+            let value: f32 = v
+                .parse()
+                .ok()
+                .filter(|x: &f32| x.is_finite())
+                .ok_or_else(|| {
+                    fail(
+                        lineno,
+                        format!("value {v:?} of feature {i} is not a finite number"),
+                    )
+                })?;
+            if index == 0 && saw_zero_index.is_none() {
+                saw_zero_index = Some(lineno);
+            }
+            if value != 0.0 {
+                idx.push(index);
+                val.push(value);
+            }
+        }
+        if idx.windows(2).any(|w| w[0] >= w[1]) {
+            let mut pairs: Vec<(u32, f32)> = idx.iter().copied().zip(val.iter().copied()).collect();
+            pairs.sort_by_key(|p| p.0);
+            if let Some(w) = pairs.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(fail(
+                    lineno,
+                    format!("feature index {} appears twice", w[0].0),
+                ));
+            }
+            idx = pairs.iter().map(|p| p.0).collect();
+            val = pairs.iter().map(|p| p.1).collect();
+        }
+        if let Some(map) = &opts.labels
+            && map.class_of(label).is_none()
+        {
+            return Err(fail(
+                lineno,
+                format!(
+                    "label {label_tok} was not seen in the training data (its labels: {})",
+                    map.describe()
+                ),
+            ));
+        }
+        rows.push((lineno, label, idx, val));
+    }
+    if rows.is_empty() {
+        return Err(Error::Empty {
+            path: path.to_path_buf(),
+            lines: lineno,
+        });
+    }
+    let base = opts.base.unwrap_or(if saw_zero_index.is_some() {
+        IndexBase::Zero
+    } else {
+        IndexBase::One
+    });
+    if base == IndexBase::One
+        && let Some(line) = saw_zero_index
+    {
+        return Err(fail(
+            line,
+            "feature index 0 in a file read as one-based".into(),
+        ));
+    }
+    let shift = u32::from(base == IndexBase::One);
+    let max_index = rows
+        .iter()
+        .filter_map(|r| r.2.last().copied())
+        .max()
+        .map(|m| (m - shift) as usize);
+    let features = match opts.features {
+        Some(d) => {
+            if let Some(r) = rows
+                .iter()
+                .find(|r| r.2.last().is_some_and(|&m| (m - shift) as usize >= d))
+            {
+                let bad = r.2.last().copied().unwrap_or_default();
+                return Err(fail(
+                    r.0,
+                    format!("feature index {bad} is beyond the {d} features of the training data"),
+                ));
+            }
+            d
+        }
+        None => max_index.map_or(0, |m| m + 1),
+    };
+    let labels = match &opts.labels {
+        Some(m) => m.clone(),
+        None => LabelMap::from_labels(rows.iter().map(|r| r.1)),
+    };
+    let samples = rows
+        .into_iter()
+        .enumerate()
+        .map(|(id, (_, label, mut indices, values))| {
+            for i in &mut indices {
+                *i -= shift;
+            }
+            Example {
+                x: Features::Sparse { indices, values },
+                y: labels.class_of(label).expect("label checked"),
+                id: id as u32,
+            }
+        })
+        .collect();
+    Ok(Dataset {
+        samples,
+        features,
+        labels,
+        base,
+    })
+}
+
+/// Options of [`read_csv`].
+#[derive(Debug, Clone)]
+pub struct CsvOptions {
+    /// Column holding the label (0-based). Default 0.
+    pub label_column: usize,
+    /// Field separator. Default `,`.
+    pub delimiter: char,
+    /// Whether the first row is a header; `None` (default): it is one if any of its
+    /// fields is not a number.
+    pub header: Option<bool>,
+    /// Number of features; `None`: the field count − 1 of the first row. Rows must all
+    /// have `D + 1` fields.
+    pub features: Option<usize>,
+    /// Label map; `None`: built from this file. When set, an unknown label is an error.
+    pub labels: Option<LabelMap>,
+}
+
+impl Default for CsvOptions {
+    fn default() -> Self {
+        Self {
+            label_column: 0,
+            delimiter: ',',
+            header: None,
+            features: None,
+            labels: None,
+        }
+    }
+}
+
+impl CsvOptions {
+    /// Options to read a held-out file like `train` (same `D` and labels; the header is
+    /// still detected).
+    pub fn like(train: &Dataset) -> Self {
+        Self {
+            features: Some(train.features),
+            labels: Some(train.labels.clone()),
+            ..Self::default()
+        }
+    }
+}
+
+/// Reads a dense CSV file: one sample per row, the label in
+/// [`label_column`](CsvOptions::label_column), every other field a feature. `#` comments
+/// and blank lines are skipped. Samples are dense.
+///
+/// # Errors
+/// [`Error::Io`]; [`Error::Parse`] (file and line) for a field that is not a number, a
+/// row of the wrong width, an unknown label; [`Error::Empty`] when no row is found.
+pub fn read_csv(path: impl AsRef<Path>, opts: &CsvOptions) -> Result<Dataset> {
+    let path = path.as_ref();
+    parse_csv(open(path)?, path, opts)
+}
+
+/// [`read_csv`] from any buffered reader; `path` only names the source in errors.
+///
+/// # Errors
+/// As [`read_csv`].
+pub fn parse_csv(mut reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Result<Dataset> {
+    let fail = |line: usize, reason: String| Error::Parse {
+        path: path.to_path_buf(),
+        line,
+        reason,
+    };
+    let mut rows: Vec<(f64, Vec<f32>)> = Vec::new();
+    let mut width = opts.features.map(|d| d + 1);
+    let mut buf = String::new();
+    let mut lineno = 0usize;
+    let mut first = true;
+    loop {
+        buf.clear();
+        let n = reader
+            .read_line(&mut buf)
+            .map_err(|e| fail(lineno + 1, format!("cannot read line: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        lineno += 1;
+        let content = buf.split('#').next().unwrap_or("").trim();
+        if content.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = content.split(opts.delimiter).map(str::trim).collect();
+        if std::mem::take(&mut first) {
+            let numeric = fields.iter().all(|f| f.parse::<f64>().is_ok());
+            if opts.header.unwrap_or(!numeric) {
+                continue;
+            }
+        }
+        let w = *width.get_or_insert(fields.len());
+        if fields.len() != w {
+            return Err(fail(
+                lineno,
+                format!("{} fields, expected {w}", fields.len()),
+            ));
+        }
+        if opts.label_column >= w {
+            return Err(fail(
+                lineno,
+                format!("label column {} but only {w} fields", opts.label_column),
+            ));
+        }
+        let mut label = f64::NAN;
+        let mut x = Vec::with_capacity(w - 1);
+        for (c, f) in fields.iter().enumerate() {
+            if c == opts.label_column {
+                label = f
+                    .parse()
+                    .ok()
+                    .filter(|v: &f64| v.is_finite())
+                    .ok_or_else(|| {
+                        fail(
+                            lineno,
+                            format!("label {f:?} (column {}) is not a finite number", c + 1),
+                        )
+                    })?;
+            } else {
+                x.push(
+                    f.parse()
+                        .ok()
+                        .filter(|v: &f32| v.is_finite())
+                        .ok_or_else(|| {
+                            fail(
+                                lineno,
+                                format!("field {f:?} (column {}) is not a finite number", c + 1),
+                            )
+                        })?,
+                );
+            }
+        }
+        if let Some(map) = &opts.labels
+            && map.class_of(label).is_none()
+        {
+            return Err(fail(
+                lineno,
+                format!(
+                    "label {label} was not seen in the training data (its labels: {})",
+                    map.describe()
+                ),
+            ));
+        }
+        rows.push((label, x));
+    }
+    if rows.is_empty() {
+        return Err(Error::Empty {
+            path: path.to_path_buf(),
+            lines: lineno,
+        });
+    }
+    let labels = match &opts.labels {
+        Some(m) => m.clone(),
+        None => LabelMap::from_labels(rows.iter().map(|r| r.0)),
+    };
+    let features = width.map_or(0, |w| w - 1);
+    let samples = rows
+        .into_iter()
+        .enumerate()
+        .map(|(id, (label, x))| Example {
+            x: Features::Dense(x),
+            y: labels.class_of(label).expect("label checked"),
+            id: id as u32,
+        })
+        .collect();
+    Ok(Dataset {
+        samples,
+        features,
+        labels,
+        base: IndexBase::One,
+    })
+}

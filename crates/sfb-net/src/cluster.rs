@@ -1,0 +1,250 @@
+//! The cluster file: every peer's index, libp2p identity, listen address and out-neighbours.
+//!
+//! It is sfb-topology's TOML file with two more keys per peer:
+//! ```toml
+//! out_degree = 2
+//!
+//! [[peer]]
+//! id = 0
+//! addr = "/ip4/127.0.0.1/tcp/4001"
+//! out = [1, 2]
+//! peer_id = "12D3KooW…"        # public identity; connections from ids not listed are refused
+//! key = "cluster-keys/peer-0.key" # private ed25519 key (relative to this file); only peer 0 needs it
+//! ```
+//! A listen address with port 0 means "any free port"; the launcher then exchanges the
+//! real addresses at start-up (see `sfb run --transport libp2p`).
+
+use std::path::{Path, PathBuf};
+
+use libp2p::identity::Keypair;
+use libp2p::{Multiaddr, PeerId as Libp2pId};
+use sfb_topology::{ClusterFile, Topology};
+
+use crate::{Error, Result};
+
+/// A validated cluster.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    file: ClusterFile,
+    path: PathBuf,
+    topology: Topology,
+    ids: Vec<Libp2pId>,
+    addrs: Vec<Multiaddr>,
+}
+
+fn cfg_err(path: &Path, msg: impl std::fmt::Display) -> Error {
+    Error::Config(format!("{}: {msg}", path.display()))
+}
+
+impl Cluster {
+    /// Reads and validates a cluster file.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the file and the problem: unreadable, bad TOML, inconsistent
+    /// topology (unknown peer id, wrong degree, …), a missing or malformed `addr` or
+    /// `peer_id`.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| cfg_err(path, e))?;
+        let file = ClusterFile::from_toml_str(&text).map_err(|e| cfg_err(path, e))?;
+        Self::from_file(file, path.to_path_buf())
+    }
+
+    fn from_file(file: ClusterFile, path: PathBuf) -> Result<Self> {
+        let topology = file.topology().map_err(|e| cfg_err(&path, e))?;
+        let p = topology.peers();
+        let mut ids = vec![None; p];
+        let mut addrs = vec![None; p];
+        for e in &file.peers {
+            let pid = e
+                .extra
+                .get("peer_id")
+                .and_then(|v| v.as_str())
+                .ok_or_else(|| cfg_err(&path, format!("peer {} has no peer_id", e.id)))?;
+            let pid: Libp2pId = pid.parse().map_err(|err| {
+                cfg_err(&path, format!("peer {}: bad peer_id {pid:?}: {err}", e.id))
+            })?;
+            if ids.contains(&Some(pid)) {
+                return Err(cfg_err(
+                    &path,
+                    format!("peer {}: peer_id {pid} listed twice", e.id),
+                ));
+            }
+            let addr = e
+                .addr
+                .as_deref()
+                .ok_or_else(|| cfg_err(&path, format!("peer {} has no addr", e.id)))?;
+            let addr: Multiaddr = addr.parse().map_err(|err| {
+                cfg_err(&path, format!("peer {}: bad addr {addr:?}: {err}", e.id))
+            })?;
+            ids[e.id] = Some(pid);
+            addrs[e.id] = Some(addr);
+        }
+        Ok(Self {
+            file,
+            path,
+            topology,
+            ids: ids
+                .into_iter()
+                .map(|x| x.expect("every id present"))
+                .collect(),
+            addrs: addrs
+                .into_iter()
+                .map(|x| x.expect("every id present"))
+                .collect(),
+        })
+    }
+
+    /// Writes a new cluster: one fresh ed25519 key per peer (in `<stem>-keys/` next to
+    /// `path`), listen addresses `/ip4/<host>/tcp/<base_port + i>` (hosts assigned round
+    /// robin), and `topology`. Returns the loaded cluster.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for IO errors or an empty host list.
+    pub fn init(
+        path: &Path,
+        topology: &Topology,
+        hosts: &[String],
+        base_port: u16,
+    ) -> Result<Self> {
+        if hosts.is_empty() {
+            return Err(cfg_err(path, "no hosts given"));
+        }
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("cluster");
+        let keys_rel = format!("{stem}-keys");
+        std::fs::create_dir_all(dir.join(&keys_rel)).map_err(|e| cfg_err(path, e))?;
+        let mut file = ClusterFile::from_topology(topology);
+        for e in &mut file.peers {
+            let key = Keypair::generate_ed25519();
+            let rel = format!("{keys_rel}/peer-{}.key", e.id);
+            let bytes = key
+                .to_protobuf_encoding()
+                .map_err(|err| cfg_err(path, err))?;
+            write_private(&dir.join(&rel), &bytes).map_err(|err| cfg_err(path, err))?;
+            let host = &hosts[e.id % hosts.len()];
+            let port = if base_port == 0 {
+                0
+            } else {
+                base_port
+                    .checked_add(e.id as u16)
+                    .ok_or_else(|| cfg_err(path, "ports run past 65535"))?
+            };
+            e.addr = Some(format!("/ip4/{host}/tcp/{port}"));
+            e.extra.insert(
+                "peer_id".into(),
+                toml::Value::String(key.public().to_peer_id().to_string()),
+            );
+            e.extra.insert("key".into(), toml::Value::String(rel));
+        }
+        let text = file.to_toml_string().map_err(|e| cfg_err(path, e))?;
+        std::fs::write(path, text).map_err(|e| cfg_err(path, e))?;
+        Self::from_file(file, path.to_path_buf())
+    }
+
+    /// Number of peers.
+    pub fn peers(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// Peer `i`'s libp2p identity.
+    pub fn peer_id(&self, i: usize) -> Libp2pId {
+        self.ids[i]
+    }
+
+    /// Index of a libp2p identity, if it belongs to the cluster.
+    pub fn index_of(&self, id: &Libp2pId) -> Option<usize> {
+        self.ids.iter().position(|x| x == id)
+    }
+
+    /// Peer `i`'s listen address.
+    pub fn addr(&self, i: usize) -> &Multiaddr {
+        &self.addrs[i]
+    }
+
+    /// Replaces the listen addresses (after a start-up exchange).
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the count differs from the number of peers.
+    pub fn set_addrs(&mut self, addrs: Vec<Multiaddr>) -> Result<()> {
+        if addrs.len() != self.peers() {
+            return Err(cfg_err(
+                &self.path,
+                format!("{} addresses for {} peers", addrs.len(), self.peers()),
+            ));
+        }
+        self.addrs = addrs;
+        Ok(())
+    }
+
+    /// Reads peer `i`'s private key and checks it matches its `peer_id`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a missing `key` entry, an unreadable or malformed key file, or
+    /// a key whose identity is not the listed `peer_id`.
+    pub fn keypair(&self, i: usize) -> Result<Keypair> {
+        let e = self
+            .file
+            .peers
+            .iter()
+            .find(|e| e.id == i)
+            .ok_or_else(|| cfg_err(&self.path, format!("no peer {i}")))?;
+        let rel = e
+            .extra
+            .get("key")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| cfg_err(&self.path, format!("peer {i} has no key")))?;
+        let dir = self
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let kp = dir.join(rel);
+        let bytes = std::fs::read(&kp).map_err(|err| cfg_err(&kp, err))?;
+        let key = Keypair::from_protobuf_encoding(&bytes)
+            .map_err(|err| cfg_err(&kp, format!("not an ed25519 key file: {err}")))?;
+        if key.public().to_peer_id() != self.ids[i] {
+            return Err(cfg_err(
+                &kp,
+                format!("key does not match peer {i}'s peer_id {}", self.ids[i]),
+            ));
+        }
+        Ok(key)
+    }
+
+    /// A hash of the topology (every out-neighbour list), exchanged in handshakes.
+    pub fn topology_hash(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for p in 0..self.peers() {
+            for &q in self
+                .topology
+                .out(p)
+                .iter()
+                .chain(std::iter::once(&usize::MAX))
+            {
+                h = (h ^ q as u64).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        h
+    }
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    std::fs::write(path, bytes)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
+}

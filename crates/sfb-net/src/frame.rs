@@ -1,0 +1,137 @@
+//! Length-delimited frames over a byte stream, and the per-stream handshake.
+//!
+//! A frame is a `u32` little-endian length followed by that many bytes. Lengths above the
+//! receiver's limit are refused before anything is allocated.
+
+use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use serde::{Deserialize, Serialize};
+
+/// Protocol name of sfb's factor streams.
+pub const PROTOCOL: &str = "/sfb/factors/1";
+
+/// Version of the handshake and stream protocol.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// First frame on every stream, from the opener (the sender of factors).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// [`PROTOCOL_VERSION`].
+    pub version: u32,
+    /// [`sfb_core::wire::WIRE_VERSION`].
+    pub wire_version: u16,
+    /// Sender's peer index.
+    pub peer: u32,
+    /// Rows of W.
+    pub j: u32,
+    /// Columns of W.
+    pub d: u32,
+    /// Mini-batch size (bounds frame sizes).
+    pub batch: u32,
+    /// Clocks of the run.
+    pub clocks: u64,
+    /// Hash of the topology (all out-neighbour lists).
+    pub topology_hash: u64,
+    /// Element encoding of factors on this stream (`f32` or `f16`).
+    pub dtype: String,
+}
+
+impl Hello {
+    /// Why `self` (received) does not match `mine` (what this peer runs), if it does not.
+    pub fn mismatch(&self, mine: &Hello) -> Option<String> {
+        let checks: [(&str, String, String); 8] = [
+            (
+                "protocol version",
+                self.version.to_string(),
+                mine.version.to_string(),
+            ),
+            (
+                "wire version",
+                self.wire_version.to_string(),
+                mine.wire_version.to_string(),
+            ),
+            ("J (rows of W)", self.j.to_string(), mine.j.to_string()),
+            ("D (columns of W)", self.d.to_string(), mine.d.to_string()),
+            ("batch size", self.batch.to_string(), mine.batch.to_string()),
+            ("clocks", self.clocks.to_string(), mine.clocks.to_string()),
+            (
+                "topology hash",
+                format!("{:016x}", self.topology_hash),
+                format!("{:016x}", mine.topology_hash),
+            ),
+            ("wire dtype", self.dtype.clone(), mine.dtype.clone()),
+        ];
+        checks
+            .into_iter()
+            .find(|(_, a, b)| a != b)
+            .map(|(what, theirs, ours)| {
+                format!("{what} differs: peer has {theirs}, we have {ours}")
+            })
+    }
+}
+
+/// Reply to a [`Hello`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    /// Whether the stream is accepted.
+    pub ok: bool,
+    /// Why not, when refused.
+    pub reason: String,
+}
+
+/// Writes one frame.
+///
+/// # Errors
+/// IO errors of the stream; frames over `u32::MAX` bytes.
+pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, payload: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(payload.len())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "frame over 4 GiB"))?;
+    w.write_all(&len.to_le_bytes()).await?;
+    w.write_all(payload).await
+}
+
+/// Reads one frame of at most `max` bytes; `Ok(None)` on a clean end of stream.
+///
+/// # Errors
+/// IO errors, a length over `max` ([`std::io::ErrorKind::InvalidData`]), a stream that
+/// ends inside a frame.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        let n = r.read(&mut len[got..]).await?;
+        if n == 0 {
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(std::io::ErrorKind::UnexpectedEof.into())
+            };
+        }
+        got += n;
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes exceeds the limit of {max}"),
+        ));
+    }
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf).await?;
+    Ok(Some(buf))
+}
+
+/// Encodes a handshake value.
+pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_allocvec(v).expect("handshake encodes")
+}
+
+/// Decodes a handshake value.
+///
+/// # Errors
+/// A description of what could not be decoded.
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
+    postcard::from_bytes(bytes).map_err(|e| e.to_string())
+}
