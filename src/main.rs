@@ -22,6 +22,8 @@ enum Command {
     Peer(Box<cli::p2p::PeerArgs>),
     /// Q-out partial-broadcast topologies: optimize, construct, analyse, repair.
     Topology(cli::topology::TopologyArgs),
+    /// Run the FMS parameter server of a cluster file.
+    Server(Box<cli::p2p::ServerArgs>),
     /// Cluster files.
     #[command(subcommand)]
     Cluster(cli::p2p::ClusterCmd),
@@ -41,6 +43,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(a) => cli::demo::run(a),
         Command::Run(a) => cli::run::run(a),
         Command::Peer(a) => cli::p2p::peer(a),
+        Command::Server(a) => cli::p2p::server(a),
         Command::Cluster(c) => cli::p2p::cluster(c),
         Command::Topology(a) => cli::topology::run(a),
         Command::Bench(a) => cli::bench::run(a),

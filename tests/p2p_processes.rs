@@ -259,3 +259,78 @@ fn killing_a_peer_mid_run_stops_the_others_with_a_clear_error() {
         "no survivor named peer 2: {errors:?}"
     );
 }
+
+#[test]
+fn fms_over_libp2p_processes_is_bitwise_identical_to_sfb() {
+    let d = tempdir("fms");
+    let common = [
+        "--peers",
+        "4",
+        "--clocks",
+        "20",
+        "--seed",
+        "9",
+        "--synthetic",
+        "classes=10,features=60,samples=4000",
+    ];
+    let fms = run_summary(
+        &[&common[..], &["--transport", "libp2p", "--backend", "fms"]].concat(),
+        &d.join("fms.json"),
+    );
+    let sfb = run_summary(
+        &[&common[..], &["--transport", "mem"]].concat(),
+        &d.join("sfb.json"),
+    );
+    assert_eq!(fms["backend"], "fms");
+    assert_eq!(
+        fms["replica_checksums"], sfb["replica_checksums"],
+        "FMS over libp2p differs from SFB"
+    );
+    // The server pushes the full W (J·D·4 bytes + header) to each of the 4 clients per clock.
+    let per_clock = fms["bytes_per_clock"].as_f64().unwrap();
+    let w_push = 4.0 * (10.0 * 60.0 * 4.0);
+    let factors = 4.0 * 16.0 * (10.0 + 60.0) * 4.0;
+    assert!(
+        per_clock >= w_push + factors && per_clock <= (w_push + factors) * 1.03,
+        "{per_clock}"
+    );
+}
+
+#[test]
+fn f16_wire_halves_the_bytes_and_keeps_replicas_identical() {
+    let d = tempdir("f16");
+    let common = [
+        "--transport",
+        "libp2p",
+        "--peers",
+        "4",
+        "--clocks",
+        "30",
+        "--seed",
+        "5",
+        "--synthetic",
+        "classes=10,features=60,samples=4000",
+    ];
+    let f32s = run_summary(&common, &d.join("f32.json"));
+    let f16s = run_summary(
+        &[&common[..], &["--wire", "f16"]].concat(),
+        &d.join("f16.json"),
+    );
+    let sums = f16s["replica_checksums"].as_array().unwrap();
+    assert!(
+        sums.iter().all(|s| s == &sums[0]),
+        "f16 replicas differ: {sums:?}"
+    );
+    let formula = 3.0 * 16.0 * (10.0 + 60.0) * 2.0;
+    let got = f16s["bytes_per_clock_per_peer"].as_f64().unwrap();
+    assert!(
+        got >= formula && got <= formula * 1.03,
+        "f16 bytes/clock/peer {got} vs {formula}"
+    );
+    // Training is unaffected beyond rounding noise.
+    let (a, b) = (
+        f32s["objective"].as_f64().unwrap(),
+        f16s["objective"].as_f64().unwrap(),
+    );
+    assert!((a - b).abs() / a < 0.01, "objective f32 {a} vs f16 {b}");
+}

@@ -19,7 +19,7 @@ use sfb_core::{FactorBatch, PeerId, Replica, VFactors};
 /// `sfb bench` options.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Scenario to run (available: kernel).
+    /// Scenario to run (available: kernel, link).
     #[arg(long, default_value = "kernel")]
     pub scenario: String,
     /// Directory for JSON/CSV/Markdown results.
@@ -37,12 +37,31 @@ pub struct BenchArgs {
     /// Timed repetitions per measurement (median reported).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
+    /// MiB per arm per round (link scenario).
+    #[arg(long, default_value_t = 256)]
+    pub mib: usize,
+    /// Measured rounds per arm, after a warm-up (link scenario).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Headline bandwidth budget to check (link scenario), e.g. 1gbit.
+    #[arg(long, default_value = "1gbit")]
+    pub bandwidth: String,
+    /// More budgets, comma-separated, to show the bucket tracks (link scenario).
+    #[arg(long, default_value = "100mbit,500mbit")]
+    pub rates: String,
+    /// Burst of the bandwidth budget, bytes (link scenario).
+    #[arg(long, default_value_t = 256 * 1024)]
+    pub burst: usize,
+    /// Seconds of traffic per budget run (link scenario).
+    #[arg(long, default_value_t = 2.0)]
+    pub budget_secs: f64,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
     match args.scenario.as_str() {
         "kernel" => kernel(args),
-        other => bail!("unknown scenario {other:?}; available: kernel"),
+        "link" => super::bench_link::run(args),
+        other => bail!("unknown scenario {other:?}; available: kernel, link"),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `sfb` command line.
 
 pub mod bench;
+pub mod bench_link;
 pub mod demo;
 pub mod fms;
 pub mod p2p;

@@ -101,6 +101,10 @@ pub struct NetArgs {
     /// Seconds to wait for connections and handshakes at start-up.
     #[arg(long, default_value_t = 30.0)]
     pub startup_timeout: f64,
+    /// Factor values on the wire: f32, or f16 (half the bytes; peers round their own
+    /// factors identically, batches with values beyond ±65504 go as f32).
+    #[arg(long, default_value = "f32")]
+    pub wire: sfb_core::wire::Dtype,
 }
 
 impl NetArgs {
@@ -124,32 +128,53 @@ impl NetArgs {
     }
 }
 
-/// `sfb peer` options.
+/// Options shared by `sfb peer` and `sfb server`.
 #[derive(Debug, Args)]
-pub struct PeerArgs {
+pub struct NodeArgs {
     /// Cluster file.
     #[arg(long)]
     pub cluster: PathBuf,
-    /// This peer's index in the cluster file.
-    #[arg(long)]
-    pub id: usize,
-    /// Listen, print `LISTENING <addr>` on stdout, then read every peer's address (one line,
-    /// space-separated, in id order) from stdin. Used by `sfb run --transport libp2p`.
+    /// Listen, print `LISTENING <addr>` on stdout, then read every node's address (one line,
+    /// space-separated, in id order) from stdin; print `CLOCK n` after each clock. Used by
+    /// `sfb run --transport libp2p`.
     #[arg(long)]
     pub exchange_addrs: bool,
-    /// Write this peer's report (JSON) here.
+    /// Write this node's report (JSON) here.
     #[arg(long)]
     pub report: Option<PathBuf>,
     /// Write the final W here (raw little-endian f32, row-major).
     #[arg(long)]
     pub dump_w: Option<PathBuf>,
+    /// FMS only: what clients push to the server.
+    #[arg(long, value_enum, default_value = "factors")]
+    pub fms_push: super::fms::Push,
     #[command(flatten)]
     pub net: NetArgs,
     #[command(flatten)]
     pub train: TrainArgs,
 }
 
-/// What `sfb peer --report` writes.
+/// `sfb peer` options.
+#[derive(Debug, Args)]
+pub struct PeerArgs {
+    /// This peer's index in the cluster file.
+    #[arg(long)]
+    pub id: usize,
+    /// Backend; must match the cluster file (an FMS file names a `server`).
+    #[arg(long, value_enum)]
+    pub backend: Option<super::run::Backend>,
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// `sfb server` options (the FMS parameter server of a cluster file with a `server`).
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    #[command(flatten)]
+    pub node: NodeArgs,
+}
+
+/// What `sfb peer --report` / `sfb server --report` writes.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct PeerFile {
     pub report: PeerReport,
@@ -163,77 +188,167 @@ pub struct PeerFile {
     pub d: usize,
 }
 
+/// What the runner needs from a finished node.
+struct Finished {
+    metrics: sfb_core::metrics::PeerMetrics,
+    evaluation: Option<sfb_core::Evaluation>,
+    checksum: String,
+    w: ndarray::Array2<f32>,
+    clock: u64,
+}
+
 pub fn peer(args: &PeerArgs) -> Result<()> {
-    let mut cluster = Cluster::load(&args.cluster)?;
+    let a = &args.node;
+    let cluster = Cluster::load(&a.cluster)?;
     let p = cluster.peers();
     if args.id >= p {
         bail!(
             "--id {} is not a peer of {} (it has {p} peers)",
             args.id,
-            args.cluster.display()
+            a.cluster.display()
         );
     }
-    let mut opts = args.net.options()?;
-    if args.exchange_addrs {
+    let fms = cluster.server().is_some();
+    match (args.backend, fms) {
+        (Some(super::run::Backend::Sfb), true) => {
+            bail!(
+                "{} is an FMS cluster (it names a server); use --backend fms",
+                a.cluster.display()
+            )
+        }
+        (Some(super::run::Backend::Fms), false) => {
+            bail!(
+                "{} is an SFB cluster (no server); use --backend sfb",
+                a.cluster.display()
+            )
+        }
+        _ => {}
+    }
+    if cluster.server() == Some(args.id) {
+        bail!(
+            "peer {} is the cluster's server: run `sfb server --cluster {}`",
+            args.id,
+            a.cluster.display()
+        );
+    }
+    let data = load_data(&a.train)?;
+    let ids = |v: &[usize]| v.iter().map(|&i| PeerId(i as u32)).collect::<Vec<_>>();
+    let workers = cluster.workers();
+    if fms {
+        let engine = build_engine(&a.train, &data, args.id as u32, workers, vec![], vec![])?;
+        let jd = engine.replica().dim();
+        let client = sfb_core::fms::Client::from_engine(engine, a.fms_push.into())?;
+        run_node(a, cluster, args.id, client, jd, true, |c| Finished {
+            metrics: c.metrics().clone(),
+            evaluation: c.last_evaluation(),
+            checksum: c.checksum(),
+            w: c.w().to_owned(),
+            clock: c.clock(),
+        })
+    } else {
+        let engine = build_engine(
+            &a.train,
+            &data,
+            args.id as u32,
+            p,
+            ids(cluster.out(args.id)),
+            ids(cluster.in_neighbours(args.id)),
+        )?
+        .with_wire(a.net.wire);
+        let jd = engine.replica().dim();
+        run_node(a, cluster, args.id, engine, jd, false, |e| Finished {
+            metrics: e.metrics().clone(),
+            evaluation: e.last_evaluation(),
+            checksum: e.replica().checksum(),
+            w: e.replica().w().to_owned(),
+            clock: e.clock(),
+        })
+    }
+}
+
+pub fn server(args: &ServerArgs) -> Result<()> {
+    let a = &args.node;
+    let cluster = Cluster::load(&a.cluster)?;
+    let Some(id) = cluster.server() else {
+        bail!(
+            "{} names no server: it is an SFB cluster (run `sfb peer` for each peer)",
+            a.cluster.display()
+        );
+    };
+    let data = load_data(&a.train)?;
+    let engine = build_engine(&a.train, &data, 0, cluster.workers(), vec![], vec![])?;
+    let jd = engine.replica().dim();
+    let server = sfb_core::fms::Server::from_engine(engine, a.fms_push.into())?;
+    run_node(a, cluster, id, server, jd, true, |s| Finished {
+        metrics: s.metrics().clone(),
+        evaluation: None,
+        checksum: s.replica().checksum(),
+        w: s.replica().w().to_owned(),
+        clock: s.clock(),
+    })
+}
+
+fn run_node<N: sfb_core::StateMachine + Send + 'static>(
+    a: &NodeArgs,
+    mut cluster: Cluster,
+    id: usize,
+    node: N,
+    jd: (usize, usize),
+    full_w: bool,
+    finished: impl FnOnce(&N) -> Finished,
+) -> Result<()> {
+    let mut opts = a.net.options()?;
+    if a.exchange_addrs {
         // The launcher (or a test) reads progress from stdout.
         opts.progress = Some(Arc::new(|r: &ClockRecord| {
             println!("CLOCK {}", r.clock);
             let _ = std::io::stdout().flush();
         }));
     }
-    let data = load_data(&args.train)?;
-    let t = cluster.topology();
-    let ids = |v: &[usize]| v.iter().map(|&i| PeerId(i as u32)).collect::<Vec<_>>();
-    let engine = build_engine(
-        &args.train,
-        &data,
-        args.id as u32,
-        p,
-        ids(t.out(args.id)),
-        ids(t.in_neighbours(args.id)),
-    )?;
-    let (j, d) = engine.replica().dim();
     let shape = RunShape {
-        j,
-        d,
-        batch: args.train.batch,
-        clocks: args.train.clocks,
+        j: jd.0,
+        d: jd.1,
+        batch: a.train.batch,
+        clocks: a.train.clocks,
+        full_w,
+        dtype: a.net.wire,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     let outcome = rt.block_on(async {
-        let node = Node::start(&cluster, args.id, &shape, &opts).await?;
-        if args.exchange_addrs {
-            println!("LISTENING {}", node.listen_addr());
+        let started = Node::start(&cluster, id, &shape, &opts).await?;
+        if a.exchange_addrs {
+            println!("LISTENING {}", started.listen_addr());
             std::io::stdout().flush()?;
             let mut line = String::new();
             BufReader::new(tokio::io::stdin())
                 .read_line(&mut line)
                 .await
-                .context("reading peer addresses from stdin")?;
+                .context("reading node addresses from stdin")?;
             let addrs = line
                 .split_whitespace()
-                .map(|a| a.parse().with_context(|| format!("address {a:?}")))
+                .map(|x| x.parse().with_context(|| format!("address {x:?}")))
                 .collect::<Result<Vec<_>>>()?;
             cluster.set_addrs(addrs)?;
         }
-        anyhow::Ok(node.run(&cluster, engine, &shape, &opts).await?)
+        anyhow::Ok(started.run(&cluster, node, &shape, &opts).await?)
     })?;
-    let e = outcome.engine.last_evaluation();
-    let mut metrics = outcome.engine.metrics().clone();
-    // The transport's counts include framing; prefer them to the engine's payload counts.
+    let f = finished(&outcome.node);
+    let mut metrics = f.metrics;
+    // The transport's counts include framing; prefer them to the node's payload counts.
     metrics.bytes_sent = outcome.stats.total_sent();
     metrics.bytes_received = outcome.stats.total_received();
+    let (j, d) = f.w.dim();
     let file = PeerFile {
         report: PeerReport {
-            peer: args.id as u32,
+            peer: cluster.core_id(id).0,
             wall_s: outcome.records.last().map_or(0.0, |r| r.wall_s),
             metrics,
-            objective: e.map(|e| e.objective),
-            test_accuracy: e.and_then(|e| e.accuracy),
-            checksum: outcome.engine.replica().checksum(),
+            objective: f.evaluation.map(|e| e.objective),
+            test_accuracy: f.evaluation.and_then(|e| e.accuracy),
+            checksum: f.checksum.clone(),
         },
         records: outcome.records,
         net_bytes_sent: outcome.stats.total_sent(),
@@ -250,23 +365,26 @@ pub fn peer(args: &PeerArgs) -> Result<()> {
         j,
         d,
     };
-    if let Some(path) = &args.dump_w {
-        let w = outcome.engine.replica().w();
-        let w = w.as_standard_layout();
+    if let Some(path) = &a.dump_w {
+        let w = f.w.as_standard_layout();
         std::fs::write(
             path,
             bytemuck::cast_slice::<f32, u8>(w.as_slice().expect("standard")),
         )
         .with_context(|| format!("writing {}", path.display()))?;
     }
-    if let Some(path) = &args.report {
+    if let Some(path) = &a.report {
         std::fs::write(path, serde_json::to_string(&file)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     eprintln!(
-        "peer {} done: {} clocks, checksum {}, sent {} B, objective {}",
-        args.id,
-        outcome.engine.clock(),
+        "{} done: {} clocks, checksum {}, sent {} B, objective {}",
+        if cluster.server() == Some(id) {
+            "server".to_string()
+        } else {
+            format!("peer {id}")
+        },
+        f.clock,
         file.report.checksum,
         file.net_bytes_sent,
         file.report
@@ -317,8 +435,8 @@ pub fn launch(
     train: &TrainArgs,
     timeout: Duration,
     topology_time_limit: Duration,
+    fms: bool,
 ) -> Result<(Summary, Vec<ClockRecord>)> {
-    let topology = topology_for(p, q, topology_time_limit)?;
     let dir = std::env::temp_dir().join(format!(
         "sfb-run-{}-{}",
         std::process::id(),
@@ -328,15 +446,30 @@ pub fn launch(
     ));
     std::fs::create_dir_all(&dir)?;
     let cluster_path = dir.join("cluster.toml");
-    Cluster::init(&cluster_path, &topology, &["127.0.0.1".to_string()], 0)?;
+    let hosts = ["127.0.0.1".to_string()];
+    if fms {
+        Cluster::init_fms(&cluster_path, p, &hosts, 0)?;
+    } else {
+        let topology = topology_for(p, q, topology_time_limit)?;
+        Cluster::init(&cluster_path, &topology, &hosts, 0)?;
+    }
     let exe = std::env::current_exe()?;
     let pass = passthrough_args();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let result = rt.block_on(run_children(&exe, &cluster_path, &dir, p, &pass, timeout));
-    let merged = result.and_then(|()| merge(&dir, p, q, train));
+    let nodes = p + usize::from(fms);
+    let result = rt.block_on(run_children(
+        &exe,
+        &cluster_path,
+        &dir,
+        nodes,
+        fms,
+        &pass,
+        timeout,
+    ));
+    let merged = result.and_then(|()| merge(&dir, p, q, train, fms));
     let _ = std::fs::remove_dir_all(&dir);
     merged
 }
@@ -346,17 +479,20 @@ async fn run_children(
     cluster: &Path,
     dir: &Path,
     p: usize,
+    fms: bool,
     pass: &[String],
     timeout: Duration,
 ) -> Result<()> {
     let mut children = Vec::new();
     for i in 0..p {
         let mut cmd = tokio::process::Command::new(exe);
-        cmd.arg("peer")
-            .arg("--cluster")
+        if fms && i == p - 1 {
+            cmd.arg("server");
+        } else {
+            cmd.arg("peer").arg("--id").arg(i.to_string());
+        }
+        cmd.arg("--cluster")
             .arg(cluster)
-            .arg("--id")
-            .arg(i.to_string())
             .arg("--exchange-addrs")
             .arg("--report")
             .arg(dir.join(format!("peer-{i}.json")))
@@ -463,35 +599,52 @@ fn futures_unordered(children: Vec<tokio::process::Child>) -> Waits {
     Waits { rx, tasks }
 }
 
-fn merge(dir: &Path, p: usize, q: usize, train: &TrainArgs) -> Result<(Summary, Vec<ClockRecord>)> {
+fn merge(
+    dir: &Path,
+    p: usize,
+    q: usize,
+    train: &TrainArgs,
+    fms: bool,
+) -> Result<(Summary, Vec<ClockRecord>)> {
+    let read = |i: usize| -> Result<PeerFile> {
+        let path = dir.join(format!("peer-{i}.json"));
+        Ok(serde_json::from_str(
+            &std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        )?)
+    };
     let mut reports = Vec::new();
     let mut records = Vec::new();
     let mut ws = Vec::new();
     for i in 0..p {
-        let path = dir.join(format!("peer-{i}.json"));
-        let f: PeerFile = serde_json::from_str(
-            &std::fs::read_to_string(&path)
-                .with_context(|| format!("reading {}", path.display()))?,
-        )?;
+        let f = read(i)?;
         let wbytes = std::fs::read(dir.join(format!("peer-{i}.w")))?;
         let w: Vec<f32> = bytemuck::pod_collect_to_vec(&wbytes);
         ws.push(ndarray::Array2::from_shape_vec((f.j, f.d), w)?);
         reports.push(f.report);
         records.extend(f.records);
     }
+    let server = if fms {
+        let f = read(p)?;
+        records.extend(f.records);
+        Some(f.report.metrics)
+    } else {
+        None
+    };
     let views: Vec<_> = ws.iter().map(|w| w.view()).collect();
     let info = RunInfo {
-        backend: "sfb".into(),
+        backend: if fms { "fms" } else { "sfb" }.into(),
         transport: "libp2p".into(),
         model: train.model.name().into(),
         consistency: train.consistency().to_string(),
         peers: p,
-        out_degree: q,
+        out_degree: if fms { 1 } else { q },
         clocks: train.clocks,
         batch: train.batch,
     };
-    Ok((
-        Summary::aggregate(info, &reports, max_divergence(&views)),
-        records,
-    ))
+    let summary = match &server {
+        Some(m) => Summary::aggregate_with_server(info, &reports, m, max_divergence(&views)),
+        None => Summary::aggregate(info, &reports, max_divergence(&views)),
+    };
+    Ok((summary, records))
 }

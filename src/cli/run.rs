@@ -78,12 +78,19 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 args.fms_push,
             )?
         }
-        (Backend::Fms, Transport::Libp2p) => {
-            bail!("--backend fms over --transport libp2p is not built yet; use --transport mem")
-        }
+        (Backend::Fms, Transport::Libp2p) => super::p2p::launch(
+            p,
+            q,
+            &args.train,
+            std::time::Duration::from_secs_f64(args.timeout),
+            tl,
+            true,
+        )?,
         (Backend::Sfb, Transport::Mem) => {
-            if args.net.bandwidth.is_some() {
-                bail!("--bandwidth is enforced by the libp2p transport; add --transport libp2p");
+            if args.net.bandwidth.is_some() || args.net.wire != sfb_core::wire::Dtype::F32 {
+                bail!(
+                    "--bandwidth and --wire f16 apply to the libp2p transport; add --transport libp2p"
+                );
             }
             let out = if p == 1 {
                 vec![vec![]]
@@ -102,6 +109,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             &args.train,
             std::time::Duration::from_secs_f64(args.timeout),
             tl,
+            false,
         )?,
     };
     if let Some(path) = &args.train.metrics {

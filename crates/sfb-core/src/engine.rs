@@ -53,6 +53,10 @@ pub struct Config {
     /// Evaluate every this many clocks (the last clock always). 0: only at the end.
     /// Default: 10.
     pub eval_every: u64,
+    /// How factor values travel on the wire. With [`wire::Dtype::F16`] the engine rounds
+    /// its own batches to half precision before applying and sending them, so every
+    /// replica applies the same values. Default: f32.
+    pub wire: wire::Dtype,
 }
 
 impl Config {
@@ -69,6 +73,7 @@ impl Config {
             batch_size: 16,
             lr: 0.1,
             eval_every: 10,
+            wire: wire::Dtype::F32,
         }
     }
 
@@ -221,6 +226,12 @@ impl<M: Model> Engine<M> {
         Ok((self.cfg, self.worker, self.replica))
     }
 
+    /// Sends (and applies) factor values as `dtype`; see [`Config::wire`].
+    pub fn with_wire(mut self, dtype: wire::Dtype) -> Self {
+        self.cfg.wire = dtype;
+        self
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.cfg
@@ -333,7 +344,7 @@ impl<M: Model> Engine<M> {
         }
         let (j, d) = self.replica.dim();
         batch.validate(j, d)?;
-        self.worker.metrics.bytes_received += wire::encoded_len(&msg) as u64;
+        self.worker.metrics.bytes_received += wire::encoded_len_with(&msg, self.cfg.wire) as u64;
         self.status[origin.index()] = Some(InStatus {
             delivered: st.delivered + 1,
             mean_iter_s: f64::from(*mean_iter_us) * 1e-6,
@@ -443,13 +454,20 @@ impl<M: Model> Engine<M> {
         let fb = self
             .worker
             .compute(self.replica.w(), t, self.cfg.batch_size, self.cfg.lr)?;
+        let fb = if self.cfg.wire == wire::Dtype::F16 {
+            let mut fb = fb;
+            wire::round_to_f16(&mut fb);
+            fb
+        } else {
+            fb
+        };
         let fb = Arc::new(fb);
         let msg = Message::Factors {
             batch: Arc::clone(&fb),
             mean_iter_us: self.worker.mean_iter_us(t + 1),
         };
         if !self.cfg.out_neighbors.is_empty() {
-            let len = wire::encoded_len(&msg) as u64;
+            let len = wire::encoded_len_with(&msg, self.cfg.wire) as u64;
             for &to in &self.cfg.out_neighbors {
                 self.worker.metrics.bytes_sent += len;
                 self.outputs.push_back(Output {

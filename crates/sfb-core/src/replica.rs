@@ -9,21 +9,42 @@
 //! parameter server adds those with [`Replica::add_dense`], the only other way W changes.
 //!
 //! Determinism: W is cut into row blocks of a size that depends only on W's shape; each
-//! block is updated by a sequential GEMM followed by the sparse scatter, and blocks run in
-//! parallel on rayon. The bits of the result therefore depend on the inputs and their order
-//! only, never on the number of threads.
+//! block is updated by a sequential dense update followed by the sparse scatter, and blocks
+//! run in parallel on rayon. The bits of the result therefore depend on the inputs and their
+//! order only, never on the number of threads.
+//!
+//! The dense update has two paths, chosen by the stacked rank `R` alone:
+//! - `R ≤` [`SMALL_RANK_MAX`]: a register-blocked rank-`R` update (pulp, runtime SIMD
+//!   dispatch) that reads and writes each entry of W once and adds all `R` terms in a single
+//!   pass, `w ← fma(ū_R, v̄_R, … fma(ū_1, v̄_1, w))` in stacking order. Every entry gets
+//!   exactly that chain of fused multiply-adds whatever the SIMD width or its position in a
+//!   tile, so these bits do not even depend on the instruction set. At small `R` the update
+//!   is bound by memory traffic over W, and a general GEMM's packing and epilogue cost more
+//!   than the arithmetic.
+//! - larger `R`: a sequential faer GEMM per block, `W_blk += Ū_blkᵀ V̄`.
 
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Par};
 use faer_ext::IntoFaer;
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
+use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
 use crate::{Error, FactorBatch, PeerId, Result, VFactors};
 
 /// Rows of W per independently-updated block. A function of nothing but this constant, so
-/// results are identical on every machine with the same SIMD width, whatever the threads.
+/// results are identical on every machine with the same SIMD width, whatever the threads
+/// (for `R ≤` [`SMALL_RANK_MAX`] they do not depend on the SIMD width either).
 pub const BLOCK_ROWS: usize = 128;
+
+/// Largest stacked dense rank `R` applied by the register-blocked small-rank kernel; larger
+/// ranks go through faer's GEMM. A function of `R` only.
+pub const SMALL_RANK_MAX: usize = 32;
+
+/// Rows of W updated together by the small-rank kernel (divides [`BLOCK_ROWS`]).
+const MR: usize = 8;
+/// SIMD vectors per row in one tile of the small-rank kernel.
+const NV: usize = 1;
 
 /// What one call of [`Replica::apply`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -224,7 +245,8 @@ fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> ApplyStats 
         batches: batches.len(),
         ..ApplyStats::default()
     };
-    // Stack the dense pairs: Ut is J × R (row-major), scaled; Vbar is R × D.
+    // Stack the dense pairs: Ut holds J × R scaled values (row-major for the GEMM path, grouped
+    // as below for the small-rank path); Vbar is R × D.
     let dense: Vec<&FactorBatch> = batches
         .iter()
         .copied()
@@ -232,12 +254,22 @@ fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> ApplyStats 
         .collect();
     let r: usize = dense.iter().map(|b| b.len()).sum();
     stats.dense_pairs = r;
+    let small = r <= SMALL_RANK_MAX;
+    // Small ranks: rows in groups of MR, each group's R×MR values interleaved by pair
+    // ([group][pair][row in group]); rows past the last full group stay row-major. Groups
+    // never straddle a block because MR divides BLOCK_ROWS.
+    let full = if small { j / MR * MR } else { 0 };
     let mut ut = vec![0f32; j * r];
     let mut col = 0;
     for b in &dense {
         for i in 0..b.len() {
             for (row, &x) in b.u_row(i).iter().enumerate() {
-                ut[row * r + col] = b.scale * x;
+                let at = if row < full {
+                    (row - row % MR) * r + col * MR + row % MR
+                } else {
+                    row * r + col
+                };
+                ut[at] = b.scale * x;
             }
             col += 1;
         }
@@ -283,8 +315,16 @@ fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> ApplyStats 
     if (r == 0 && sparse.is_empty()) || j == 0 || d == 0 {
         return stats;
     }
+    let arch = pulp::Arch::new();
+    let panels = if small && r > 0 {
+        pack_panels(vbar, r, d, arch.dispatch(Lanes) * NV)
+    } else {
+        Vec::new()
+    };
+    let vbar_rows = vbar;
     let vbar = ArrayView2::from_shape((r, d), vbar).expect("validated shape");
-    let ut = ArrayView2::from_shape((j, r), &ut[..]).expect("stacked shape");
+    let ut_flat = &ut[..];
+    let ut = ArrayView2::from_shape((j, r), ut_flat).expect("stacked shape");
     let wslice = w.as_slice_mut().expect("replica is standard layout");
     wslice
         .par_chunks_mut(BLOCK_ROWS * d)
@@ -292,8 +332,18 @@ fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> ApplyStats 
         .for_each(|(blk, wb)| {
             let r0 = blk * BLOCK_ROWS;
             let rows = wb.len() / d;
+            if small && r > 0 {
+                arch.dispatch(SmallRank {
+                    w: &mut *wb,
+                    d,
+                    r,
+                    ut: &ut_flat[r0 * r..(r0 + rows) * r],
+                    panels: &panels,
+                    vbar: vbar_rows,
+                });
+            }
             let mut wv = ArrayViewMut2::from_shape((rows, d), wb).expect("block shape");
-            if r > 0 {
+            if r > 0 && !small {
                 let lhs = ut.slice(ndarray::s![r0..r0 + rows, ..]);
                 matmul(
                     wv.view_mut().into_faer(),
@@ -318,6 +368,133 @@ fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> ApplyStats 
             }
         });
     stats
+}
+
+/// `S::F32_LANES` of the dispatched instruction set.
+struct Lanes;
+
+impl WithSimd for Lanes {
+    type Output = usize;
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, _simd: S) -> usize {
+        S::F32_LANES
+    }
+}
+
+/// `V̄` (R×D, row-major) as column panels `cw` wide: panel `g` holds columns
+/// `g·cw..(g+1)·cw` of all R rows, row after row. Columns past the last full panel are left
+/// out (the kernel reads them from `V̄` itself).
+fn pack_panels(vbar: &[f32], r: usize, d: usize, cw: usize) -> Vec<f32> {
+    let ng = d / cw;
+    let mut p = Vec::with_capacity(ng * r * cw);
+    for g in 0..ng {
+        for k in 0..r {
+            p.extend_from_slice(&vbar[k * d + g * cw..k * d + (g + 1) * cw]);
+        }
+    }
+    p
+}
+
+/// One row block of the small-rank kernel: `W_blk += Ū_blkᵀ V̄` with every entry updated by
+/// the chain `w ← fma(ū_k, v̄_k, w)`, `k = 1..R`, in one pass over the block.
+struct SmallRank<'a> {
+    /// The block of W, `rows × d`, row-major.
+    w: &'a mut [f32],
+    d: usize,
+    r: usize,
+    /// The block's rows of `Ū` (scaled), in the grouped layout of `apply_unchecked`.
+    ut: &'a [f32],
+    /// [`pack_panels`] of `V̄` with `cw = S::F32_LANES · NV`.
+    panels: &'a [f32],
+    /// `V̄`, R×D row-major, for the columns past the last panel.
+    vbar: &'a [f32],
+}
+
+impl WithSimd for SmallRank<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let SmallRank {
+            w,
+            d,
+            r,
+            ut,
+            panels,
+            vbar,
+        } = self;
+        let split = d / (S::F32_LANES * NV) * (S::F32_LANES * NV);
+        let (panels, _) = S::as_simd_f32s(panels);
+        let full = w.len() / d / MR * MR;
+        let (w_full, w_rest) = w.split_at_mut(full * d);
+        let (u_full, u_rest) = ut.split_at(full * r);
+        // Groups of MR rows: an MR × NV tile of accumulators per panel, all R pairs added
+        // while the tile sits in registers.
+        for (wg, u) in w_full
+            .chunks_exact_mut(MR * d)
+            .zip(u_full.chunks_exact(MR * r))
+        {
+            let mut it = wg.chunks_exact_mut(d);
+            let mut wr: [&mut [S::f32s]; MR] = std::array::from_fn(|_| {
+                let row = it.next().expect("MR rows per group");
+                S::as_mut_simd_f32s(&mut row[..split]).0
+            });
+            for (g, panel) in panels.chunks_exact(r * NV).enumerate() {
+                let cols = g * NV..(g + 1) * NV;
+                let mut acc: [[S::f32s; NV]; MR] =
+                    std::array::from_fn(|i| std::array::from_fn(|v| wr[i][g * NV + v]));
+                for (vk, uk) in panel.chunks_exact(NV).zip(u.chunks_exact(MR)) {
+                    for (acc_i, &ui) in acc.iter_mut().zip(uk) {
+                        let s = simd.splat_f32s(ui);
+                        for (a, &v) in acc_i.iter_mut().zip(vk) {
+                            *a = simd.mul_add_f32s(s, v, *a);
+                        }
+                    }
+                }
+                for (row, acc_i) in wr.iter_mut().zip(&acc) {
+                    row[cols.clone()].copy_from_slice(acc_i);
+                }
+            }
+            for (i, row) in wg.chunks_exact_mut(d).enumerate() {
+                tail_columns(row, u.iter().skip(i).step_by(MR), vbar, split, d);
+            }
+        }
+        // Rows past the last full group (only at the end of W): one row at a time.
+        for (row, u) in w_rest.chunks_exact_mut(d).zip(u_rest.chunks_exact(r)) {
+            let (head, _) = S::as_mut_simd_f32s(&mut row[..split]);
+            for (g, panel) in panels.chunks_exact(r * NV).enumerate() {
+                let mut acc: [S::f32s; NV] = std::array::from_fn(|v| head[g * NV + v]);
+                for (vk, &uk) in panel.chunks_exact(NV).zip(u) {
+                    let s = simd.splat_f32s(uk);
+                    for (a, &v) in acc.iter_mut().zip(vk) {
+                        *a = simd.mul_add_f32s(s, v, *a);
+                    }
+                }
+                head[g * NV..(g + 1) * NV].copy_from_slice(&acc);
+            }
+            tail_columns(row, u.iter(), vbar, split, d);
+        }
+    }
+}
+
+/// Columns `split..d` of one row of W (those past the last full panel), with the same fused
+/// multiply-add chain as the SIMD tiles. `u` yields the row's `ū_k` in pair order.
+#[inline(always)]
+fn tail_columns<'u>(
+    row: &mut [f32],
+    u: impl Iterator<Item = &'u f32> + Clone,
+    vbar: &[f32],
+    split: usize,
+    d: usize,
+) {
+    for (c, x) in row.iter_mut().enumerate().skip(split) {
+        let mut a = *x;
+        for (&uk, vk) in u.clone().zip(vbar.chunks_exact(d)) {
+            a = uk.mul_add(vk[c], a);
+        }
+        *x = a;
+    }
 }
 
 /// The slow, obviously-correct reference: every pair's outer product added entry by entry,

@@ -113,6 +113,92 @@ enum Header {
         j: u32,
         d: u32,
     },
+    /// As `Factors`, with `u` and the `v` values as IEEE half floats (indices stay u32).
+    FactorsF16 {
+        origin: u32,
+        clock: u64,
+        scale: f32,
+        mean_iter_us: u32,
+        k: u32,
+        j: u32,
+        d: u32,
+        nnz: Option<u32>,
+    },
+}
+
+/// Element encoding of factor values on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Dtype {
+    /// 4 bytes per value, exact.
+    #[default]
+    F32,
+    /// 2 bytes per value (IEEE binary16). Used only for batches whose values all fit
+    /// ([`fits_f16`]); others go as f32. Senders apply the rounded values themselves
+    /// ([`round_to_f16`]) so every replica applies the same numbers.
+    F16,
+}
+
+impl std::str::FromStr for Dtype {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(Dtype::F32),
+            "f16" => Ok(Dtype::F16),
+            other => Err(format!("unknown wire dtype {other:?} (f32 or f16)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Dtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+        })
+    }
+}
+
+/// Largest finite half float.
+const F16_MAX: f32 = 65504.0;
+
+fn v_values(batch: &FactorBatch) -> &[f32] {
+    match &batch.v {
+        VFactors::Dense(v) => v,
+        VFactors::Sparse { values, .. } => values,
+    }
+}
+
+/// Whether every `u` and `v` value of `batch` is within half-float range.
+pub fn fits_f16(batch: &FactorBatch) -> bool {
+    batch
+        .u
+        .iter()
+        .chain(v_values(batch))
+        .all(|x| x.abs() <= F16_MAX)
+}
+
+/// Rounds every `u` and `v` value to the nearest half float (in place), if all fit;
+/// returns whether it did. What a receiver of the f16 encoding decodes.
+pub fn round_to_f16(batch: &mut FactorBatch) -> bool {
+    if !fits_f16(batch) {
+        return false;
+    }
+    let round = |xs: &mut [f32]| {
+        for x in xs {
+            *x = half::f16::from_f32(*x).to_f32();
+        }
+    };
+    round(&mut batch.u);
+    match &mut batch.v {
+        VFactors::Dense(v) => round(v),
+        VFactors::Sparse { values, .. } => round(values),
+    }
+    true
+}
+
+fn uses_f16(msg: &Message, dtype: Dtype) -> bool {
+    matches!((msg, dtype), (Message::Factors { batch, .. }, Dtype::F16) if fits_f16(batch))
 }
 
 /// What a receiver expects of incoming frames.
@@ -124,6 +210,34 @@ pub struct Expect {
     pub d: usize,
     /// Number of peers (origins must be `< peers`).
     pub peers: usize,
+}
+
+fn header_with(msg: &Message, half: bool) -> Header {
+    match (header_of(msg), half) {
+        (
+            Header::Factors {
+                origin,
+                clock,
+                scale,
+                mean_iter_us,
+                k,
+                j,
+                d,
+                nnz,
+            },
+            true,
+        ) => Header::FactorsF16 {
+            origin,
+            clock,
+            scale,
+            mean_iter_us,
+            k,
+            j,
+            d,
+            nnz,
+        },
+        (h, _) => h,
+    }
 }
 
 fn header_of(msg: &Message) -> Header {
@@ -174,18 +288,23 @@ fn row_major(m: &Array2<f32>) -> Cow<'_, [f32]> {
 
 /// Exact size in bytes of `msg`'s encoding.
 pub fn encoded_len(msg: &Message) -> usize {
-    let header = postcard::to_allocvec(&header_of(msg)).map_or(0, |h| h.len());
+    encoded_len_with(msg, Dtype::F32)
+}
+
+/// Exact size in bytes of `msg`'s encoding with factor values as `dtype`.
+pub fn encoded_len_with(msg: &Message, dtype: Dtype) -> usize {
+    let half = uses_f16(msg, dtype);
+    let header = postcard::to_allocvec(&header_with(msg, half)).map_or(0, |h| h.len());
+    let value = if half { 2 } else { 4 };
     let payload = match msg {
         Message::Factors { batch, .. } => {
-            4 * (batch.u.len()
+            value * (batch.u.len() + v_values(batch).len())
                 + match &batch.v {
-                    VFactors::Dense(v) => v.len(),
+                    VFactors::Dense(_) => 0,
                     VFactors::Sparse {
-                        indptr,
-                        indices,
-                        values,
-                    } => indptr.len() + indices.len() + values.len(),
-                })
+                        indptr, indices, ..
+                    } => 4 * (indptr.len() + indices.len()),
+                }
         }
         Message::Params { w: m, .. } | Message::Delta { delta: m, .. } => 4 * m.len(),
     };
@@ -194,17 +313,46 @@ pub fn encoded_len(msg: &Message) -> usize {
 
 /// Encodes `msg` into a new buffer.
 pub fn encode(msg: &Message) -> Vec<u8> {
-    let mut out = Vec::with_capacity(encoded_len(msg));
-    encode_into(msg, &mut out);
+    encode_with(msg, Dtype::F32)
+}
+
+/// Encodes `msg` with factor values as `dtype` (f16 only where every value fits).
+pub fn encode_with(msg: &Message, dtype: Dtype) -> Vec<u8> {
+    let mut out = Vec::with_capacity(encoded_len_with(msg, dtype));
+    encode_into_with(msg, dtype, &mut out);
     out
 }
 
 /// Appends `msg`'s encoding to `out`.
 pub fn encode_into(msg: &Message, out: &mut Vec<u8>) {
+    encode_into_with(msg, Dtype::F32, out);
+}
+
+fn push_f16(out: &mut Vec<u8>, xs: &[f32]) {
+    use half::slice::HalfFloatSliceExt;
+    let mut h = vec![half::f16::ZERO; xs.len()];
+    h.convert_from_f32_slice(xs);
+    out.extend_from_slice(bytemuck::cast_slice(&h));
+}
+
+/// Appends `msg`'s encoding with factor values as `dtype` to `out`.
+pub fn encode_into_with(msg: &Message, dtype: Dtype, out: &mut Vec<u8>) {
     out.extend_from_slice(&WIRE_VERSION.to_le_bytes());
-    let header = postcard::to_allocvec(&header_of(msg)).expect("header encodes");
+    let half = uses_f16(msg, dtype);
+    let header = postcard::to_allocvec(&header_with(msg, half)).expect("header encodes");
     out.extend_from_slice(&header);
     match msg {
+        Message::Factors { batch, .. } if half => {
+            push_f16(out, &batch.u);
+            if let VFactors::Sparse {
+                indptr, indices, ..
+            } = &batch.v
+            {
+                out.extend_from_slice(bytemuck::cast_slice(indptr));
+                out.extend_from_slice(bytemuck::cast_slice(indices));
+            }
+            push_f16(out, v_values(batch));
+        }
         Message::Factors { batch, .. } => {
             out.extend_from_slice(bytemuck::cast_slice(&batch.u));
             match &batch.v {
@@ -251,12 +399,36 @@ impl<'a> Reader<'a> {
 
     fn f32s(&mut self, n: usize, what: &str) -> Result<Vec<f32>> {
         let bytes = self.take(n.checked_mul(4).ok_or_else(|| bad("size overflow"))?, what)?;
-        Ok(bytemuck::pod_collect_to_vec(bytes))
+        // One allocation, no zero-fill; the payload need not be 4-byte aligned.
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    fn f16s(&mut self, n: usize, what: &str) -> Result<Vec<f32>> {
+        use half::slice::HalfFloatSliceExt;
+        let bytes = self.take(n.checked_mul(2).ok_or_else(|| bad("size overflow"))?, what)?;
+        let h: Vec<half::f16> = bytemuck::pod_collect_to_vec(bytes);
+        let mut out = vec![0f32; n];
+        h.convert_to_f32_slice(&mut out);
+        Ok(out)
+    }
+
+    fn values(&mut self, n: usize, half: bool, what: &str) -> Result<Vec<f32>> {
+        if half {
+            self.f16s(n, what)
+        } else {
+            self.f32s(n, what)
+        }
     }
 
     fn u32s(&mut self, n: usize, what: &str) -> Result<Vec<u32>> {
         let bytes = self.take(n.checked_mul(4).ok_or_else(|| bad("size overflow"))?, what)?;
-        Ok(bytemuck::pod_collect_to_vec(bytes))
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
     }
 
     /// A `j × d` matrix from `origin` (shape checked against `expect` before reading).
@@ -306,7 +478,33 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
     let (header, rest): (Header, &[u8]) =
         postcard::take_from_bytes(&bytes[2..]).map_err(|e| bad(format!("header: {e}")))?;
     let mut r = Reader { rest };
+    let (header, half) = match header {
+        Header::FactorsF16 {
+            origin,
+            clock,
+            scale,
+            mean_iter_us,
+            k,
+            j,
+            d,
+            nnz,
+        } => (
+            Header::Factors {
+                origin,
+                clock,
+                scale,
+                mean_iter_us,
+                k,
+                j,
+                d,
+                nnz,
+            },
+            true,
+        ),
+        h => (h, false),
+    };
     let msg = match header {
+        Header::FactorsF16 { .. } => unreachable!("mapped to Factors above"),
         Header::Factors {
             origin,
             clock,
@@ -340,11 +538,11 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
                 });
             }
             let kj = k.checked_mul(j).ok_or_else(|| bad("K·J overflows"))?;
-            let u = r.f32s(kj, "u")?;
+            let u = r.values(kj, half, "u")?;
             let v = match nnz {
                 None => {
                     let kd = k.checked_mul(d).ok_or_else(|| bad("K·D overflows"))?;
-                    VFactors::Dense(r.f32s(kd, "dense v")?)
+                    VFactors::Dense(r.values(kd, half, "dense v")?)
                 }
                 Some(nnz) => {
                     let indptr = r.u32s(
@@ -352,7 +550,7 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
                         "row pointers",
                     )?;
                     let indices = r.u32s(nnz as usize, "sparse indices")?;
-                    let values = r.f32s(nnz as usize, "sparse values")?;
+                    let values = r.values(nnz as usize, half, "sparse values")?;
                     VFactors::Sparse {
                         indptr,
                         indices,

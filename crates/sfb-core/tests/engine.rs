@@ -440,3 +440,93 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn f16_wire_halves_value_bytes_and_decodes_to_the_senders_rounded_values() {
+    let mut b = FactorBatch {
+        origin: PeerId(1),
+        clock: 0,
+        scale: -0.1,
+        j: 3,
+        d: 5,
+        u: vec![0.1, -0.25, 1.0 / 3.0, 7.0, -2.5, 0.001],
+        v: VFactors::Dense((0..10).map(|i| i as f32 * 0.37 - 1.1).collect()),
+    };
+    let m32 = Message::Factors {
+        batch: Arc::new(b.clone()),
+        mean_iter_us: 1,
+    };
+    let f32_len = wire::encoded_len_with(&m32, wire::Dtype::F32);
+    let f16_len = wire::encoded_len_with(&m32, wire::Dtype::F16);
+    let bytes = wire::encode_with(&m32, wire::Dtype::F16);
+    assert_eq!(bytes.len(), f16_len);
+    // 16 values × 2 bytes saved; the header may differ by its variant tag only.
+    assert_eq!(f32_len - f16_len, 16 * 2);
+    let Message::Factors { batch: got, .. } = wire::decode(
+        &bytes,
+        &Expect {
+            j: 3,
+            d: 5,
+            peers: 4,
+        },
+    )
+    .unwrap() else {
+        panic!("not factors")
+    };
+    assert!(wire::round_to_f16(&mut b));
+    assert_eq!(
+        *got, b,
+        "receiver must see exactly the sender's rounded batch"
+    );
+    // Rounding again changes nothing (the sender applies what receivers decode).
+    let mut again = b.clone();
+    wire::round_to_f16(&mut again);
+    assert_eq!(again, b);
+}
+
+#[test]
+fn f16_wire_falls_back_to_f32_for_values_out_of_half_range() {
+    let b = FactorBatch {
+        origin: PeerId(0),
+        clock: 0,
+        scale: 1.0,
+        j: 1,
+        d: 2,
+        u: vec![1.0],
+        v: VFactors::Dense(vec![1.0e6, 2.0]),
+    };
+    assert!(!wire::fits_f16(&b));
+    let m = Message::Factors {
+        batch: Arc::new(b.clone()),
+        mean_iter_us: 0,
+    };
+    assert_eq!(wire::encode_with(&m, wire::Dtype::F16), wire::encode(&m));
+    let back = wire::decode(
+        &wire::encode_with(&m, wire::Dtype::F16),
+        &Expect {
+            j: 1,
+            d: 2,
+            peers: 1,
+        },
+    )
+    .unwrap();
+    assert_eq!(back, m);
+}
+
+proptest! {
+    #[test]
+    fn f16_frames_round_trip_and_never_panic_when_mutated(b in arb_batch(), pos in any::<usize>(), byte in any::<u8>()) {
+        let m = Message::Factors { batch: Arc::new(b.clone()), mean_iter_us: 3 };
+        let bytes = wire::encode_with(&m, wire::Dtype::F16);
+        let mut rounded = b;
+        wire::round_to_f16(&mut rounded);
+        let back = wire::decode(&bytes, &Expect { j: 3, d: 5, peers: 4 }).unwrap();
+        prop_assert_eq!(back, Message::Factors { batch: Arc::new(rounded), mean_iter_us: 3 });
+        let mut bad = bytes.clone();
+        let i = pos % bad.len();
+        bad[i] = byte;
+        if let Ok(Message::Factors { batch, .. }) = wire::decode(&bad, &Expect { j: 3, d: 5, peers: 4 }) {
+            prop_assert!(batch.validate(3, 5).is_ok());
+        }
+    }
+}

@@ -13,6 +13,9 @@
 //! ```
 //! A listen address with port 0 means "any free port"; the launcher then exchanges the
 //! real addresses at start-up (see `sfb run --transport libp2p`).
+//!
+//! An FMS (parameter-server) cluster has a top-level `server = S` naming the server's entry;
+//! it is a star: the server sends to every client, each client only to the server.
 
 use std::path::{Path, PathBuf};
 
@@ -27,7 +30,10 @@ use crate::{Error, Result};
 pub struct Cluster {
     file: ClusterFile,
     path: PathBuf,
-    topology: Topology,
+    topology: Option<Topology>,
+    server: Option<usize>,
+    out: Vec<Vec<usize>>,
+    inn: Vec<Vec<usize>>,
     ids: Vec<Libp2pId>,
     addrs: Vec<Multiaddr>,
 }
@@ -50,8 +56,29 @@ impl Cluster {
     }
 
     fn from_file(file: ClusterFile, path: PathBuf) -> Result<Self> {
-        let topology = file.topology().map_err(|e| cfg_err(&path, e))?;
-        let p = topology.peers();
+        let server = match file.extra.get("server") {
+            None => None,
+            Some(v) => Some(
+                v.as_integer()
+                    .and_then(|x| usize::try_from(x).ok())
+                    .ok_or_else(|| cfg_err(&path, "`server` must be a peer id"))?,
+            ),
+        };
+        let (topology, out) = match server {
+            None => {
+                let t = file.topology().map_err(|e| cfg_err(&path, e))?;
+                let out = t.out_lists();
+                (Some(t), out)
+            }
+            Some(s) => (None, star_lists(&file, s).map_err(|m| cfg_err(&path, m))?),
+        };
+        let p = out.len();
+        let mut inn = vec![Vec::new(); p];
+        for (from, list) in out.iter().enumerate() {
+            for &to in list {
+                inn[to].push(from);
+            }
+        }
         let mut ids = vec![None; p];
         let mut addrs = vec![None; p];
         for e in &file.peers {
@@ -83,6 +110,9 @@ impl Cluster {
             file,
             path,
             topology,
+            server,
+            out,
+            inn,
             ids: ids
                 .into_iter()
                 .map(|x| x.expect("every id present"))
@@ -106,6 +136,37 @@ impl Cluster {
         hosts: &[String],
         base_port: u16,
     ) -> Result<Self> {
+        Self::write(path, ClusterFile::from_topology(topology), hosts, base_port)
+    }
+
+    /// Writes a new FMS cluster: `clients` clients (ids `0..clients`) and a server (id
+    /// `clients`), keys and addresses as [`init`](Self::init).
+    ///
+    /// # Errors
+    /// As [`init`](Self::init); [`Error::Config`] for zero clients.
+    pub fn init_fms(path: &Path, clients: usize, hosts: &[String], base_port: u16) -> Result<Self> {
+        if clients == 0 {
+            return Err(cfg_err(path, "an FMS cluster needs at least one client"));
+        }
+        let mut file =
+            ClusterFile::from_topology(&sfb_topology::full(2).map_err(|e| cfg_err(path, e))?);
+        file.out_degree = None;
+        file.peers = (0..=clients)
+            .map(|i| {
+                let out = if i == clients {
+                    (0..clients).collect()
+                } else {
+                    vec![clients]
+                };
+                sfb_topology::PeerEntry::new(i, out)
+            })
+            .collect();
+        file.extra
+            .insert("server".into(), toml::Value::Integer(clients as i64));
+        Self::write(path, file, hosts, base_port)
+    }
+
+    fn write(path: &Path, mut file: ClusterFile, hosts: &[String], base_port: u16) -> Result<Self> {
         if hosts.is_empty() {
             return Err(cfg_err(path, "no hosts given"));
         }
@@ -119,7 +180,6 @@ impl Cluster {
             .unwrap_or("cluster");
         let keys_rel = format!("{stem}-keys");
         std::fs::create_dir_all(dir.join(&keys_rel)).map_err(|e| cfg_err(path, e))?;
-        let mut file = ClusterFile::from_topology(topology);
         for e in &mut file.peers {
             let key = Keypair::generate_ed25519();
             let rel = format!("{keys_rel}/peer-{}.key", e.id);
@@ -152,9 +212,47 @@ impl Cluster {
         self.ids.len()
     }
 
-    /// The topology.
-    pub fn topology(&self) -> &Topology {
-        &self.topology
+    /// The Q-out topology of an SFB cluster (`None` for an FMS star).
+    pub fn topology(&self) -> Option<&Topology> {
+        self.topology.as_ref()
+    }
+
+    /// The server's index in an FMS cluster.
+    pub fn server(&self) -> Option<usize> {
+        self.server
+    }
+
+    /// Where node `i` sends.
+    pub fn out(&self, i: usize) -> &[usize] {
+        &self.out[i]
+    }
+
+    /// Who sends to node `i`.
+    pub fn in_neighbours(&self, i: usize) -> &[usize] {
+        &self.inn[i]
+    }
+
+    /// The sfb-core id of node `i`: [`sfb_core::PeerId::SERVER`] for the FMS server.
+    pub fn core_id(&self, i: usize) -> sfb_core::PeerId {
+        if Some(i) == self.server {
+            sfb_core::PeerId::SERVER
+        } else {
+            sfb_core::PeerId(i as u32)
+        }
+    }
+
+    /// The node index of an sfb-core id.
+    pub fn node_of(&self, id: sfb_core::PeerId) -> Option<usize> {
+        if id == sfb_core::PeerId::SERVER {
+            self.server
+        } else {
+            (id.index() < self.peers() && Some(id.index()) != self.server).then_some(id.index())
+        }
+    }
+
+    /// Peers that compute (all nodes but the FMS server).
+    pub fn workers(&self) -> usize {
+        self.peers() - usize::from(self.server.is_some())
     }
 
     /// Peer `i`'s libp2p identity.
@@ -226,12 +324,7 @@ impl Cluster {
     pub fn topology_hash(&self) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for p in 0..self.peers() {
-            for &q in self
-                .topology
-                .out(p)
-                .iter()
-                .chain(std::iter::once(&usize::MAX))
-            {
+            for &q in self.out[p].iter().chain(std::iter::once(&usize::MAX)) {
                 h = (h ^ q as u64).wrapping_mul(0x0000_0100_0000_01b3);
             }
         }
@@ -247,4 +340,40 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     }
     Ok(())
+}
+
+/// The out-lists of an FMS star, checked: ids `0..n`, the server sends to every client, each
+/// client only to the server.
+fn star_lists(file: &ClusterFile, server: usize) -> std::result::Result<Vec<Vec<usize>>, String> {
+    let n = file.peers.len();
+    if server >= n {
+        return Err(format!(
+            "server {server} is not a peer id (there are {n} peers)"
+        ));
+    }
+    let mut out = vec![None; n];
+    for e in &file.peers {
+        if e.id >= n {
+            return Err(format!("peer id {} is not below {n}", e.id));
+        }
+        if out[e.id].replace(e.out.clone()).is_some() {
+            return Err(format!("peer {} listed twice", e.id));
+        }
+    }
+    let out: Vec<Vec<usize>> = out.into_iter().map(|o| o.expect("ids 0..n")).collect();
+    for (i, list) in out.iter().enumerate() {
+        let mut sorted = list.clone();
+        sorted.sort_unstable();
+        let want: Vec<usize> = if i == server {
+            (0..n).filter(|&c| c != server).collect()
+        } else {
+            vec![server]
+        };
+        if sorted != want {
+            return Err(format!(
+                "FMS star: peer {i} must send to {want:?}, the file says {list:?}"
+            ));
+        }
+    }
+    Ok(out)
 }

@@ -34,7 +34,7 @@ use libp2p::swarm::SwarmEvent;
 use libp2p::{Multiaddr, PeerId as Libp2pId, StreamProtocol, Swarm};
 use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::{self, Expect, Message};
-use sfb_core::{Engine, Event, Model, PeerId, Progress};
+use sfb_core::{Event, PeerId, Progress, StateMachine};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -151,11 +151,11 @@ impl NetStats {
     }
 }
 
-/// A finished peer.
+/// A finished node.
 #[derive(Debug)]
-pub struct Outcome<M: Model> {
-    /// The engine with its final replica and metrics.
-    pub engine: Engine<M>,
+pub struct Outcome<N> {
+    /// The node (SFB engine, FMS server or client) with its final state and metrics.
+    pub node: N,
     /// Per-clock records.
     pub records: Vec<ClockRecord>,
     /// Network counters.
@@ -195,6 +195,10 @@ pub struct RunShape {
     pub batch: usize,
     /// Clocks of the run.
     pub clocks: u64,
+    /// Whether full W frames (FMS) travel on the streams.
+    pub full_w: bool,
+    /// How factor values are encoded (every stream of a run must agree).
+    pub dtype: wire::Dtype,
 }
 
 impl RunShape {
@@ -208,14 +212,20 @@ impl RunShape {
             batch: self.batch as u32,
             clocks: self.clocks,
             topology_hash: cluster.topology_hash(),
-            dtype: "f32".into(),
+            dtype: self.dtype.to_string(),
         }
     }
 
-    /// Largest valid frame: a batch of `batch` pairs with dense or fully dense sparse `v`.
+    /// Largest valid frame: a batch of `batch` pairs with dense or fully dense sparse `v`,
+    /// or a full W when FMS frames are expected.
     pub fn max_frame(&self) -> usize {
         let k = self.batch;
-        256 + 4 * (k * self.j + 2 * k * self.d + k + 1)
+        let factors = 256 + 4 * (k * self.j + 2 * k * self.d + k + 1);
+        if self.full_w {
+            factors.max(256 + 4 * self.j * self.d)
+        } else {
+            factors
+        }
     }
 }
 
@@ -316,12 +326,13 @@ impl Node {
         let readers = Readers {
             me: id,
             ids: (0..cluster.peers()).map(|i| cluster.peer_id(i)).collect(),
-            in_neighbors: cluster.topology().in_neighbours(id).to_vec(),
+            in_neighbors: cluster.in_neighbours(id).to_vec(),
+            core_ids: (0..cluster.peers()).map(|i| cluster.core_id(i)).collect(),
             hello: shape.hello(id, cluster),
             expect: Expect {
                 j: shape.j,
                 d: shape.d,
-                peers: cluster.peers(),
+                peers: cluster.workers(),
             },
             max_frame: shape.max_frame(),
             clocks: shape.clocks,
@@ -353,13 +364,13 @@ impl Node {
     /// # Errors
     /// The first fatal condition: an engine error, a bad frame, a broken or refused stream,
     /// a handshake mismatch, a timeout naming whom the peer was waiting on.
-    pub async fn run<M: Model + 'static>(
+    pub async fn run<N: StateMachine + Send + 'static>(
         self,
         cluster: &Cluster,
-        engine: Engine<M>,
+        engine: N,
         shape: &RunShape,
         opts: &Options,
-    ) -> Result<Outcome<M>> {
+    ) -> Result<Outcome<N>> {
         let Node {
             id,
             control,
@@ -374,7 +385,7 @@ impl Node {
         let deadline = Instant::now() + opts.startup_timeout;
         let mut writers = Vec::new();
         let mut queues: Vec<Option<mpsc::Sender<Arc<Vec<u8>>>>> = vec![None; cluster.peers()];
-        for &to in cluster.topology().out(id) {
+        for &to in cluster.out(id) {
             let (tx, rx) = mpsc::channel(opts.queue_frames.max(1));
             queues[to] = Some(tx);
             let addr = cluster
@@ -402,19 +413,22 @@ impl Node {
         let handle = tokio::runtime::Handle::current();
         let timeout = opts.timeout;
         let progress = opts.progress.clone();
+        let dtype = shape.dtype;
+        let nodes: Vec<sfb_core::PeerId> =
+            (0..cluster.peers()).map(|i| cluster.core_id(i)).collect();
         let (engine, records, result) = tokio::task::spawn_blocking(move || {
             let mut engine = engine;
             let mut records = Vec::new();
             let mut inbox = inbox;
-            let r = drive(
-                &mut engine,
-                &mut inbox,
+            let links = Links {
+                nodes: &nodes,
                 queues,
-                &handle,
+                handle: &handle,
                 timeout,
-                &mut records,
-                progress.as_deref(),
-            );
+                progress: progress.as_deref(),
+                dtype,
+            };
+            let r = drive(&mut engine, &mut inbox, links, &mut records);
             (engine, records, r)
         })
         .await
@@ -436,7 +450,7 @@ impl Node {
                     }
                 }
                 Ok(Outcome {
-                    engine,
+                    node: engine,
                     records,
                     stats,
                 })
@@ -610,6 +624,7 @@ struct Readers {
     me: usize,
     ids: Vec<Libp2pId>,
     in_neighbors: Vec<usize>,
+    core_ids: Vec<PeerId>,
     hello: Hello,
     expect: Expect,
     max_frame: usize,
@@ -685,12 +700,12 @@ impl Readers {
                 Ok(Some(buf)) => {
                     let n = buf.len() as u64 + 4;
                     match wire::decode(&buf, &self.expect) {
-                        Ok(msg) if msg.origin().index() == from => {
+                        Ok(msg) if msg.origin() == self.core_ids[from] => {
                             self.stats.received[from].fetch_add(n, Ordering::Relaxed);
                             frames += 1;
                             if self
                                 .inbox
-                                .send(Inbound::Frame(PeerId(from as u32), msg))
+                                .send(Inbound::Frame(self.core_ids[from], msg))
                                 .await
                                 .is_err()
                             {
@@ -750,21 +765,38 @@ impl Readers {
     }
 }
 
+/// What the engine thread sends through.
+struct Links<'a> {
+    /// sfb-core id of every node index.
+    nodes: &'a [PeerId],
+    /// Bounded queue to each out-neighbour's writer, by node index.
+    queues: Vec<Option<mpsc::Sender<Arc<Vec<u8>>>>>,
+    handle: &'a tokio::runtime::Handle,
+    timeout: Duration,
+    progress: Option<&'a (dyn Fn(&ClockRecord) + Send + Sync)>,
+    dtype: wire::Dtype,
+}
+
 /// The engine loop on its own thread: the same discipline as the in-memory driver (drain
 /// the inbox, never compute while a link is full, bounded waits).
-fn drive<M: Model>(
-    engine: &mut Engine<M>,
+fn drive<N: StateMachine>(
+    engine: &mut N,
     inbox: &mut mpsc::Receiver<Inbound>,
-    queues: Vec<Option<mpsc::Sender<Arc<Vec<u8>>>>>,
-    handle: &tokio::runtime::Handle,
-    timeout: Duration,
+    links: Links<'_>,
     records: &mut Vec<ClockRecord>,
-    progress: Option<&(dyn Fn(&ClockRecord) + Send + Sync)>,
 ) -> Result<()> {
-    let me = engine.config().id;
+    let Links {
+        nodes,
+        queues,
+        handle,
+        timeout,
+        progress,
+        dtype,
+    } = links;
+    let me = engine.id();
     let mut outbox: VecDeque<(usize, Arc<Vec<u8>>)> = VecDeque::new();
     let mut last_progress = Instant::now();
-    let handle_in = |engine: &mut Engine<M>, x: Inbound| -> Result<()> {
+    let handle_in = |engine: &mut N, x: Inbound| -> Result<()> {
         match x {
             Inbound::Frame(from, msg) => engine
                 .on_message(from, msg)
@@ -826,17 +858,27 @@ fn drive<M: Model>(
         {
             Progress::Stepped => {
                 last_progress = Instant::now();
-                let mut cache: Option<(Message, Arc<Vec<u8>>)> = None;
+                // Messages to several destinations share their payload: encode once.
+                let mut cache: Option<(usize, Arc<Vec<u8>>)> = None;
                 while let Some(o) = engine.poll_output() {
+                    let key = payload_key(&o.msg);
                     let buf = match &cache {
-                        Some((m, b)) if same_batch(m, &o.msg) => Arc::clone(b),
+                        Some((k, b)) if key.is_some_and(|x| x == *k) => Arc::clone(b),
                         _ => {
-                            let b = Arc::new(wire::encode(&o.msg));
-                            cache = Some((o.msg.clone(), Arc::clone(&b)));
+                            let b = Arc::new(wire::encode_with(&o.msg, dtype));
+                            if let Some(k) = key {
+                                cache = Some((k, Arc::clone(&b)));
+                            }
                             b
                         }
                     };
-                    outbox.push_back((o.to.index(), buf));
+                    let to = nodes.iter().position(|&n| n == o.to).ok_or_else(|| {
+                        Error::Config(format!(
+                            "{me} addressed a message to {} outside the cluster",
+                            o.to
+                        ))
+                    })?;
+                    outbox.push_back((to, buf));
                 }
                 while let Some(ev) = engine.poll_event() {
                     if let Event::Clock(r) = ev {
@@ -875,14 +917,17 @@ fn drive<M: Model>(
     }
 }
 
-fn same_batch(a: &Message, b: &Message) -> bool {
-    match (a, b) {
-        (Message::Factors { batch: x, .. }, Message::Factors { batch: y, .. }) => Arc::ptr_eq(x, y),
-        _ => false,
+/// Identity of a message's shared payload (the address of its `Arc`), if any.
+fn payload_key(m: &Message) -> Option<usize> {
+    match m {
+        Message::Factors { batch, .. } => Some(Arc::as_ptr(batch) as *const u8 as usize),
+        Message::Params { w, .. } => Some(Arc::as_ptr(w) as *const u8 as usize),
+        Message::Delta { delta, .. } => Some(Arc::as_ptr(delta) as *const u8 as usize),
+        _ => None,
     }
 }
 
-fn stalled<M: Model>(engine: &Engine<M>, waited: Duration, link: Option<usize>) -> Error {
+fn stalled<N: StateMachine>(engine: &N, waited: Duration, link: Option<usize>) -> Error {
     let waiting_on = match link {
         Some(to) => format!("room on the link to peer {to}"),
         None => engine
@@ -893,7 +938,7 @@ fn stalled<M: Model>(engine: &Engine<M>, waited: Duration, link: Option<usize>) 
             .join(", "),
     };
     Error::Timeout {
-        peer: engine.config().id,
+        peer: engine.id(),
         clock: engine.clock(),
         waited,
         waiting_on,

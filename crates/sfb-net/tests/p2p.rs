@@ -26,6 +26,8 @@ const SHAPE: RunShape = RunShape {
     d: 4,
     batch: 2,
     clocks: 5,
+    full_w: false,
+    dtype: sfb_core::wire::Dtype::F32,
 };
 
 fn factor_frame(origin: u32) -> Vec<u8> {
