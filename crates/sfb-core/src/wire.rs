@@ -88,19 +88,24 @@ impl Message {
     }
 }
 
+/// The header of a factor batch. (A newtype variant holding this struct encodes to the
+/// same bytes as a struct variant with these fields.)
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct FactorsHeader {
+    origin: u32,
+    clock: u64,
+    scale: f32,
+    mean_iter_us: u32,
+    k: u32,
+    j: u32,
+    d: u32,
+    nnz: Option<u32>,
+}
+
 // Variant order is part of the wire format (postcard encodes the variant index).
 #[derive(Debug, Serialize, Deserialize)]
 enum Header {
-    Factors {
-        origin: u32,
-        clock: u64,
-        scale: f32,
-        mean_iter_us: u32,
-        k: u32,
-        j: u32,
-        d: u32,
-        nnz: Option<u32>,
-    },
+    Factors(FactorsHeader),
     Params {
         clock: u64,
         j: u32,
@@ -114,16 +119,7 @@ enum Header {
         d: u32,
     },
     /// As `Factors`, with `u` and the `v` values as IEEE half floats (indices stay u32).
-    FactorsF16 {
-        origin: u32,
-        clock: u64,
-        scale: f32,
-        mean_iter_us: u32,
-        k: u32,
-        j: u32,
-        d: u32,
-        nnz: Option<u32>,
-    },
+    FactorsF16(FactorsHeader),
 }
 
 /// Element encoding of factor values on the wire.
@@ -214,28 +210,7 @@ pub struct Expect {
 
 fn header_with(msg: &Message, half: bool) -> Header {
     match (header_of(msg), half) {
-        (
-            Header::Factors {
-                origin,
-                clock,
-                scale,
-                mean_iter_us,
-                k,
-                j,
-                d,
-                nnz,
-            },
-            true,
-        ) => Header::FactorsF16 {
-            origin,
-            clock,
-            scale,
-            mean_iter_us,
-            k,
-            j,
-            d,
-            nnz,
-        },
+        (Header::Factors(h), true) => Header::FactorsF16(h),
         (h, _) => h,
     }
 }
@@ -245,7 +220,7 @@ fn header_of(msg: &Message) -> Header {
         Message::Factors {
             batch,
             mean_iter_us,
-        } => Header::Factors {
+        } => Header::Factors(FactorsHeader {
             origin: batch.origin.0,
             clock: batch.clock,
             scale: batch.scale,
@@ -257,7 +232,7 @@ fn header_of(msg: &Message) -> Header {
                 VFactors::Dense(_) => None,
                 VFactors::Sparse { values, .. } => Some(values.len() as u32),
             },
-        },
+        }),
         Message::Params { clock, w } => Header::Params {
             clock: *clock,
             j: w.nrows() as u32,
@@ -479,33 +454,12 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
         postcard::take_from_bytes(&bytes[2..]).map_err(|e| bad(format!("header: {e}")))?;
     let mut r = Reader { rest };
     let (header, half) = match header {
-        Header::FactorsF16 {
-            origin,
-            clock,
-            scale,
-            mean_iter_us,
-            k,
-            j,
-            d,
-            nnz,
-        } => (
-            Header::Factors {
-                origin,
-                clock,
-                scale,
-                mean_iter_us,
-                k,
-                j,
-                d,
-                nnz,
-            },
-            true,
-        ),
+        Header::FactorsF16(h) => (Header::Factors(h), true),
         h => (h, false),
     };
     let msg = match header {
-        Header::FactorsF16 { .. } => unreachable!("mapped to Factors above"),
-        Header::Factors {
+        Header::FactorsF16(_) => unreachable!("mapped to Factors above"),
+        Header::Factors(FactorsHeader {
             origin,
             clock,
             scale,
@@ -514,7 +468,7 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
             j,
             d,
             nnz,
-        } => {
+        }) => {
             let origin = PeerId(origin);
             if origin.index() >= expect.peers {
                 return Err(Error::UnknownPeer {
