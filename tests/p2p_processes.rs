@@ -31,19 +31,22 @@ fn run_summary(args: &[&str], out: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap()
 }
 
+/// A 4-peer, 20-clock run small enough for process-level tests.
+const SMALL_RUN: [&str; 8] = [
+    "--peers",
+    "4",
+    "--clocks",
+    "20",
+    "--seed",
+    "9",
+    "--synthetic",
+    "classes=10,features=60,samples=4000",
+];
+
 #[test]
 fn four_processes_bsp_match_the_in_memory_cluster_bitwise() {
     let d = tempdir("bsp4");
-    let common = [
-        "--peers",
-        "4",
-        "--clocks",
-        "20",
-        "--seed",
-        "9",
-        "--synthetic",
-        "classes=10,features=60,samples=4000",
-    ];
+    let common = SMALL_RUN;
     let p2p = run_summary(
         &[&common[..], &["--transport", "libp2p"]].concat(),
         &d.join("p2p.json"),
@@ -263,16 +266,7 @@ fn killing_a_peer_mid_run_stops_the_others_with_a_clear_error() {
 #[test]
 fn fms_over_libp2p_processes_is_bitwise_identical_to_sfb() {
     let d = tempdir("fms");
-    let common = [
-        "--peers",
-        "4",
-        "--clocks",
-        "20",
-        "--seed",
-        "9",
-        "--synthetic",
-        "classes=10,features=60,samples=4000",
-    ];
+    let common = SMALL_RUN;
     let fms = run_summary(
         &[&common[..], &["--transport", "libp2p", "--backend", "fms"]].concat(),
         &d.join("fms.json"),

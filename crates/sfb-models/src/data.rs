@@ -190,15 +190,42 @@ pub fn read_libsvm(path: impl AsRef<Path>, opts: &LibsvmOptions) -> Result<Datas
     parse_libsvm(open(path)?, path, opts)
 }
 
+/// Calls `f(line, content)` for every line of `reader` that holds more than a `#` comment
+/// (`content`: the line with its comment cut off, trimmed; `line`: 1-based). Reads line by
+/// line into one reused buffer, so files of any size stream. Returns the number of lines.
+///
+/// # Errors
+/// [`Error::Parse`] naming `path` and the line for a read error; whatever `f` returns.
+fn for_each_record(
+    mut reader: impl BufRead,
+    path: &Path,
+    mut f: impl FnMut(usize, &str) -> Result<()>,
+) -> Result<usize> {
+    let mut buf = String::new();
+    let mut lineno = 0usize;
+    loop {
+        buf.clear();
+        let n = reader.read_line(&mut buf).map_err(|e| Error::Parse {
+            path: path.to_path_buf(),
+            line: lineno + 1,
+            reason: format!("cannot read line: {e}"),
+        })?;
+        if n == 0 {
+            return Ok(lineno);
+        }
+        lineno += 1;
+        let content = buf.split('#').next().unwrap_or("").trim();
+        if !content.is_empty() {
+            f(lineno, content)?;
+        }
+    }
+}
+
 /// [`read_libsvm`] from any buffered reader; `path` only names the source in errors.
 ///
 /// # Errors
 /// As [`read_libsvm`].
-pub fn parse_libsvm(
-    mut reader: impl BufRead,
-    path: &Path,
-    opts: &LibsvmOptions,
-) -> Result<Dataset> {
+pub fn parse_libsvm(reader: impl BufRead, path: &Path, opts: &LibsvmOptions) -> Result<Dataset> {
     let fail = |line: usize, reason: String| Error::Parse {
         path: path.to_path_buf(),
         line,
@@ -207,21 +234,7 @@ pub fn parse_libsvm(
     // Raw samples: (line, label, raw indices, values); the base is applied at the end.
     let mut rows: Vec<(usize, f64, Vec<u32>, Vec<f32>)> = Vec::new();
     let mut saw_zero_index = None;
-    let mut buf = String::new();
-    let mut lineno = 0usize;
-    loop {
-        buf.clear();
-        let n = reader
-            .read_line(&mut buf)
-            .map_err(|e| fail(lineno + 1, format!("cannot read line: {e}")))?;
-        if n == 0 {
-            break;
-        }
-        lineno += 1;
-        let content = buf.split('#').next().unwrap_or("").trim();
-        if content.is_empty() {
-            continue;
-        }
+    let lineno = for_each_record(reader, path, |lineno, content| {
         let mut tokens = content.split_ascii_whitespace();
         let label_tok = tokens.next().expect("non-empty line has a token");
         let label: f64 = label_tok
@@ -295,7 +308,8 @@ pub fn parse_libsvm(
             ));
         }
         rows.push((lineno, label, idx, val));
-    }
+        Ok(())
+    })?;
     if rows.is_empty() {
         return Err(Error::Empty {
             path: path.to_path_buf(),
@@ -420,7 +434,7 @@ pub fn read_csv(path: impl AsRef<Path>, opts: &CsvOptions) -> Result<Dataset> {
 ///
 /// # Errors
 /// As [`read_csv`].
-pub fn parse_csv(mut reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Result<Dataset> {
+pub fn parse_csv(reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Result<Dataset> {
     let fail = |line: usize, reason: String| Error::Parse {
         path: path.to_path_buf(),
         line,
@@ -428,27 +442,13 @@ pub fn parse_csv(mut reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Re
     };
     let mut rows: Vec<(f64, Vec<f32>)> = Vec::new();
     let mut width = opts.features.map(|d| d + 1);
-    let mut buf = String::new();
-    let mut lineno = 0usize;
     let mut first = true;
-    loop {
-        buf.clear();
-        let n = reader
-            .read_line(&mut buf)
-            .map_err(|e| fail(lineno + 1, format!("cannot read line: {e}")))?;
-        if n == 0 {
-            break;
-        }
-        lineno += 1;
-        let content = buf.split('#').next().unwrap_or("").trim();
-        if content.is_empty() {
-            continue;
-        }
+    let lineno = for_each_record(reader, path, |lineno, content| {
         let fields: Vec<&str> = content.split(opts.delimiter).map(str::trim).collect();
         if std::mem::take(&mut first) {
             let numeric = fields.iter().all(|f| f.parse::<f64>().is_ok());
             if opts.header.unwrap_or(!numeric) {
-                continue;
+                return Ok(());
             }
         }
         let w = *width.get_or_insert(fields.len());
@@ -504,7 +504,8 @@ pub fn parse_csv(mut reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Re
             ));
         }
         rows.push((label, x));
-    }
+        Ok(())
+    })?;
     if rows.is_empty() {
         return Err(Error::Empty {
             path: path.to_path_buf(),
