@@ -121,6 +121,7 @@ fn fms_ssp_with_a_straggler_respects_the_bound_and_tiny_inboxes_do_not_deadlock(
     let opts = sfb::net::mem::Options {
         capacity: 1,
         timeout: Duration::from_secs(60),
+        ..Default::default()
     };
     for push in [Push::Factors, Push::Dense] {
         let (server, clients) = fms_nodes(&prob, &c, push);

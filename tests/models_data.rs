@@ -190,3 +190,30 @@ fn bad_input_names_file_and_line() {
         "{err}"
     );
 }
+
+#[test]
+fn low_rank_teacher_labels_by_a_times_b_and_spreads_classes() {
+    use sfb::models::synthetic::{ClassificationSpec, classification};
+    let spec: ClassificationSpec = "classes=50,features=40,samples=2000,test=10,rank=4,noise=0"
+        .parse()
+        .unwrap();
+    assert_eq!(spec.rank, 4);
+    let (a, test) = classification(&spec, 7);
+    let (b, _) = classification(&spec, 7);
+    assert_eq!(a, b, "same spec and seed, same data");
+    assert_eq!(test.len(), 10);
+    let mut seen = std::collections::BTreeSet::new();
+    for e in &a {
+        assert!((e.y as usize) < 50);
+        seen.insert(e.y);
+    }
+    // A rank-4 teacher over 50 classes still uses many of them.
+    assert!(seen.len() >= 10, "only {} classes used", seen.len());
+    // The full-rank spec is unchanged by the new key.
+    let full: ClassificationSpec = "classes=5,features=8,samples=10".parse().unwrap();
+    assert_eq!(full.rank, 0);
+    let err = "classes=5,rank=x"
+        .parse::<ClassificationSpec>()
+        .unwrap_err();
+    assert!(err.to_string().contains("rank"), "{err}");
+}

@@ -1,137 +1,124 @@
-//! `sfb demo`: the main job — a local cluster on built-in data, compared across
-//! consistency models, with a table at the end.
+//! `sfb demo`: the main job. A local cluster on built-in (seeded synthetic) data runs SFB
+//! full broadcast, SFB partial broadcast over an optimized topology and the FMS parameter
+//! server with the same model, seed and per-node bandwidth budget, then prints a table and
+//! writes plots.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Result, bail};
 use clap::Args;
-use sfb_core::Consistency;
-use sfb_core::metrics::Summary;
 
-use super::train::{ModelKind, TrainArgs};
+use super::experiment::{ArmSpec, Report, Runner};
 
 /// `sfb demo` options.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Peers.
-    #[arg(long, default_value_t = 4)]
+    /// Peers P.
+    #[arg(long, default_value_t = 6)]
     pub peers: usize,
+    /// Out-degree Q of the partial-broadcast arm.
+    #[arg(long, default_value_t = 2)]
+    pub out_degree: usize,
     /// Clocks per arm.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 100)]
     pub clocks: u64,
-    /// Straggler delay in milliseconds added to the last peer's steps in the straggler arms.
-    #[arg(long, default_value_t = 5)]
-    pub straggler_ms: u64,
-    /// Output folder for summaries and metrics.
+    /// Bandwidth budget of every node (peers and the FMS server), e.g. 100mbit, 1gbit.
+    #[arg(long, default_value = "100mbit")]
+    pub bandwidth: String,
+    /// Transport: libp2p (one process per node, bandwidth budget enforced) or mem
+    /// (threads, no budget).
+    #[arg(long, default_value = "libp2p", value_parser = ["libp2p", "mem"])]
+    pub transport: String,
+    /// Output folder for the table, JSON, CSV and PNG plots.
     #[arg(short = 'o', long, default_value = "sfb-demo")]
     pub out: PathBuf,
 }
 
 pub fn run(args: &DemoArgs) -> Result<()> {
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    let p = args.peers.max(1);
-    let base = TrainArgs {
-        model: ModelKind::Mlr,
-        synthetic: "classes=20,features=200,samples=40000,noise=0.3".into(),
-        batch: 16,
-        lr: 0.5,
-        clocks: args.clocks,
-        staleness: None,
-        consistency: Some(Consistency::Bsp),
-        seed: 2016,
-        init_std: 0.0,
-        eval_every: 25,
-        metrics: None,
-        summary: None,
-        straggler: None,
-        model_opts: Default::default(),
-    };
-    let straggler = Some(((p - 1) as u32, args.straggler_ms));
-    let arms: Vec<(&str, TrainArgs)> = vec![
-        ("full broadcast, BSP", base.clone()),
-        (
-            "full broadcast, BSP, straggler",
-            TrainArgs {
-                straggler,
-                ..base.clone()
-            },
-        ),
-        (
-            "full broadcast, SSP s=3, straggler",
-            TrainArgs {
-                consistency: Some(Consistency::Ssp { staleness: 3 }),
-                straggler,
-                ..base.clone()
-            },
-        ),
-        (
-            "full broadcast, async, straggler",
-            TrainArgs {
-                consistency: Some(Consistency::Async),
-                straggler,
-                ..base.clone()
-            },
-        ),
-    ];
-    println!(
-        "sfb demo: MLR (J=20 classes, D=200 features, 40000 synthetic samples, seed 2016), {p} peers, K=16, {} clocks per arm; straggler = peer {} +{} ms/step",
-        args.clocks,
-        p - 1,
-        args.straggler_ms
-    );
-    let mut rows: Vec<(String, Summary)> = Vec::new();
-    for (i, (name, train)) in arms.into_iter().enumerate() {
-        eprintln!("[{}/4] {name} …", i + 1);
-        let full: Vec<Vec<usize>> = (0..p)
-            .map(|i| (0..p).filter(|&j| j != i).collect())
-            .collect();
-        let (summary, records) =
-            super::run::run_mem_cluster(&full, &train, Duration::from_secs(60))?;
-        let slug = name.replace([',', ' ', '='], "_").replace("__", "_");
-        std::fs::write(
-            args.out.join(format!("{slug}.summary.json")),
-            serde_json::to_string_pretty(&summary)? + "\n",
-        )?;
-        let mut lines = String::new();
-        for r in &records {
-            lines += &serde_json::to_string(r)?;
-            lines.push('\n');
-        }
-        std::fs::write(args.out.join(format!("{slug}.metrics.jsonl")), lines)?;
-        rows.push((name.to_string(), summary));
+    let p = args.peers;
+    if p < 2 {
+        bail!("--peers must be at least 2 for a cluster, got {p}");
     }
-    println!(
-        "\n{:<36} {:>7} {:>10} {:>11} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6}",
-        "arm",
-        "wall s",
-        "samples/s",
-        "bytes/clock",
-        "compute",
-        "apply",
-        "wait",
-        "objective",
-        "accuracy",
-        "stale"
-    );
-    for (name, s) in &rows {
-        println!(
-            "{:<36} {:>7.2} {:>10.0} {:>11.0} {:>8.3} {:>8.3} {:>8.3} {:>9.4} {:>8.4} {:>6}",
-            name,
-            s.wall_s,
-            s.samples_per_s,
-            s.bytes_per_clock,
-            s.compute_s,
-            s.apply_s,
-            s.wait_s,
-            s.objective.unwrap_or(f64::NAN),
-            s.test_accuracy.unwrap_or(f64::NAN),
-            s.max_staleness
+    if args.out_degree == 0 || args.out_degree >= p - 1 {
+        bail!(
+            "--out-degree must be between 1 and {} (P−2) for a partial broadcast, got {}",
+            p.saturating_sub(2),
+            args.out_degree
         );
     }
+    if args.clocks < 4 {
+        bail!("--clocks must be at least 4, got {}", args.clocks);
+    }
+    let (j, d) = (256, 1024);
+    let eval_every = (args.clocks / 20).max(1);
+    let mut base: Vec<String> = [
+        "--model",
+        "mlr",
+        "--synthetic",
+        "classes=256,features=1024,samples=24000,test=1000,rank=16",
+        "--batch",
+        "16",
+        "--lr",
+        "0.05",
+        "--seed",
+        "2016",
+        "--transport",
+        &args.transport,
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain([
+        "--peers".into(),
+        p.to_string(),
+        "--clocks".into(),
+        args.clocks.to_string(),
+        "--eval-every".into(),
+        eval_every.to_string(),
+    ])
+    .collect();
+    if args.transport == "libp2p" {
+        base.extend(["--bandwidth".into(), args.bandwidth.clone()]);
+    }
+    let full = format!("SFB full broadcast (Q={})", p - 1);
+    let partial = format!("SFB partial (Q={}, optimized)", args.out_degree);
+    let arms = vec![
+        ArmSpec::new(&full, base.clone()),
+        ArmSpec::new(&partial, base.clone())
+            .with(["--out-degree".into(), args.out_degree.to_string()]),
+        ArmSpec::new("FMS parameter server", base).with(["--backend", "fms"]),
+    ];
+    let budget = if args.transport == "libp2p" {
+        format!("{} per node", args.bandwidth)
+    } else {
+        "no bandwidth budget (in-memory)".into()
+    };
     println!(
-        "\n(compute/apply/wait: mean seconds per peer; stale: largest staleness applied, in clocks)\nsummaries and per-clock metrics in {}/",
+        "sfb demo: MLR on seeded synthetic data (J={j} classes × D={d} features, 24000 samples, 1000 held out), {p} peers, K=16, BSP, {} clocks per arm, {budget}, over {}",
+        args.clocks, args.transport
+    );
+    let runner = Runner::new();
+    let mut report = Report::new(
+        "demo",
+        &format!(
+            "P={p}, MLR J={j} D={d}, K=16, BSP, {budget}: SFB full vs partial (Q={}) vs FMS",
+            args.out_degree
+        ),
+    );
+    super::bench_train::run_arms(&runner, &mut report, &arms, 0, 0.4)?;
+    let sfb = report.arm(&full).and_then(|a| a.time_to_target_s);
+    let fms = report
+        .arm("FMS parameter server")
+        .and_then(|a| a.time_to_target_s);
+    report.speedup = match (sfb, fms) {
+        (Some(s), Some(f)) if s > 0.0 => Some(f / s),
+        _ => None,
+    };
+    let written = report.write(&args.out)?;
+    report.print();
+    println!(
+        "\ncompute / apply / wait / other: mean ms per clock of a peer (FMS: of a client); times exclude evaluation.\nwrote {} files in {}/ (open {}/demo-objective-vs-time.png)",
+        written.len(),
+        args.out.display(),
         args.out.display()
     );
     Ok(())

@@ -37,6 +37,7 @@ pub fn run_mem_fms(
     train: &TrainArgs,
     timeout: std::time::Duration,
     push: Push,
+    progress: Option<super::p2p::Progress>,
 ) -> Result<(Summary, Vec<ClockRecord>)> {
     anyhow::ensure!(p >= 1, "FMS needs at least one client");
     let data = load_data(train)?;
@@ -47,6 +48,7 @@ pub fn run_mem_fms(
     let server = Server::from_engine(engine(0)?, push.into())?;
     let opts = sfb_net::mem::Options {
         timeout,
+        progress: super::run::mem_progress(progress, p),
         ..Default::default()
     };
     let run = sfb_net::mem_fms::run(server, clients, &opts)?;
@@ -143,8 +145,9 @@ mod tests {
             .map(|i| (0..p).filter(|&o| o != i).collect())
             .collect();
         let (sfb, _) =
-            super::super::run::run_mem_cluster(&full, &t, Duration::from_secs(60)).unwrap();
-        let (fms, records) = run_mem_fms(p, &t, Duration::from_secs(60), Push::Factors).unwrap();
+            super::super::run::run_mem_cluster(&full, &t, Duration::from_secs(60), None).unwrap();
+        let (fms, records) =
+            run_mem_fms(p, &t, Duration::from_secs(60), Push::Factors, None).unwrap();
         assert_eq!(fms.backend, "fms");
         assert_eq!(fms.replica_checksums.len(), p);
         assert_eq!(fms.replica_checksums, sfb.replica_checksums);
@@ -182,7 +185,7 @@ mod tests {
             "0",
         ]);
         for push in [Push::Factors, Push::Dense] {
-            let (s, records) = run_mem_fms(p, &t, Duration::from_secs(600), push).unwrap();
+            let (s, records) = run_mem_fms(p, &t, Duration::from_secs(600), push, None).unwrap();
             let (sent, received) = server_bytes(&records);
             let jd4 = (j * d * 4) as f64;
             let c = clocks as f64;
@@ -203,7 +206,7 @@ mod tests {
             .map(|i| (0..p).filter(|&o| o != i).collect())
             .collect();
         let (s, _) =
-            super::super::run::run_mem_cluster(&full, &t, Duration::from_secs(600)).unwrap();
+            super::super::run::run_mem_cluster(&full, &t, Duration::from_secs(600), None).unwrap();
         println!(
             "SFB full broadcast, same run: cluster bytes_per_clock {:.0} (P·(P−1)·K·(J+D)·4 = {:.0}); wall {:.2}s",
             s.bytes_per_clock,

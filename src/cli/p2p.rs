@@ -406,15 +406,24 @@ const LAUNCHER_FLAGS: &[(&str, bool)] = &[
     ("--topology-time-limit", true),
 ];
 
-/// The training and network arguments of this `sfb run` invocation, to pass to peers.
-fn passthrough_args() -> Vec<String> {
+/// A launcher's progress callback: `(node index, clocks completed)`, node `P` being the
+/// FMS server.
+pub type Progress = Arc<dyn Fn(usize, u64) + Send + Sync>;
+
+/// The arguments of this process after `sfb run`.
+pub fn run_argv() -> Vec<String> {
     let all: Vec<String> = std::env::args().collect();
     let start = all
         .iter()
         .position(|a| a == "run")
         .map_or(all.len(), |i| i + 1);
+    all[start..].to_vec()
+}
+
+/// The training and network arguments among `sfb run`'s arguments `all`, to pass to peers.
+fn passthrough_args(all: &[String]) -> Vec<String> {
     let mut out = Vec::new();
-    let mut i = start;
+    let mut i = 0;
     while i < all.len() {
         let a = &all[i];
         let name = a.split('=').next().unwrap_or(a);
@@ -428,14 +437,20 @@ fn passthrough_args() -> Vec<String> {
     out
 }
 
-/// Runs P `sfb peer` processes on loopback and merges their reports.
+/// Runs P `sfb peer` processes (plus `sfb server` for FMS) on loopback and merges their
+/// reports. `run_args` are the arguments of the `sfb run` command being carried out (the
+/// training and network options among them go to every process); `progress`, if given,
+/// hears every clock every process completes.
+#[allow(clippy::too_many_arguments)]
 pub fn launch(
     p: usize,
     q: usize,
     train: &TrainArgs,
+    run_args: &[String],
     timeout: Duration,
     topology_time_limit: Duration,
     fms: bool,
+    progress: Option<Progress>,
 ) -> Result<(Summary, Vec<ClockRecord>)> {
     let dir = std::env::temp_dir().join(format!(
         "sfb-run-{}-{}",
@@ -454,7 +469,7 @@ pub fn launch(
         Cluster::init(&cluster_path, &topology, &hosts, 0)?;
     }
     let exe = std::env::current_exe()?;
-    let pass = passthrough_args();
+    let pass = passthrough_args(run_args);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -468,12 +483,14 @@ pub fn launch(
         fms,
         &pass,
         timeout,
+        progress,
     ));
     let merged = result.and_then(|()| merge(&dir, p, q, train, fms));
     let _ = std::fs::remove_dir_all(&dir);
     merged
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_children(
     exe: &Path,
     cluster: &Path,
@@ -482,6 +499,7 @@ async fn run_children(
     fms: bool,
     pass: &[String],
     timeout: Duration,
+    progress: Option<Progress>,
 ) -> Result<()> {
     let mut children = Vec::new();
     for i in 0..p {
@@ -501,9 +519,34 @@ async fn run_children(
             .args(pass)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            // With a progress callback the caller draws progress: keep the children's logs
+            // out of the way, and show them only if the run fails.
+            .stderr(if progress.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .kill_on_drop(true);
         children.push(cmd.spawn().with_context(|| format!("starting peer {i}"))?);
+    }
+    let logs: Vec<Arc<std::sync::Mutex<std::collections::VecDeque<String>>>> =
+        (0..p).map(|_| Arc::default()).collect();
+    for (c, log) in children.iter_mut().zip(&logs) {
+        if let Some(err) = c.stderr.take() {
+            let log = Arc::clone(log);
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(err).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let mut l = log
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if l.len() == 20 {
+                        l.pop_front();
+                    }
+                    l.push_back(line);
+                }
+            });
+        }
     }
     // Collect every peer's real listen address, then tell everyone.
     let mut addrs = Vec::new();
@@ -518,8 +561,19 @@ async fn run_children(
             .strip_prefix("LISTENING ")
             .with_context(|| format!("peer {i} printed {line:?} instead of its address"))?;
         addrs.push(addr.to_string());
-        // Keep draining its stdout so it never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        // Keep draining its stdout so it never blocks on a full pipe; report progress.
+        let progress = progress.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let (Some(f), Some(n)) = (
+                    &progress,
+                    line.strip_prefix("CLOCK ")
+                        .and_then(|n| n.trim().parse().ok()),
+                ) {
+                    f(i, n);
+                }
+            }
+        });
     }
     let line = addrs.join(" ") + "\n";
     for c in &mut children {
@@ -557,7 +611,23 @@ async fn run_children(
     let _ = timeout;
     drop(waits); // kills children still running (kill_on_drop)
     match failed {
-        Some(e) => Err(e),
+        Some(e) => {
+            let mut tails = String::new();
+            for (i, log) in logs.iter().enumerate() {
+                let l = log
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if !l.is_empty() {
+                    tails += &format!("\n--- node {i} (last lines of stderr) ---\n");
+                    tails += &l.iter().cloned().collect::<Vec<_>>().join("\n");
+                }
+            }
+            Err(if tails.is_empty() {
+                e
+            } else {
+                anyhow::anyhow!("{e:#}{tails}")
+            })
+        }
         None => Ok(()),
     }
 }

@@ -57,6 +57,32 @@ pub struct RunArgs {
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
+    let (summary, records) = execute(args, &super::p2p::run_argv(), None)?;
+    if let Some(path) = &args.train.metrics {
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        );
+        for rec in &records {
+            serde_json::to_writer(&mut f, rec)?;
+            writeln!(f)?;
+        }
+        f.flush()?;
+    }
+    print_summary(&summary);
+    if let Some(path) = &args.train.summary {
+        std::fs::write(path, serde_json::to_string_pretty(&summary)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Carries out `sfb run` (`args`, parsed from `argv`, the arguments after `run`) and
+/// returns the summary and every node's per-clock records.
+pub fn execute(
+    args: &RunArgs,
+    argv: &[String],
+    progress: Option<super::p2p::Progress>,
+) -> Result<(Summary, Vec<ClockRecord>)> {
     let p = args.peers;
     if p == 0 {
         bail!("--peers must be at least 1");
@@ -76,15 +102,18 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 &args.train,
                 std::time::Duration::from_secs_f64(args.timeout),
                 args.fms_push,
+                progress,
             )?
         }
         (Backend::Fms, Transport::Libp2p) => super::p2p::launch(
             p,
             q,
             &args.train,
+            argv,
             std::time::Duration::from_secs_f64(args.timeout),
             tl,
             true,
+            progress,
         )?,
         (Backend::Sfb, Transport::Mem) => {
             if args.net.bandwidth.is_some() || args.net.wire != sfb_core::wire::Dtype::F32 {
@@ -101,33 +130,21 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 &out,
                 &args.train,
                 std::time::Duration::from_secs_f64(args.timeout),
+                progress,
             )?
         }
         (Backend::Sfb, Transport::Libp2p) => super::p2p::launch(
             p,
             q,
             &args.train,
+            argv,
             std::time::Duration::from_secs_f64(args.timeout),
             tl,
             false,
+            progress,
         )?,
     };
-    if let Some(path) = &args.train.metrics {
-        let mut f = std::io::BufWriter::new(
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
-        );
-        for rec in &records {
-            serde_json::to_writer(&mut f, rec)?;
-            writeln!(f)?;
-        }
-        f.flush()?;
-    }
-    print_summary(&summary);
-    if let Some(path) = &args.train.summary {
-        std::fs::write(path, serde_json::to_string_pretty(&summary)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    Ok((summary, records))
 }
 
 /// Runs P peers over the in-memory transport, peer `i` sending to `out[i]`; returns the
@@ -136,6 +153,7 @@ pub fn run_mem_cluster(
     out: &[Vec<usize>],
     train: &TrainArgs,
     timeout: std::time::Duration,
+    progress: Option<super::p2p::Progress>,
 ) -> Result<(Summary, Vec<ClockRecord>)> {
     let p = out.len();
     let data = load_data(train)?;
@@ -151,6 +169,7 @@ pub fn run_mem_cluster(
         .collect::<Result<Vec<_>>>()?;
     let opts = sfb_net::mem::Options {
         timeout,
+        progress: mem_progress(progress, p),
         ..Default::default()
     };
     let runs = sfb_net::mem::run(engines, &opts)?;
@@ -187,6 +206,24 @@ pub fn run_mem_cluster(
     summary.extra = sfb_core::metrics::mean_extras(&extras);
     let records = runs.into_iter().flat_map(|r| r.records).collect();
     Ok((summary, records))
+}
+
+/// `progress` as the in-memory transport's per-record callback (server records, whose
+/// peer is [`sfb_core::PeerId::SERVER`], report as node `servers_at`).
+pub fn mem_progress(
+    progress: Option<super::p2p::Progress>,
+    servers_at: usize,
+) -> Option<sfb_net::p2p::ProgressFn> {
+    progress.map(|f| -> sfb_net::p2p::ProgressFn {
+        std::sync::Arc::new(move |r: &ClockRecord| {
+            let node = if r.peer == sfb_core::PeerId::SERVER.0 {
+                servers_at
+            } else {
+                r.peer as usize
+            };
+            f(node, r.clock);
+        })
+    })
 }
 
 fn opt(x: Option<f64>) -> String {

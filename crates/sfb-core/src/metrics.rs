@@ -90,6 +90,9 @@ pub struct ClockRecord {
     pub apply_s: f64,
     /// Cumulative wait seconds.
     pub wait_s: f64,
+    /// Cumulative evaluation seconds (subtract from `wall_s` for training time).
+    #[serde(default)]
+    pub eval_s: f64,
     /// Largest staleness applied so far.
     pub max_staleness: u64,
 }

@@ -182,6 +182,7 @@ pub(crate) fn record(
         compute_s: m.compute_s,
         apply_s: m.apply_s,
         wait_s: m.wait_s,
+        eval_s: m.eval_s,
         max_staleness: m.max_staleness,
     }
 }

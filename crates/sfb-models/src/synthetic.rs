@@ -42,6 +42,10 @@ pub struct ClassificationSpec {
     pub noise: f32,
     /// Separation: scale of the teacher's logits. Key `sep`. Default 3.
     pub sep: f32,
+    /// Rank of the teacher (`0` = full rank). A low-rank teacher `A·B` labels a sample in
+    /// `O(rank·(J+D))` instead of `O(J·D)`, which keeps generating large problems
+    /// (J = D = 4096) fast, and gives the classes shared structure. Key `rank`. Default 0.
+    pub rank: usize,
 }
 
 impl Default for ClassificationSpec {
@@ -54,6 +58,7 @@ impl Default for ClassificationSpec {
             density: 1.0,
             noise: 0.5,
             sep: 3.0,
+            rank: 0,
         }
     }
 }
@@ -90,9 +95,10 @@ impl std::str::FromStr for ClassificationSpec {
                 "density" => s.density = num(v)?,
                 "noise" => s.noise = num(v)? as f32,
                 "sep" => s.sep = num(v)? as f32,
+                "rank" => s.rank = int(v)?,
                 other => {
                     return Err(fail(format!(
-                        "unknown key {other:?} (known: classes, features, samples, test, density, noise, sep)"
+                        "unknown key {other:?} (known: classes, features, samples, test, density, noise, sep, rank)"
                     )));
                 }
             }
@@ -123,9 +129,20 @@ pub fn classification(spec: &ClassificationSpec, seed: u64) -> (Vec<Example>, Ve
     let (j, d) = (spec.classes, spec.features);
     let nnz_expect = (spec.density * d as f64).max(1.0);
     let teacher_scale = spec.sep / (nnz_expect as f32).sqrt();
-    let teacher = Array2::from_shape_fn((j, d), |_| normal(&mut rng) * teacher_scale);
+    // Full rank: one J×D teacher. Low rank r: logits = A·(B·x) with B (r×D) scaled so B·x
+    // has unit variance and A (J×r) so the logits have the same scale `sep`.
+    let r = spec.rank;
+    let teacher = if r == 0 {
+        Array2::from_shape_fn((j, d), |_| normal(&mut rng) * teacher_scale)
+    } else {
+        let b_scale = 1.0 / (nnz_expect as f32).sqrt();
+        Array2::from_shape_fn((r, d), |_| normal(&mut rng) * b_scale)
+    };
+    let a_scale = spec.sep / (r.max(1) as f32).sqrt();
+    let a = Array2::from_shape_fn((j, r), |_| normal(&mut rng) * a_scale);
     let teacher = teacher.as_standard_layout().into_owned();
     let tw = teacher.as_slice().expect("standard layout");
+    let aw = a.as_slice().expect("standard layout");
     let sparse = spec.density < 1.0;
     let draw = |rng: &mut ChaCha8Rng| -> Example {
         let x = if sparse {
@@ -141,10 +158,20 @@ pub fn classification(spec: &ClassificationSpec, seed: u64) -> (Vec<Example>, Ve
         } else {
             Features::Dense((0..d).map(|_| normal(rng)).collect())
         };
+        let bx: Vec<f32> = (0..r).map(|k| x.dot(&tw[k * d..(k + 1) * d])).collect();
         let y = (0..j)
             .map(|c| {
                 let g: f32 = -(-(rng.random_range(f32::MIN_POSITIVE..1.0f32)).ln()).ln();
-                (c, x.dot(&tw[c * d..(c + 1) * d]) + spec.noise * g)
+                let z = if r == 0 {
+                    x.dot(&tw[c * d..(c + 1) * d])
+                } else {
+                    aw[c * r..(c + 1) * r]
+                        .iter()
+                        .zip(&bx)
+                        .map(|(a, b)| a * b)
+                        .sum()
+                };
+                (c, z + spec.noise * g)
             })
             .fold(
                 (0, f32::NEG_INFINITY),

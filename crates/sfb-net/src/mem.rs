@@ -19,12 +19,25 @@ use sfb_core::{Engine, Event, Model, Output, PeerId, Progress, StateMachine};
 use crate::{Error, Result};
 
 /// Options of an in-memory run.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Options {
     /// Frames each peer's inbox holds before senders block. Default: 64.
     pub capacity: usize,
     /// Longest a peer may wait without receiving anything. Default: 30 s.
     pub timeout: Duration,
+    /// Called on the peer's thread with each record as the peer emits it (e.g. to show
+    /// progress).
+    pub progress: Option<crate::p2p::ProgressFn>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("capacity", &self.capacity)
+            .field("timeout", &self.timeout)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
 }
 
 impl Default for Options {
@@ -32,6 +45,7 @@ impl Default for Options {
         Self {
             capacity: 64,
             timeout: Duration::from_secs(30),
+            progress: None,
         }
     }
 }
@@ -123,13 +137,16 @@ pub(crate) fn drive<N: StateMachine>(
     }
     r?;
     node.finish();
-    drain_events(&mut node, &mut records);
+    drain_events(&mut node, &mut records, opts);
     Ok((node, records))
 }
 
-fn drain_events<N: StateMachine>(node: &mut N, records: &mut Vec<ClockRecord>) {
+fn drain_events<N: StateMachine>(node: &mut N, records: &mut Vec<ClockRecord>, opts: &Options) {
     while let Some(ev) = node.poll_event() {
         if let Event::Clock(r) = ev {
+            if let Some(f) = &opts.progress {
+                f(&r);
+            }
             records.push(r);
         }
     }
@@ -199,7 +216,7 @@ fn drive_inner<N: StateMachine>(
                 while let Some(o) = node.poll_output() {
                     outbox.push_back(o);
                 }
-                drain_events(node, records);
+                drain_events(node, records, opts);
             }
             Progress::Done => return Ok(()),
             Progress::Blocked => {

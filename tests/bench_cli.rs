@@ -1,0 +1,207 @@
+//! `sfb demo` and `sfb bench` training scenarios, run small: the files each writes, the
+//! JSON keys other tools rely on, that every arm's curve is real (objective falls, time
+//! grows), and bad options failing with a message.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("bench_cli")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn sfb(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sfb"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn is_png(path: &Path) -> bool {
+    std::fs::read(path).is_ok_and(|b| b.len() > 1000 && b.starts_with(b"\x89PNG\r\n\x1a\n"))
+}
+
+/// The DESIGN's bench keys on every arm, plus a curve that is a real learning curve.
+fn check_arms(v: &serde_json::Value, names: &[&str]) {
+    let arms = v["arms"].as_array().expect("arms");
+    let got: Vec<&str> = arms.iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(got, names);
+    for a in arms {
+        for k in [
+            "name",
+            "time_to_target_s",
+            "samples_per_s",
+            "bytes_per_clock",
+            "final_objective",
+        ] {
+            assert!(a.get(k).is_some(), "arm {} lacks {k}", a["name"]);
+        }
+        assert!(a["samples_per_s"].as_f64().unwrap() > 0.0);
+        let curve = a["curve"].as_array().unwrap();
+        assert!(curve.len() >= 2, "{}: curve too short", a["name"]);
+        let t: Vec<f64> = curve
+            .iter()
+            .map(|p| p["train_s"].as_f64().unwrap())
+            .collect();
+        assert!(
+            t.windows(2).all(|w| w[1] >= w[0]),
+            "time goes forward: {t:?}"
+        );
+        let first = curve[0]["objective"].as_f64().unwrap();
+        let last = a["final_objective"].as_f64().unwrap();
+        assert!(last < first, "{}: objective {first} → {last}", a["name"]);
+    }
+}
+
+#[test]
+fn demo_in_memory_writes_table_json_and_plots() {
+    let out = dir("demo");
+    let (ok, stdout, stderr) = sfb(&[
+        "demo",
+        "--transport",
+        "mem",
+        "--peers",
+        "4",
+        "--out-degree",
+        "1",
+        "--clocks",
+        "20",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("time to target"), "{stdout}");
+    let v = json(&out.join("demo.json"));
+    assert_eq!(v["scenario"], "demo");
+    check_arms(
+        &v,
+        &[
+            "SFB full broadcast (Q=3)",
+            "SFB partial (Q=1, optimized)",
+            "FMS parameter server",
+        ],
+    );
+    // Full broadcast is the reference: it reaches its own target.
+    assert!(v["arms"][0]["time_to_target_s"].as_f64().is_some());
+    assert!(v["target_objective"].as_f64().is_some());
+    // FMS sends all of W to every client each clock: far more bytes than SFB.
+    let b = |i: usize| v["arms"][i]["bytes_per_clock"].as_f64().unwrap();
+    assert!(b(2) > 3.0 * b(0), "FMS {} vs SFB {}", b(2), b(0));
+    assert!(b(1) < b(0), "partial {} vs full {}", b(1), b(0));
+    for f in [
+        "demo-objective-vs-time.png",
+        "demo-objective-vs-samples.png",
+        "demo-bytes-per-clock.png",
+        "demo-time-split.png",
+    ] {
+        assert!(is_png(&out.join(f)), "{f}");
+    }
+    let md = std::fs::read_to_string(out.join("demo.md")).unwrap();
+    assert!(md.contains("demo-objective-vs-time.png") && md.contains("| arm |"));
+    let csv = std::fs::read_to_string(out.join("demo.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 4, "{csv}");
+}
+
+#[test]
+fn fms_vs_sfb_over_libp2p_reports_speedup() {
+    let out = dir("fms_vs_sfb");
+    let (ok, stdout, stderr) = sfb(&[
+        "bench",
+        "--scenario",
+        "fms-vs-sfb",
+        "--peers",
+        "4",
+        "--size",
+        "128",
+        "--clocks",
+        "12",
+        "--bandwidth",
+        "200mbit",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("Where the time goes"), "{stdout}");
+    let v = json(&out.join("fms-vs-sfb.json"));
+    assert_eq!(v["scenario"], "fms-vs-sfb");
+    check_arms(&v, &["SFB full (Q=3)", "SFB partial (Q=2)", "FMS"]);
+    // Full broadcast (the reference) and FMS do the same arithmetic under BSP, so both
+    // reach the target at the same clock; the speedup is the ratio of their times.
+    let a = &v["arms"];
+    let c0 = a[0]["clocks_to_target"].as_f64().unwrap();
+    let c2 = a[2]["clocks_to_target"].as_f64().unwrap();
+    assert!((c0 - c2).abs() < 1e-9, "{c0} vs {c2}");
+    let s = v["speedup"].as_f64().unwrap();
+    let ratio =
+        a[2]["time_to_target_s"].as_f64().unwrap() / a[0]["time_to_target_s"].as_f64().unwrap();
+    assert!((s - ratio).abs() < 1e-9 && s > 0.0);
+    for f in ["fms-vs-sfb.csv", "fms-vs-sfb-curves.csv", "fms-vs-sfb.md"] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+    assert!(is_png(&out.join("fms-vs-sfb-objective-vs-time.png")));
+}
+
+#[test]
+fn q_sweep_runs_every_q_and_plots_the_trade_off() {
+    let out = dir("q_sweep");
+    let (ok, _, stderr) = sfb(&[
+        "bench",
+        "--scenario",
+        "q-sweep",
+        "--transport",
+        "mem",
+        "--peers",
+        "5",
+        "--size",
+        "64",
+        "--clocks",
+        "15",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let v = json(&out.join("q-sweep.json"));
+    check_arms(&v, &["Q=1", "Q=2", "Q=3", "Q=4"]);
+    let bytes: Vec<f64> = v["arms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["bytes_per_clock"].as_f64().unwrap())
+        .collect();
+    // Bytes per clock grow linearly with Q: P·Q·K·(J+D)·4 plus headers.
+    for (i, b) in bytes.iter().enumerate() {
+        let ratio = b / bytes[0];
+        assert!(
+            (ratio - (i + 1) as f64).abs() < 0.05 * (i + 1) as f64,
+            "{bytes:?}"
+        );
+    }
+    assert!(is_png(&out.join("q-sweep-time-to-target.png")));
+    assert!(is_png(&out.join("q-sweep-final-objective.png")));
+}
+
+#[test]
+fn bad_bench_and_demo_options_fail_with_a_reason() {
+    let (ok, _, err) = sfb(&["bench", "--scenario", "nope"]);
+    assert!(
+        !ok && err.contains("unknown scenario") && err.contains("fms-vs-sfb"),
+        "{err}"
+    );
+    let (ok, _, err) = sfb(&["bench", "--scenario", "q-sweep", "--target-frac", "2"]);
+    assert!(!ok && err.contains("--target-frac"), "{err}");
+    let (ok, _, err) = sfb(&["demo", "--peers", "4", "--out-degree", "3"]);
+    assert!(!ok && err.contains("--out-degree"), "{err}");
+}
