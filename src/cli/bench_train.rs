@@ -150,7 +150,7 @@ fn fms_vs_sfb(args: &BenchArgs, runner: &Runner) -> Result<Report> {
             .with(["--out-degree".to_string(), q.to_string()]),
         ArmSpec::new("FMS", base).with(["--backend", "fms"]),
     ];
-    run_arms(runner, &mut report, &arms, 0, frac(args, 0.4))?;
+    run_arms(runner, &mut report, &arms, 0, frac(args, 0.3))?;
     let sfb = report.arm(&full).and_then(|a| a.time_to_target_s);
     let fms = report.arm("FMS").and_then(|a| a.time_to_target_s);
     report.speedup = match (sfb, fms) {
@@ -252,7 +252,7 @@ fn q_sweep(args: &BenchArgs, runner: &Runner) -> Result<Report> {
                 .with(["--out-degree".into(), q.to_string()])
         })
         .collect();
-    run_arms(runner, &mut report, &arms, 0, frac(args, 0.5))?;
+    run_arms(runner, &mut report, &arms, 0, frac(args, 0.25))?;
     report.arms.reverse();
     let qs: Vec<f64> = report
         .arms
@@ -333,37 +333,40 @@ fn staleness(args: &BenchArgs, runner: &Runner) -> Result<Report> {
     let mut report = Report::new(
         "staleness",
         &format!(
-            "P={p}, MLR J=D={n}, K=16, peer {} +{delay} ms per step, {} per node: SSP staleness s ∈ {{0,1,2,4,8}}, SFB full vs FMS",
-            p - 1,
+            "P={p}, MLR J=D={n}, K=16, {} per node, one straggling peer (+{delay} ms per step): SSP staleness s ∈ {{0,1,2,4,8}}, SFB full vs FMS",
             args.bandwidth
         ),
     );
     let base: Vec<String> = mlr(n, n, 24000, 500)
         .into_iter()
         .chain(common(args, clocks, 5))
-        .chain([
-            "--peers".into(),
-            p.to_string(),
-            "--straggler".into(),
-            format!("{}:{delay}", p - 1),
-        ])
+        .chain(["--peers".into(), p.to_string()])
         .collect();
     let ss = [0u64, 1, 2, 4, 8];
     let mut arms = Vec::new();
-    for backend in ["sfb", "fms"] {
-        for s in ss {
-            let name = format!("{} s={s}", backend.to_uppercase());
-            let cons = if s == 0 {
-                "bsp".to_string()
-            } else {
-                format!("ssp:{s}")
-            };
-            arms.push(ArmSpec::new(name, base.clone()).with([
-                "--backend".to_string(),
-                backend.into(),
-                "--consistency".into(),
-                cons,
-            ]));
+    // Rotating: one peer per clock is slow, a different (seeded) one each clock.
+    // Fixed: the last peer is slow at every clock.
+    for (mode, straggler) in [
+        ("rotating", format!("rotate:{delay}")),
+        ("fixed", format!("{}:{delay}", p - 1)),
+    ] {
+        for backend in ["sfb", "fms"] {
+            for s in ss {
+                let name = format!("{} s={s} {mode}", backend.to_uppercase());
+                let cons = if s == 0 {
+                    "bsp".to_string()
+                } else {
+                    format!("ssp:{s}")
+                };
+                arms.push(ArmSpec::new(name, base.clone()).with([
+                    "--backend".to_string(),
+                    backend.into(),
+                    "--consistency".into(),
+                    cons,
+                    "--straggler".into(),
+                    straggler.clone(),
+                ]));
+            }
         }
     }
     run_arms(runner, &mut report, &arms, 0, frac(args, 0.5))?;
@@ -372,14 +375,15 @@ fn staleness(args: &BenchArgs, runner: &Runner) -> Result<Report> {
     let series = |f: &dyn Fn(&ArmReport) -> Option<f64>| -> Vec<Series> {
         ["SFB", "FMS"]
             .iter()
-            .map(|b| Series {
-                name: b.to_string(),
+            .flat_map(|b| ["rotating", "fixed"].map(|m| (b, m)))
+            .map(|(b, m)| Series {
+                name: format!("{b}, {m} straggler"),
                 points: report
                     .arms
                     .iter()
-                    .filter(|a| a.name.starts_with(b))
+                    .filter(|a| a.name.starts_with(b) && a.name.ends_with(m))
                     .filter_map(|a| {
-                        let s: f64 = a.name.rsplit('=').next()?.parse().ok()?;
+                        let s: f64 = a.name.split("s=").nth(1)?.split(' ').next()?.parse().ok()?;
                         f(a).map(|y| (s, y))
                     })
                     .collect(),
@@ -430,6 +434,37 @@ fn staleness(args: &BenchArgs, runner: &Runner) -> Result<Report> {
         },
     )?;
     report.add_plot("staleness-compute-vs-wait.png", "compute vs wait per clock");
+    for b in ["SFB", "FMS"] {
+        for m in ["rotating", "fixed"] {
+            let group: Vec<&ArmReport> = report
+                .arms
+                .iter()
+                .filter(|a| a.name.starts_with(b) && a.name.ends_with(m))
+                .collect();
+            let wait = |a: &ArmReport| (a.summary.wait_s + a.summary.flush_s) / c(a) * 1e3;
+            let (Some(bsp), Some(best)) = (
+                group.first(),
+                group
+                    .iter()
+                    .filter(|a| a.time_to_target_s.is_some())
+                    .min_by(|x, y| {
+                        x.time_to_target_s
+                            .partial_cmp(&y.time_to_target_s)
+                            .unwrap_or(std::cmp::Ordering::Equal)
+                    }),
+            ) else {
+                continue;
+            };
+            report.notes.push(format!(
+                "{b}, {m} straggler: BSP waits {:.1} ms per clock and reaches the target in {}; the best bound, {}, waits {:.1} ms and reaches it in {}.",
+                wait(bsp),
+                bsp.time_to_target_s.map_or("-".into(), |t| format!("{t:.2} s")),
+                best.name.split(' ').nth(1).unwrap_or("?"),
+                wait(best),
+                best.time_to_target_s.map_or("-".into(), |t| format!("{t:.2} s")),
+            ));
+        }
+    }
     Ok(report)
 }
 
@@ -441,7 +476,7 @@ fn scaling(args: &BenchArgs, runner: &Runner) -> Result<Report> {
         .filter(|&x| x <= max_p)
         .collect();
     // Equal samples for every arm: P peers run (clocks at P=1) / P clocks.
-    let clocks1 = args.clocks.unwrap_or(160);
+    let clocks1 = args.clocks.unwrap_or(640);
     let mut report = Report::new(
         "scaling",
         &format!(
@@ -467,7 +502,8 @@ fn scaling(args: &BenchArgs, runner: &Runner) -> Result<Report> {
                     argv.drain(i..i + 2);
                 }
             }
-            ArmSpec::new(format!("P={p}"), argv)
+            // One core per peer, as on a cluster of single-core machines.
+            ArmSpec::new(format!("P={p}"), argv).with_env("RAYON_NUM_THREADS", "1")
         })
         .collect();
     run_arms(runner, &mut report, &arms, 0, frac(args, 0.5))?;
@@ -532,7 +568,7 @@ fn scaling(args: &BenchArgs, runner: &Runner) -> Result<Report> {
     )?;
     report.add_plot("scaling-speedup.png", "speedup over P=1");
     report.notes.push(format!(
-        "P=1 runs in-memory (a single peer sends nothing). This machine has {} cores: peers beyond that share cores, so compute does not scale past it here.",
+        "Every peer runs its kernels on one thread (RAYON_NUM_THREADS=1), as on a cluster of single-core machines; P=1 runs in-memory (a single peer sends nothing). This machine has {} cores: peers beyond that share cores, so compute cannot scale past it here, and every SFB peer applies all P·K updates per clock, so per-peer apply work grows with P.",
         report.machine.cores
     ));
     Ok(report)
@@ -605,6 +641,29 @@ fn model_size(args: &BenchArgs, runner: &Runner) -> Result<Report> {
         }
         report.arms.extend(sub.arms);
     }
+    let mut speed = String::from(
+        "| J=D | SFB full time to target (s) | FMS time to target (s) | FMS ÷ SFB |\n|---:|---:|---:|---:|\n",
+    );
+    for &n in &sizes {
+        let t = |kind: &str| {
+            report
+                .arm(&format!("{n}² {kind}"))
+                .and_then(|a| a.time_to_target_s)
+        };
+        let (s, f) = (t("SFB full"), t("FMS"));
+        speed += &format!(
+            "| {n} | {} | {} | {} |\n",
+            s.map_or("-".into(), |x| format!("{x:.2}")),
+            f.map_or("-".into(), |x| format!("{x:.2}")),
+            match (s, f) {
+                (Some(s), Some(f)) if s > 0.0 => format!("{:.1}×", f / s),
+                _ => "-".into(),
+            }
+        );
+    }
+    report
+        .sections
+        .push(("SFB vs FMS by model size".into(), speed));
     report.target_rule = format!(
         "one target per size: the held-out objective SFB full reached at the first evaluation at or after {:.0}% of its clocks ({})",
         frac(args, 0.4) * 100.0,

@@ -41,6 +41,9 @@ pub struct ArmSpec {
     pub name: String,
     /// Arguments after `sfb run`.
     pub argv: Vec<String>,
+    /// Environment of the run. An arm with any runs as a child `sfb run` process (and so
+    /// do its peers), e.g. `RAYON_NUM_THREADS=1` for one core per peer.
+    pub env: Vec<(String, String)>,
 }
 
 impl ArmSpec {
@@ -49,7 +52,14 @@ impl ArmSpec {
         Self {
             name: name.into(),
             argv: argv.into_iter().map(Into::into).collect(),
+            env: Vec::new(),
         }
+    }
+
+    /// The same arm with an environment variable set.
+    pub fn with_env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
     }
 
     /// The same arm with more arguments.
@@ -60,7 +70,8 @@ impl ArmSpec {
 
     /// The command line a user can run to reproduce this arm alone.
     pub fn command(&self) -> String {
-        let mut s = String::from("sfb run");
+        let mut s: String = self.env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+        s += "sfb run";
         for a in &self.argv {
             s.push(' ');
             if a.contains([' ', ',', '"', '\'', '*', '?']) {
@@ -325,8 +336,12 @@ impl Runner {
                 }
             })
         };
-        let r = super::run::execute(&args, &spec.argv, Some(progress))
-            .with_context(|| format!("arm {:?} ({})", spec.name, spec.command()));
+        let r = if spec.env.is_empty() {
+            super::run::execute(&args, &spec.argv, Some(progress))
+        } else {
+            run_child(spec)
+        }
+        .with_context(|| format!("arm {:?} ({})", spec.name, spec.command()));
         match &r {
             Ok((s, _)) => {
                 bar.set_position(clocks);
@@ -351,6 +366,51 @@ impl Runner {
         }
         r
     }
+}
+
+/// Runs `spec` as a child `sfb run` process with its environment; reads back its summary
+/// and per-clock metrics.
+fn run_child(spec: &ArmSpec) -> Result<(Summary, Vec<ClockRecord>)> {
+    let dir = std::env::temp_dir().join(format!(
+        "sfb-arm-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    std::fs::create_dir_all(&dir)?;
+    let (summary, metrics) = (dir.join("summary.json"), dir.join("metrics.jsonl"));
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .arg("run")
+        .args(&spec.argv)
+        .arg("--summary")
+        .arg(&summary)
+        .arg("--metrics")
+        .arg(&metrics)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .context("starting sfb run")?;
+    let result = (|| {
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(20).collect();
+            anyhow::bail!(
+                "sfb run failed ({}):\n{}",
+                out.status,
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        let s: Summary = serde_json::from_str(&std::fs::read_to_string(&summary)?)
+            .context("reading the arm's summary")?;
+        let records = std::fs::read_to_string(&metrics)?
+            .lines()
+            .map(serde_json::from_str)
+            .collect::<std::result::Result<Vec<ClockRecord>, _>>()
+            .context("reading the arm's metrics")?;
+        Ok((s, records))
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// Builds an arm's report from its run, measuring time to `target`.

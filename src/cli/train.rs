@@ -10,8 +10,8 @@ use clap::{Args, ValueEnum};
 use sfb_core::{Config, Consistency, Engine, PeerId, Shard};
 use sfb_models::data::{self, CsvOptions, LibsvmOptions};
 use sfb_models::{
-    AnyModel, ClassificationSpec, ClusterSpec, Example, ModelSpec, Problem, SignalSpec, Straggler,
-    synthetic,
+    AnyModel, ClassificationSpec, ClusterSpec, Example, ModelSpec, Problem, Schedule, SignalSpec,
+    Straggler, synthetic,
 };
 
 /// Which model to train.
@@ -136,7 +136,9 @@ pub struct TrainArgs {
     /// Write the run summary JSON here.
     #[arg(long)]
     pub summary: Option<PathBuf>,
-    /// Slow one peer down: PEER:MILLISECONDS added to each of its steps.
+    /// Slow peers down: PEER:MILLISECONDS adds the delay to each of that peer's steps;
+    /// rotate:MILLISECONDS adds it to one peer per clock, a different (seeded) one each
+    /// clock.
     #[arg(long, value_parser = parse_straggler)]
     pub straggler: Option<(u32, u64)>,
     /// Data files and per-model parameters.
@@ -144,13 +146,22 @@ pub struct TrainArgs {
     pub model_opts: Box<ModelOptions>,
 }
 
+/// The peer index `--straggler rotate:MS` is stored under.
+pub const ROTATING_STRAGGLER: u32 = u32::MAX;
+
 fn parse_straggler(s: &str) -> Result<(u32, u64), String> {
     let (p, ms) = s
         .split_once(':')
-        .ok_or_else(|| format!("{s:?} is not PEER:MILLISECONDS"))?;
+        .ok_or_else(|| format!("{s:?} is not PEER:MILLISECONDS or rotate:MILLISECONDS"))?;
     Ok((
-        p.parse()
-            .map_err(|_| format!("peer {p:?} is not a number"))?,
+        if p == "rotate" {
+            ROTATING_STRAGGLER
+        } else {
+            p.parse()
+                .ok()
+                .filter(|&p| p != ROTATING_STRAGGLER)
+                .ok_or_else(|| format!("peer {p:?} is not a peer number or \"rotate\""))?
+        },
         ms.parse()
             .map_err(|_| format!("milliseconds {ms:?} is not a number"))?,
     ))
@@ -324,9 +335,17 @@ pub fn build_engine(
             data.train.len()
         );
     }
-    let delay = match args.straggler {
-        Some((p, ms)) if p == id => Duration::from_millis(ms),
-        _ => Duration::ZERO,
+    let (delay, schedule) = match args.straggler {
+        Some((ROTATING_STRAGGLER, ms)) => (
+            Duration::from_millis(ms),
+            Schedule::Rotating {
+                id,
+                peers: peers as u32,
+                seed: args.seed,
+            },
+        ),
+        Some((p, ms)) if p == id => (Duration::from_millis(ms), Schedule::Always),
+        _ => (Duration::ZERO, Schedule::Always),
     };
     let problem = Problem {
         train: Arc::clone(&data.train),
@@ -341,7 +360,7 @@ pub fn build_engine(
     let model = spec
         .build(&problem, &shard, peers, shard_seed)
         .with_context(|| format!("building the {} model", spec.name()))?;
-    let model = Straggler::new(model, delay);
+    let model = Straggler::with_schedule(model, delay, schedule);
     let w0 = spec.init_w(&problem, args.init_std, args.seed);
     let engine = Engine::new(cfg, model, w0, Shard::new(shard, shard_seed))?
         .with_evaluator(spec.evaluator(&problem, args.seed));

@@ -44,5 +44,5 @@ pub use mlr::{Mlr, MlrEvaluator};
 pub use sample::{Example, Features, dot};
 pub use sdca::{L2Mlr, L2MlrEvaluator};
 pub use sparse_coding::{SparseCoding, SparseCodingEvaluator};
-pub use straggler::Straggler;
+pub use straggler::{Schedule, Straggler};
 pub use synthetic::{ClassificationSpec, ClusterSpec, SignalSpec};
