@@ -20,7 +20,8 @@ use sfb_core::{FactorBatch, PeerId, Replica, VFactors};
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Scenario to run: kernel, link, fms-vs-sfb, q-sweep, staleness, scaling, model-size,
-    /// or `all` (every one, in that order).
+    /// budget-check (root only: token bucket vs kernel tbf shaping; skipped elsewhere), or
+    /// `all` (kernel and the training scenarios, in that order).
     #[arg(long, default_value = "kernel")]
     pub scenario: String,
     /// Directory for JSON/CSV/Markdown/PNG results (training scenarios default to
@@ -69,13 +70,15 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Bandwidth budget per node: the training scenarios' `--bandwidth` (libp2p), and the
-    /// headline budget the link scenario checks; `none` for no budget.
+    /// headline budget the link scenario checks; `none` for no budget. budget-check
+    /// defaults to 200mbit instead, so that both backends are link-bound.
     #[arg(long, default_value = "1gbit")]
     pub bandwidth: String,
     /// More budgets, comma-separated, to show the bucket tracks (link scenario).
     #[arg(long, default_value = "100mbit,500mbit")]
     pub rates: String,
-    /// Burst of the bandwidth budget, bytes (link scenario).
+    /// Burst of the bandwidth budget, bytes (link scenario; budget-check: of both the
+    /// token bucket and tbf).
     #[arg(long, default_value_t = 256 * 1024)]
     pub burst: usize,
     /// Seconds of traffic per budget run (link scenario).
@@ -92,6 +95,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     match args.scenario.as_str() {
         "kernel" => kernel(args),
         "link" => super::bench_link::run(args),
+        super::bench_netns::NAME => super::bench_netns::run(args),
         "all" => {
             kernel(args)?;
             for s in super::bench_train::SCENARIOS {
@@ -101,8 +105,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
         s if super::bench_train::SCENARIOS.contains(&s) => super::bench_train::run(s, args),
         other => bail!(
-            "unknown scenario {other:?}; available: kernel, link, {}, all",
-            super::bench_train::SCENARIOS.join(", ")
+            "unknown scenario {other:?}; available: kernel, link, {}, {}, all",
+            super::bench_train::SCENARIOS.join(", "),
+            super::bench_netns::NAME
         ),
     }
 }

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
+use sfb_core::metrics::ClockRecord;
 
 use super::bench::BenchArgs;
 use super::experiment::{ArmReport, ArmSpec, Report, Runner, arm_report, human_bytes, target_at};
@@ -23,7 +24,7 @@ pub const SCENARIOS: &[&str] = &[
 /// `K=16`, a low-rank teacher so generating the data stays cheap at large sizes, and a
 /// learning rate `0.3·(256/d)^0.4`, fitted to short in-memory runs at J = D = 256…4096
 /// (256: 0.3, 1024: 0.17, 4096: 0.1; larger rates diverged at 4096).
-fn mlr(j: usize, d: usize, samples: usize, test: usize) -> Vec<String> {
+pub(crate) fn mlr(j: usize, d: usize, samples: usize, test: usize) -> Vec<String> {
     let lr = 0.3 * (256.0 / d as f64).powf(0.4);
     let lr = format!("{lr:.3}");
     [
@@ -83,14 +84,14 @@ fn common(args: &BenchArgs, clocks: u64, eval_every: u64) -> Vec<String> {
 }
 
 /// Runs `arms`, takes the target from `reference` (an index into `arms`) at `frac` of its
-/// clocks, and builds the report.
+/// clocks, and builds the report; returns every arm's per-clock records.
 pub(crate) fn run_arms(
     runner: &Runner,
     report: &mut Report,
     arms: &[ArmSpec],
     reference: usize,
     frac: f64,
-) -> Result<()> {
+) -> Result<Vec<Vec<ClockRecord>>> {
     let mut runs = Vec::new();
     for (i, a) in arms.iter().enumerate() {
         runner.say(&format!(
@@ -113,12 +114,14 @@ pub(crate) fn run_arms(
             runs[reference].0.clocks
         );
     }
+    let mut all = Vec::new();
     for (spec, (summary, records)) in arms.iter().zip(runs) {
         report
             .arms
             .push(arm_report(spec, summary, &records, target.map(|t| t.0)));
+        all.push(records);
     }
-    Ok(())
+    Ok(all)
 }
 
 fn frac(args: &BenchArgs, default: f64) -> f64 {

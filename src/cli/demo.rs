@@ -113,6 +113,14 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         (Some(s), Some(f)) if s > 0.0 => Some(f / s),
         _ => None,
     };
+    report.notes.push(
+        "Under BSP, SFB full broadcast and FMS apply the same updates in the same order: their objective-vs-samples curves coincide (checksums equal); only their time differs."
+            .into(),
+    );
+    report.notes.push(
+        "Partial broadcast does not relay: each replica gets its own and its in-neighbours' updates only, so it needs more samples per unit of progress but sends fewer bytes per clock."
+            .into(),
+    );
     let written = report.write(&args.out)?;
     report.print();
     println!(

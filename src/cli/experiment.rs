@@ -772,10 +772,17 @@ fn csv_field(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn rec(peer: u32, clock: u64, wall: f64, eval: f64, obj: Option<f64>) -> ClockRecord {
+    /// A record of `peer` after `clock` (samples `10·clock`), for tests.
+    pub(crate) fn rec(
+        peer: u32,
+        clock: u64,
+        wall: f64,
+        eval: f64,
+        obj: Option<f64>,
+    ) -> ClockRecord {
         ClockRecord {
             peer,
             clock,

@@ -2,10 +2,12 @@
 
 pub mod bench;
 pub mod bench_link;
+pub mod bench_netns;
 pub mod bench_train;
 pub mod demo;
 pub mod experiment;
 pub mod fms;
+pub mod netns;
 pub mod p2p;
 pub mod plot;
 pub mod run;

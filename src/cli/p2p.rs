@@ -404,7 +404,12 @@ const LAUNCHER_FLAGS: &[(&str, bool)] = &[
     ("--summary", true),
     ("--metrics", true),
     ("--topology-time-limit", true),
+    ("--netns", false),
 ];
+
+/// Flags the launcher keeps from the children when the kernel shapes the links
+/// (`--netns`): the budget is then tbf's, not a token bucket's.
+const BUCKET_FLAGS: &[(&str, bool)] = &[("--bandwidth", true), ("--burst", true)];
 
 /// A launcher's progress callback: `(node index, clocks completed)`, node `P` being the
 /// FMS server.
@@ -420,14 +425,16 @@ pub fn run_argv() -> Vec<String> {
     all[start..].to_vec()
 }
 
-/// The training and network arguments among `sfb run`'s arguments `all`, to pass to peers.
-fn passthrough_args(all: &[String]) -> Vec<String> {
+/// The training and network arguments among `sfb run`'s arguments `all`, to pass to peers
+/// (without the token bucket's flags if `drop_bucket`).
+fn passthrough_args(all: &[String], drop_bucket: bool) -> Vec<String> {
     let mut out = Vec::new();
     let mut i = 0;
+    let extra: &[(&str, bool)] = if drop_bucket { BUCKET_FLAGS } else { &[] };
     while i < all.len() {
         let a = &all[i];
         let name = a.split('=').next().unwrap_or(a);
-        if let Some(&(_, takes)) = LAUNCHER_FLAGS.iter().find(|(f, _)| *f == name) {
+        if let Some(&(_, takes)) = LAUNCHER_FLAGS.iter().chain(extra).find(|(f, _)| *f == name) {
             i += if takes && !a.contains('=') { 2 } else { 1 };
             continue;
         }
@@ -437,10 +444,21 @@ fn passthrough_args(all: &[String]) -> Vec<String> {
     out
 }
 
-/// Runs P `sfb peer` processes (plus `sfb server` for FMS) on loopback and merges their
-/// reports. `run_args` are the arguments of the `sfb run` command being carried out (the
-/// training and network options among them go to every process); `progress`, if given,
-/// hears every clock every process completes.
+/// Links shaped by the kernel instead of the token bucket (`sfb run --netns`).
+#[derive(Debug, Clone, Copy)]
+pub struct Shaping {
+    /// Every node's send rate (tbf on its side of its link).
+    pub rate: Rate,
+    /// tbf burst, bytes.
+    pub burst: usize,
+}
+
+/// Runs P `sfb peer` processes (plus `sfb server` for FMS) and merges their reports: on
+/// loopback, or with `shaping` each in its own network namespace behind a tbf-shaped veth
+/// link ([`super::netns`]). `run_args` are the arguments of the `sfb run` command being
+/// carried out (the training and network options among them go to every process, except
+/// the token bucket's under `shaping`); `progress`, if given, hears every clock every
+/// process completes.
 #[allow(clippy::too_many_arguments)]
 pub fn launch(
     p: usize,
@@ -450,6 +468,7 @@ pub fn launch(
     timeout: Duration,
     topology_time_limit: Duration,
     fms: bool,
+    shaping: Option<Shaping>,
     progress: Option<Progress>,
 ) -> Result<(Summary, Vec<ClockRecord>)> {
     let dir = std::env::temp_dir().join(format!(
@@ -461,33 +480,129 @@ pub fn launch(
     ));
     std::fs::create_dir_all(&dir)?;
     let cluster_path = dir.join("cluster.toml");
-    let hosts = ["127.0.0.1".to_string()];
+    let nodes = p + usize::from(fms);
+    // Set up before anything else can fail, and torn down (drop) after the children end.
+    let netns = match shaping {
+        Some(s) => match super::netns::Netns::setup(nodes, s.rate, s.burst) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        },
+        None => None,
+    };
+    let hosts: Vec<String> = match &netns {
+        Some(n) => (0..nodes).map(|i| n.addr(i)).collect(),
+        None => vec!["127.0.0.1".to_string()],
+    };
+    let prefixes: Vec<Vec<String>> = (0..nodes)
+        .map(|i| netns.as_ref().map_or_else(Vec::new, |n| n.exec_prefix(i)))
+        .collect();
+    let result = launch_in(
+        &dir,
+        &cluster_path,
+        &hosts,
+        &prefixes,
+        (p, q),
+        train,
+        run_args,
+        timeout,
+        topology_time_limit,
+        fms,
+        progress,
+    );
+    let result = result.map(|(mut summary, records)| {
+        if let Some(n) = &netns {
+            summary.transport = "libp2p+netns".into();
+            add_qdisc_stats(&mut summary, n);
+        }
+        (summary, records)
+    });
+    drop(netns);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// Counters of every node's tbf qdisc and TCP stack, summed, as summary extras: bytes on
+/// the wire (link-layer headers included), drops, waits for tokens, TCP retransmissions.
+fn add_qdisc_stats(summary: &mut Summary, n: &super::netns::Netns) {
+    let mut total = super::netns::QdiscStats::default();
+    for i in 0..n.nodes() {
+        match n.stats(i) {
+            Ok(s) => {
+                total.bytes += s.bytes;
+                total.packets += s.packets;
+                total.dropped += s.dropped;
+                total.overlimits += s.overlimits;
+            }
+            Err(e) => {
+                tracing::warn!("node {i}: {e:#}");
+                return;
+            }
+        }
+    }
+    let mut retransmits = 0;
+    for i in 0..n.nodes() {
+        match n.tcp_retransmits(i) {
+            Ok(r) => retransmits += r,
+            Err(e) => tracing::warn!("node {i}: {e:#}"),
+        }
+    }
+    for (k, v) in [
+        ("tcp_retransmits", retransmits),
+        ("tbf_bytes_sent", total.bytes),
+        ("tbf_packets", total.packets),
+        ("tbf_dropped", total.dropped),
+        ("tbf_overlimits", total.overlimits),
+    ] {
+        summary.extra.insert(k.into(), v as f64);
+    }
+}
+
+/// [`launch`] once the hosts are known: writes the cluster file into `dir`, runs node `i`
+/// as `prefixes[i]… sfb peer|server …`, merges the reports.
+#[allow(clippy::too_many_arguments)]
+fn launch_in(
+    dir: &Path,
+    cluster_path: &Path,
+    hosts: &[String],
+    prefixes: &[Vec<String>],
+    (p, q): (usize, usize),
+    train: &TrainArgs,
+    run_args: &[String],
+    timeout: Duration,
+    topology_time_limit: Duration,
+    fms: bool,
+    progress: Option<Progress>,
+) -> Result<(Summary, Vec<ClockRecord>)> {
+    let shaped = prefixes.iter().any(|x| !x.is_empty());
     if fms {
-        Cluster::init_fms(&cluster_path, p, &hosts, 0)?;
+        Cluster::init_fms(cluster_path, p, hosts, 0)?;
     } else {
         let topology = topology_for(p, q, topology_time_limit)?;
-        Cluster::init(&cluster_path, &topology, &hosts, 0)?;
+        Cluster::init(cluster_path, &topology, hosts, 0)?;
     }
     let exe = std::env::current_exe()?;
-    let pass = passthrough_args(run_args);
+    let pass = passthrough_args(run_args, shaped);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let nodes = p + usize::from(fms);
-    let result = rt.block_on(run_children(
+    rt.block_on(run_children(
         &exe,
-        &cluster_path,
-        &dir,
-        nodes,
+        cluster_path,
+        dir,
+        prefixes,
         fms,
         &pass,
         timeout,
         progress,
-    ));
-    let merged = result.and_then(|()| merge(&dir, p, q, train, fms));
-    let _ = std::fs::remove_dir_all(&dir);
-    merged
+    ))?;
+    // The runtime (and with it every child still running) ends before the caller tears
+    // the namespaces down.
+    drop(rt);
+    merge(dir, p, q, train, fms)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -495,15 +610,23 @@ async fn run_children(
     exe: &Path,
     cluster: &Path,
     dir: &Path,
-    p: usize,
+    prefixes: &[Vec<String>],
     fms: bool,
     pass: &[String],
     timeout: Duration,
     progress: Option<Progress>,
 ) -> Result<()> {
+    let p = prefixes.len();
     let mut children = Vec::new();
-    for i in 0..p {
-        let mut cmd = tokio::process::Command::new(exe);
+    for (i, prefix) in prefixes.iter().enumerate() {
+        let mut cmd = match prefix.split_first() {
+            Some((prog, args)) => {
+                let mut c = tokio::process::Command::new(prog);
+                c.args(args).arg(exe);
+                c
+            }
+            None => tokio::process::Command::new(exe),
+        };
         if fms && i == p - 1 {
             cmd.arg("server");
         } else {
@@ -717,4 +840,25 @@ fn merge(
         None => Summary::aggregate(info, &reports, max_divergence(&views)),
     };
     Ok((summary, records))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn launcher_flags_stay_with_the_launcher_and_netns_drops_the_bucket() {
+        let all = args(
+            "--peers 4 --netns --bandwidth 200mbit --burst=4096 --transport libp2p --clocks 3 --backend=fms --wire f16",
+        );
+        assert_eq!(
+            passthrough_args(&all, false),
+            args("--bandwidth 200mbit --burst=4096 --clocks 3 --wire f16")
+        );
+        assert_eq!(passthrough_args(&all, true), args("--clocks 3 --wire f16"));
+    }
 }

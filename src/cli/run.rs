@@ -50,6 +50,11 @@ pub struct RunArgs {
     /// Seconds the topology optimizer may spend when Q < P−1.
     #[arg(long, default_value_t = 5.0)]
     pub topology_time_limit: f64,
+    /// libp2p only, needs root and iproute2: run every node in its own network namespace,
+    /// joined by veth links to a bridge, and shape each node's sends with the kernel's tbf
+    /// at --bandwidth (burst --burst) instead of the built-in token bucket.
+    #[arg(long)]
+    pub netns: bool,
     #[command(flatten)]
     pub net: super::p2p::NetArgs,
     #[command(flatten)]
@@ -92,6 +97,23 @@ pub fn execute(
         bail!("--timeout must be a positive number of seconds");
     }
     let tl = std::time::Duration::from_secs_f64(args.topology_time_limit.max(0.0));
+    let shaping = if args.netns {
+        if args.transport != Transport::Libp2p {
+            bail!("--netns shapes libp2p links; add --transport libp2p");
+        }
+        let Some(rate) = args.net.bandwidth else {
+            bail!("--netns needs --bandwidth: the rate the kernel shapes each node's sends to");
+        };
+        if let Err(why) = super::netns::available() {
+            bail!("--netns is not available here: {why}");
+        }
+        Some(super::p2p::Shaping {
+            rate,
+            burst: args.net.burst,
+        })
+    } else {
+        None
+    };
     let (summary, records) = match (args.backend, args.transport) {
         (Backend::Fms, Transport::Mem) => {
             if args.net.bandwidth.is_some() {
@@ -113,6 +135,7 @@ pub fn execute(
             std::time::Duration::from_secs_f64(args.timeout),
             tl,
             true,
+            shaping,
             progress,
         )?,
         (Backend::Sfb, Transport::Mem) => {
@@ -141,6 +164,7 @@ pub fn execute(
             std::time::Duration::from_secs_f64(args.timeout),
             tl,
             false,
+            shaping,
             progress,
         )?,
     };
@@ -257,6 +281,9 @@ pub fn print_summary(s: &Summary) {
             .map(|(k, v)| {
                 if v.abs() < 1e-3 && *v != 0.0 {
                     format!("{k} {v:.3e}")
+                } else if v.fract() == 0.0 && v.abs() < 1e15 {
+                    // Counts (e.g. the tbf counters of --netns).
+                    format!("{k} {v:.0}")
                 } else {
                     format!("{k} {v:.6}")
                 }

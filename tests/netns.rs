@@ -1,0 +1,264 @@
+//! `sfb run --netns` and `sfb bench --scenario budget-check`: as root, real network
+//! namespaces with tbf-shaped veth links, torn down afterwards even when the run fails;
+//! elsewhere, a clean skip (bench) or a clear error (run). Every run is under a timeout.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const SFB: &str = env!("CARGO_BIN_EXE_sfb");
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("netns")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// What a finished `sfb` process left: exit status, stdout, stderr, and its pid (the
+/// namespaces and devices it creates carry it).
+struct Ran {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+    pid: u32,
+}
+
+/// Runs `sfb args…` with output to files in `dir` (no pipe can fill up), killed after
+/// `limit`.
+fn sfb(dir: &Path, args: &[&str], limit: Duration) -> Ran {
+    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
+    let mut child = Command::new(SFB)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "sfb {args:?} did not finish within {limit:?}; stderr:\n{}",
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Ran {
+        ok: status.success(),
+        stdout: std::fs::read_to_string(&out).unwrap(),
+        stderr: std::fs::read_to_string(&err).unwrap(),
+        pid,
+    }
+}
+
+fn euid() -> Option<u32> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Network namespaces named after process `pid` (`sfb-PID-I`, `sfb-PID-sw`) that still
+/// exist; empty where `ip` cannot list them.
+fn leftovers(pid: u32) -> Vec<String> {
+    let list = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    list.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| {
+            name.strip_prefix(&format!("sfb-{pid}-"))
+                .is_some_and(|rest| rest == "sw" || digits(rest))
+        })
+        .map(String::from)
+        .collect()
+}
+
+/// Why the bench skipped, if it did (and then it must have written nothing).
+fn skipped(r: &Ran) -> Option<String> {
+    r.stdout
+        .trim()
+        .strip_prefix("budget-check skipped: ")
+        .map(str::to_string)
+}
+
+#[test]
+fn budget_check_runs_as_root_and_skips_cleanly_elsewhere() {
+    let d = tempdir("budget-check");
+    let out = d.join("out");
+    let r = sfb(
+        &d,
+        &[
+            "bench",
+            "--scenario",
+            "budget-check",
+            "--size",
+            "128",
+            "--clocks",
+            "6",
+            "--peers",
+            "3",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(240),
+    );
+    assert!(r.ok, "budget-check failed:\n{}\n{}", r.stdout, r.stderr);
+    assert!(leftovers(r.pid).is_empty(), "{:?}", leftovers(r.pid));
+    if let Some(why) = skipped(&r) {
+        assert_eq!(r.stdout.lines().count(), 1, "{}", r.stdout);
+        assert!(!out.exists(), "a skipped scenario wrote {}", out.display());
+        if euid() != Some(0) {
+            assert!(why.contains("not running as root"), "{why}");
+        }
+        return;
+    }
+    assert_eq!(euid(), Some(0), "ran without root: {}", r.stdout);
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("budget-check.json")).unwrap())
+            .unwrap();
+    let arms = v["arms"].as_array().unwrap();
+    let names: Vec<&str> = arms.iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "SFB full, token bucket",
+            "SFB full, tbf",
+            "FMS, token bucket",
+            "FMS, tbf"
+        ]
+    );
+    for a in arms {
+        // The summary's extras (the tbf counters) are top-level keys.
+        let s = &a["summary"];
+        let tbf = a["name"].as_str().unwrap().ends_with("tbf");
+        assert_eq!(
+            s["transport"],
+            if tbf { "libp2p+netns" } else { "libp2p" },
+            "{}",
+            a["name"]
+        );
+        assert_eq!(s["clocks"], 6);
+        assert_eq!(s["replica_checksums"].as_array().unwrap().len(), 3);
+        let sent = s["bytes_sent"].as_f64().unwrap();
+        assert!(sent > 0.0);
+        if tbf {
+            // The kernel forwarded every frame plus headers, ACKs and handshakes.
+            assert!(s["tcp_retransmits"].as_f64().is_some());
+            let wire = s["tbf_bytes_sent"].as_f64().unwrap();
+            assert!(wire > sent, "{}: wire {wire} ≤ frames {sent}", a["name"]);
+            assert!(
+                wire < 1.5 * sent,
+                "{}: wire {wire} vs frames {sent}",
+                a["name"]
+            );
+        } else {
+            assert!(s.get("tbf_bytes_sent").is_none());
+        }
+    }
+    // Shaping changes timing, never the result: BSP replicas agree across the shapers.
+    assert_eq!(
+        arms[0]["summary"]["replica_checksums"],
+        arms[1]["summary"]["replica_checksums"]
+    );
+    assert_eq!(
+        arms[2]["summary"]["replica_checksums"],
+        arms[3]["summary"]["replica_checksums"]
+    );
+    for name in names {
+        let per_clock = v["extra"][format!("{name}: ms per clock")]
+            .as_array()
+            .unwrap();
+        assert_eq!(per_clock.len(), 6, "{name}");
+        assert!(
+            per_clock.iter().all(|x| x.as_f64().unwrap() > 0.0),
+            "{name}"
+        );
+    }
+    let md = std::fs::read_to_string(out.join("budget-check.md")).unwrap();
+    assert!(md.contains("### Token bucket vs tbf, per backend"), "{md}");
+    assert!(r.stdout.contains("tbf ÷ bucket"), "{}", r.stdout);
+}
+
+#[test]
+fn a_failing_netns_run_leaves_no_namespaces_and_non_root_gets_a_reason() {
+    let d = tempdir("failing-run");
+    // The launcher sets the namespaces up, then every peer rejects the data spec.
+    let r = sfb(
+        &d,
+        &[
+            "run",
+            "--transport",
+            "libp2p",
+            "--netns",
+            "--bandwidth",
+            "100mbit",
+            "--peers",
+            "2",
+            "--clocks",
+            "2",
+            "--synthetic",
+            "classes=0,features=4",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(!r.ok, "a bad run succeeded:\n{}", r.stdout);
+    assert!(leftovers(r.pid).is_empty(), "{:?}", leftovers(r.pid));
+    if r.stderr.contains("--netns is not available here") {
+        if euid() != Some(0) {
+            assert!(r.stderr.contains("not running as root"), "{}", r.stderr);
+        }
+    } else {
+        assert!(
+            r.stderr.contains("classes must be at least 2"),
+            "{}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn netns_needs_a_rate_and_libp2p() {
+    let d = tempdir("bad-flags");
+    let r = sfb(
+        &d,
+        &["run", "--transport", "libp2p", "--netns", "--peers", "2"],
+        Duration::from_secs(30),
+    );
+    assert!(
+        !r.ok && r.stderr.contains("--netns needs --bandwidth"),
+        "{}",
+        r.stderr
+    );
+    let r = sfb(
+        &d,
+        &["run", "--netns", "--bandwidth", "1gbit", "--peers", "2"],
+        Duration::from_secs(30),
+    );
+    assert!(
+        !r.ok && r.stderr.contains("add --transport libp2p"),
+        "{}",
+        r.stderr
+    );
+}
