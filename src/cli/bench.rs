@@ -72,8 +72,9 @@ pub struct BenchArgs {
     /// Bandwidth budget per node: the training scenarios' `--bandwidth` (libp2p), and the
     /// headline budget the link scenario checks; `none` for no budget. budget-check
     /// defaults to 200mbit instead, so that both backends are link-bound.
-    #[arg(long, default_value = "1gbit")]
-    pub bandwidth: String,
+    /// Default: 1gbit.
+    #[arg(long)]
+    pub bandwidth: Option<String>,
     /// More budgets, comma-separated, to show the bucket tracks (link scenario).
     #[arg(long, default_value = "100mbit,500mbit")]
     pub rates: String,
@@ -84,6 +85,18 @@ pub struct BenchArgs {
     /// Seconds of traffic per budget run (link scenario).
     #[arg(long, default_value_t = 2.0)]
     pub budget_secs: f64,
+}
+
+impl BenchArgs {
+    /// `--bandwidth`, or `default` when not given.
+    pub fn bandwidth_or<'a>(&'a self, default: &'a str) -> &'a str {
+        self.bandwidth.as_deref().unwrap_or(default)
+    }
+
+    /// `--bandwidth`, or 1gbit.
+    pub fn bandwidth(&self) -> &str {
+        self.bandwidth_or("1gbit")
+    }
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -378,11 +391,7 @@ fn kernel(args: &BenchArgs) -> Result<()> {
             "## `kernel` — the apply kernel vs plain GEMM, the naive loop and memory bandwidth
 
 Command: `{}`  \nMachine: {}\n\nW {j}×{d} f32, {threads} threads; copy {copy_gb_s:.1} GB/s, read-modify-write {rmw_gb_s:.1} GB/s (same buffer size, all threads).\n\n| R | kernel ms | GEMM ms | naive ms | kernel ÷ GEMM speed | kernel ÷ RMW bandwidth | × naive |\n|---:|---:|---:|---:|---:|---:|---:|\n",
-            std::env::args()
-                .enumerate()
-                .map(|(i, a)| if i == 0 { "sfb".into() } else { a })
-                .collect::<Vec<_>>()
-                .join(" "),
+            super::experiment::invocation(),
             machine.line()
         );
         for r in &report.rows {

@@ -76,7 +76,7 @@ impl LinkConfig {
     /// `--budget-secs`.
     pub fn from_args(args: &BenchArgs) -> Result<Self> {
         let mut rates = Vec::new();
-        for s in std::iter::once(args.bandwidth.as_str()).chain(args.rates.split(',')) {
+        for s in std::iter::once(args.bandwidth()).chain(args.rates.split(',')) {
             let s = s.trim();
             if s.is_empty() || rates.iter().any(|(l, _): &(String, Rate)| l == s) {
                 continue;

@@ -44,11 +44,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             args.transport
         );
     }
-    let bandwidth = if flag_given("--bandwidth") {
-        args.bandwidth.clone()
-    } else {
-        DEFAULT_RATE.to_string()
-    };
+    let bandwidth = args.bandwidth_or(DEFAULT_RATE).to_string();
     let rate: Rate = bandwidth
         .parse()
         .map_err(|e: String| anyhow::anyhow!("{NAME} needs a --bandwidth rate: {e}"))?;
@@ -140,14 +136,9 @@ struct Pair<'a> {
 /// has finished it (training time: wall minus evaluation), and starts when clock c − 1
 /// ended.
 fn clock_times(records: &[ClockRecord], peers: usize) -> Vec<f64> {
-    let mut end: std::collections::BTreeMap<u64, f64> = Default::default();
-    for r in records.iter().filter(|r| (r.peer as usize) < peers) {
-        let t = (r.wall_s - r.eval_s).max(0.0);
-        let e = end.entry(r.clock).or_insert(t);
-        *e = e.max(t);
-    }
     let mut prev = 0.0;
-    end.into_values()
+    super::experiment::clock_ends(records, peers)
+        .into_values()
         .map(|t| {
             let d = (t - prev).max(0.0);
             prev = t;
@@ -288,18 +279,6 @@ fn compare(
     (t, notes)
 }
 
-/// Whether `flag` is on this process's command line (clap fills in defaults, so the parsed
-/// value cannot tell).
-fn flag_given(flag: &str) -> bool {
-    flag_in(std::env::args(), flag)
-}
-
-/// Whether `flag` is among `args`, as `flag VALUE` or `flag=VALUE`.
-fn flag_in(args: impl IntoIterator<Item = String>, flag: &str) -> bool {
-    args.into_iter()
-        .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|r| r.starts_with('=')))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,15 +307,5 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(slow_clocks(&[1.0, 1.0, 1.1, 0.9, 2.2, 5.0]), 2);
         assert_eq!(slow_clocks(&[]), 0);
-    }
-
-    #[test]
-    fn a_flag_is_given_by_name_or_name_equals() {
-        let argv = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
-        let given = |s: &str| flag_in(argv(s), "--bandwidth");
-        assert!(given("sfb bench --bandwidth 1gbit"));
-        assert!(given("sfb bench --bandwidth=1gbit"));
-        assert!(!given("sfb bench --bandwidths 1"));
-        assert!(!given("sfb bench --burst 4096"));
     }
 }

@@ -77,8 +77,9 @@ fn common(args: &BenchArgs, clocks: u64, eval_every: u64) -> Vec<String> {
         "--transport".into(),
         args.transport.clone(),
     ];
-    if args.transport == "libp2p" && !args.bandwidth.is_empty() && args.bandwidth != "none" {
-        v.extend(["--bandwidth".into(), args.bandwidth.clone()]);
+    let bw = args.bandwidth();
+    if args.transport == "libp2p" && !bw.is_empty() && bw != "none" {
+        v.extend(["--bandwidth".into(), bw.to_string()]);
     }
     v
 }
@@ -136,7 +137,7 @@ fn fms_vs_sfb(args: &BenchArgs, runner: &Runner) -> Result<Report> {
         "fms-vs-sfb",
         &format!(
             "P={p}, MLR J=D={n}, K=16, BSP, {} per node: SFB full vs SFB partial (Q={}) vs FMS",
-            args.bandwidth,
+            args.bandwidth(),
             3.min(p.saturating_sub(2)).max(1)
         ),
     );
@@ -239,7 +240,7 @@ fn q_sweep(args: &BenchArgs, runner: &Runner) -> Result<Report> {
         &format!(
             "P={p}, Q=1..{}, MLR J=D={n}, K=16, BSP, {} per peer",
             p - 1,
-            args.bandwidth
+            args.bandwidth()
         ),
     );
     let base: Vec<String> = mlr(n, n, 24000, 500)
@@ -337,7 +338,7 @@ fn staleness(args: &BenchArgs, runner: &Runner) -> Result<Report> {
         "staleness",
         &format!(
             "P={p}, MLR J=D={n}, K=16, {} per node, one straggling peer (+{delay} ms per step): SSP staleness s ∈ {{0,1,2,4,8}}, SFB full vs FMS",
-            args.bandwidth
+            args.bandwidth()
         ),
     );
     let base: Vec<String> = mlr(n, n, 24000, 500)
@@ -484,7 +485,7 @@ fn scaling(args: &BenchArgs, runner: &Runner) -> Result<Report> {
         "scaling",
         &format!(
             "SFB full broadcast, P ∈ {ps:?}, MLR J=D={n}, K=16, BSP, {} per peer, equal samples per arm",
-            args.bandwidth
+            args.bandwidth()
         ),
     );
     let arms: Vec<ArmSpec> = ps
@@ -594,7 +595,7 @@ fn model_size(args: &BenchArgs, runner: &Runner) -> Result<Report> {
         "model-size",
         &format!(
             "P={p}, MLR J=D ∈ {sizes:?}, K=16, BSP, {} per node: SFB full vs SFB partial (Q={q}) vs FMS",
-            args.bandwidth
+            args.bandwidth()
         ),
     );
     let mut rules = Vec::new();

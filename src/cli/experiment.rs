@@ -107,9 +107,22 @@ pub struct CurvePoint {
     pub accuracy: Option<f64>,
 }
 
+/// When each clock ended, in training seconds (wall time minus evaluation time): the
+/// slowest of the `peers` workers' (server records are left out).
+pub fn clock_ends(records: &[ClockRecord], peers: usize) -> std::collections::BTreeMap<u64, f64> {
+    let mut end: std::collections::BTreeMap<u64, f64> = Default::default();
+    for r in records.iter().filter(|r| (r.peer as usize) < peers) {
+        let t = (r.wall_s - r.eval_s).max(0.0);
+        let e = end.entry(r.clock).or_insert(t);
+        *e = e.max(t);
+    }
+    end
+}
+
 /// The learning curve of a run with `peers` workers (server records are left out): the
 /// clocks at which every worker evaluated, in order.
 pub fn curve(records: &[ClockRecord], peers: usize) -> Vec<CurvePoint> {
+    let ends = clock_ends(records, peers);
     let mut by_clock: std::collections::BTreeMap<u64, Vec<&ClockRecord>> = Default::default();
     for r in records {
         if (r.peer as usize) < peers && r.objective.is_some() {
@@ -133,10 +146,7 @@ pub fn curve(records: &[ClockRecord], peers: usize) -> Vec<CurvePoint> {
             let accs: Vec<f64> = rs.iter().filter_map(|r| r.test_accuracy).collect();
             Some(CurvePoint {
                 clock,
-                train_s: rs
-                    .iter()
-                    .map(|r| (r.wall_s - r.eval_s).max(0.0))
-                    .fold(0.0, f64::max),
+                train_s: ends.get(&clock).copied().unwrap_or(0.0),
                 samples: rs.iter().map(|r| r.samples).sum(),
                 objective: rs
                     .iter()
@@ -477,11 +487,7 @@ impl Report {
         Self {
             scenario: scenario.into(),
             title: title.into(),
-            command: std::env::args()
-                .enumerate()
-                .map(|(i, a)| if i == 0 { "sfb".into() } else { a })
-                .collect::<Vec<_>>()
-                .join(" "),
+            command: invocation(),
             machine: Machine::this(),
             target_objective: None,
             target_rule: String::new(),
@@ -745,6 +751,15 @@ impl Report {
         self.add_plot(&file, "compute / apply / wait / other per clock");
         Ok(())
     }
+}
+
+/// This process's command line, as `sfb …`.
+pub fn invocation() -> String {
+    std::env::args()
+        .enumerate()
+        .map(|(i, a)| if i == 0 { "sfb".into() } else { a })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Bytes with a binary unit.
