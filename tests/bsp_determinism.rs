@@ -42,7 +42,8 @@ fn four_peers_bsp_replicas_are_bitwise_equal_and_match_single_process() {
             let mb = sh.next_batch(8);
             model.compute_sv(w.w(), &mb, &mut sv).unwrap();
             let scale = model.scale(t, 0.5, sv.len());
-            batches.push(sv.commit(PeerId(id as u32), t, scale));
+            batches.push(sv.to_batch(PeerId(id as u32), t, scale));
+            sv.clear();
         }
         let refs: Vec<&FactorBatch> = batches.iter().collect();
         w.apply(&refs).unwrap();

@@ -4,10 +4,12 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ndarray::Array2;
-use sfb::core::{Config, Engine, FactorBatch, Model, PeerId, Progress, Replica, Shard, SvList};
+use sfb::core::{
+    Config, Engine, FactorBatch, ManualTime, Model, PeerId, Progress, Replica, Shard, SvList,
+};
 use sfb::models::data::{self, LibsvmOptions, read_libsvm};
 use sfb::models::sdca::primal_dual;
 use sfb::models::{
@@ -119,7 +121,7 @@ fn mlr_loss_and_gradient_match_numpy() {
         let refs: Vec<&Example> = samples.iter().collect();
         let mut sv = SvList::new(j, d);
         Mlr::new(j, d).compute_sv(w.view(), &refs, &mut sv).unwrap();
-        let batch: FactorBatch = sv.commit(PeerId(0), 0, 1.0 / m as f32);
+        let batch: FactorBatch = sv.to_batch(PeerId(0), 0, 1.0 / m as f32);
         let mut g = Replica::zeros(j, d);
         g.apply(&[&batch]).unwrap();
         let diff = g
@@ -238,6 +240,7 @@ fn sdca_closes_the_gap_at_the_sklearn_optimum() {
 /// replica after each peer's step.
 fn drive<M: Model>(engines: &mut [Engine<M>], mut each_clock: impl FnMut(&Engine<M>)) {
     let n = engines.len();
+    let mut time = ManualTime::default();
     let mut done = 0;
     let mut rounds = 0;
     while done < n {
@@ -245,21 +248,21 @@ fn drive<M: Model>(engines: &mut [Engine<M>], mut each_clock: impl FnMut(&Engine
         assert!(rounds < 1_000_000, "no progress");
         done = 0;
         for p in 0..n {
-            match engines[p].on_tick(Instant::now()).unwrap() {
+            match engines[p].on_tick(&mut time).unwrap() {
                 Progress::Done => done += 1,
                 Progress::Stepped => each_clock(&engines[p]),
                 Progress::Blocked => {}
             }
             while let Some(out) = engines[p].poll_output() {
                 engines[out.to.index()]
-                    .on_message(PeerId(p as u32), out.msg)
+                    .on_message(PeerId(p as u32), out.msg, &mut time)
                     .unwrap();
             }
         }
     }
     for e in engines.iter_mut() {
         each_clock(e);
-        e.finish();
+        e.finish(&mut time);
     }
 }
 

@@ -363,9 +363,9 @@ fn kernel(args: &BenchArgs) -> Result<()> {
         std::fs::write(dir.join("kernel.csv"), csv)?;
         let machine = super::experiment::Machine::this();
         let cats: Vec<String> = report.rows.iter().map(|r| format!("R={}", r.r)).collect();
-        super::plot::bar_chart(
+        sfb_plot::bar_chart(
             &dir.join("kernel.png"),
-            &super::plot::BarChart {
+            &sfb_plot::BarChart {
                 title: format!("kernel: W({j}×{d}) −= U·Vᵀ, {threads} threads"),
                 y_label: "ms per apply (median)".into(),
                 categories: cats,

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use sfb_core::metrics::ClockRecord;
+use sfb_plot::{self as plot, BarChart, LineChart, Series};
 
 use super::bench::BenchArgs;
 use super::experiment::{ArmReport, ArmSpec, Report, Runner, arm_report, human_bytes, target_at};
-use super::plot::{self, BarChart, LineChart, Series};
 
 /// The training scenarios.
 pub const SCENARIOS: &[&str] = &[

@@ -22,8 +22,8 @@ use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use sfb_core::metrics::{ClockRecord, Summary};
+use sfb_plot::{self as plot, BarChart, LineChart, Series};
 
-use super::plot::{self, BarChart, LineChart, Series};
 use super::run::RunArgs;
 
 /// `sfb run`'s options, parsed from an arm's argument list.
@@ -347,7 +347,7 @@ impl Runner {
             })
         };
         let r = if spec.env.is_empty() {
-            super::run::execute(&args, &spec.argv, Some(progress))
+            super::run::execute(&args.to_spec(), &spec.argv, Some(progress))
         } else {
             run_child(spec)
         }

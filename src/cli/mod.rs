@@ -9,7 +9,6 @@ pub mod experiment;
 pub mod fms;
 pub mod netns;
 pub mod p2p;
-pub mod plot;
 pub mod run;
 pub mod topology;
 pub mod train;

@@ -9,15 +9,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use sfb_core::PeerId;
-use sfb_core::metrics::{ClockRecord, PeerReport, RunInfo, Summary, max_divergence};
+use sfb_core::metrics::{ClockRecord, PeerReport, RunInfo, Summary};
+use sfb_harness::{Cluster as ClusterBuilder, NodeOutcome, RunSpec};
 use sfb_net::bandwidth::{Bucket, Rate};
 use sfb_net::cluster::Cluster;
 use sfb_net::p2p::{Node, Options, RunShape};
 use sfb_topology::Topology;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use super::train::{TrainArgs, build_engine, load_data};
+use super::train::TrainArgs;
 
 /// `sfb cluster …`.
 #[derive(Debug, clap::Subcommand)]
@@ -108,23 +108,29 @@ pub struct NetArgs {
 }
 
 impl NetArgs {
-    fn options(&self) -> Result<Options> {
-        for (name, v) in [
-            ("--peer-timeout", self.peer_timeout),
-            ("--startup-timeout", self.startup_timeout),
-        ] {
-            if !(v.is_finite() && v > 0.0) {
-                bail!("{name} must be a positive number of seconds, got {v}");
-            }
+    /// These options in a [`RunSpec`] (the in-memory `timeout_s` and `netns` are
+    /// `sfb run`'s).
+    pub fn to_options(&self) -> sfb_harness::NetOptions {
+        sfb_harness::NetOptions {
+            peer_timeout_s: self.peer_timeout,
+            startup_timeout_s: self.startup_timeout,
+            bandwidth: self.bandwidth,
+            burst: self.burst,
+            wire: self.wire,
+            ..sfb_harness::NetOptions::default()
         }
-        Ok(Options {
-            timeout: Duration::from_secs_f64(self.peer_timeout),
-            startup_timeout: Duration::from_secs_f64(self.startup_timeout),
-            bandwidth: self
-                .bandwidth
-                .map(|r| Arc::new(Bucket::new(r, self.burst.max(1)))),
-            ..Options::default()
-        })
+    }
+}
+
+/// The libp2p driver's options of a validated spec.
+fn node_options(n: &sfb_harness::NetOptions) -> Options {
+    Options {
+        timeout: Duration::from_secs_f64(n.peer_timeout_s),
+        startup_timeout: Duration::from_secs_f64(n.startup_timeout_s),
+        bandwidth: n
+            .bandwidth
+            .map(|r| Arc::new(Bucket::new(r, n.burst.max(1)))),
+        ..Options::default()
     }
 }
 
@@ -152,6 +158,23 @@ pub struct NodeArgs {
     pub net: NetArgs,
     #[command(flatten)]
     pub train: TrainArgs,
+}
+
+impl NodeArgs {
+    /// The run of a node of a cluster with `peers` workers.
+    fn spec(&self, peers: usize, backend: sfb_harness::Backend) -> Result<RunSpec> {
+        let mut spec = RunSpec {
+            peers,
+            backend,
+            transport: sfb_harness::Transport::Libp2p,
+            fms_push: self.fms_push.into(),
+            net: self.net.to_options(),
+            ..RunSpec::default()
+        };
+        self.train.fill(&mut spec);
+        spec.validate().map_err(super::train::cli_error)?;
+        Ok(spec)
+    }
 }
 
 /// `sfb peer` options.
@@ -231,37 +254,33 @@ pub fn peer(args: &PeerArgs) -> Result<()> {
             a.cluster.display()
         );
     }
-    let data = load_data(&a.train)?;
-    let ids = |v: &[usize]| v.iter().map(|&i| PeerId(i as u32)).collect::<Vec<_>>();
     let workers = cluster.workers();
     if fms {
-        let engine = build_engine(&a.train, &data, args.id as u32, workers, vec![], vec![])?;
-        let jd = engine.replica().dim();
-        let client = sfb_core::fms::Client::from_engine(engine, a.fms_push.into())?;
-        run_node(a, cluster, args.id, client, jd, true, |c| Finished {
+        let spec = a.spec(workers, sfb_harness::Backend::Fms)?;
+        let client =
+            ClusterBuilder::from_spec(&spec)?.build_client(args.id as u32, spec.fms_push)?;
+        let jd = client.w().dim();
+        run_node(a, &spec, cluster, args.id, client, jd, true, |c| Finished {
             metrics: c.metrics().clone(),
-            evaluation: c.last_evaluation(),
+            evaluation: c.last_evaluation().cloned(),
             checksum: c.checksum(),
             w: c.w().to_owned(),
             clock: c.clock(),
         })
     } else {
-        let engine = build_engine(
-            &a.train,
-            &data,
-            args.id as u32,
-            p,
-            ids(cluster.out(args.id)),
-            ids(cluster.in_neighbours(args.id)),
-        )?
-        .with_wire(a.net.wire);
+        let spec = a.spec(p, sfb_harness::Backend::Sfb)?;
+        let engine = ClusterBuilder::from_spec(&spec)?
+            .out_lists((0..p).map(|i| cluster.out(i).to_vec()).collect())
+            .build_peer(args.id as u32)?;
         let jd = engine.replica().dim();
-        run_node(a, cluster, args.id, engine, jd, false, |e| Finished {
-            metrics: e.metrics().clone(),
-            evaluation: e.last_evaluation(),
-            checksum: e.replica().checksum(),
-            w: e.replica().w().to_owned(),
-            clock: e.clock(),
+        run_node(a, &spec, cluster, args.id, engine, jd, false, |e| {
+            Finished {
+                metrics: e.metrics().clone(),
+                evaluation: e.last_evaluation().cloned(),
+                checksum: e.replica().checksum(),
+                w: e.replica().w().to_owned(),
+                clock: e.clock(),
+            }
         })
     }
 }
@@ -275,11 +294,10 @@ pub fn server(args: &ServerArgs) -> Result<()> {
             a.cluster.display()
         );
     };
-    let data = load_data(&a.train)?;
-    let engine = build_engine(&a.train, &data, 0, cluster.workers(), vec![], vec![])?;
-    let jd = engine.replica().dim();
-    let server = sfb_core::fms::Server::from_engine(engine, a.fms_push.into())?;
-    run_node(a, cluster, id, server, jd, true, |s| Finished {
+    let spec = a.spec(cluster.workers(), sfb_harness::Backend::Fms)?;
+    let server = ClusterBuilder::from_spec(&spec)?.build_server(spec.fms_push)?;
+    let jd = server.replica().dim();
+    run_node(a, &spec, cluster, id, server, jd, true, |s| Finished {
         metrics: s.metrics().clone(),
         evaluation: None,
         checksum: s.replica().checksum(),
@@ -288,8 +306,10 @@ pub fn server(args: &ServerArgs) -> Result<()> {
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_node<N: sfb_core::StateMachine + Send + 'static>(
     a: &NodeArgs,
+    spec: &RunSpec,
     mut cluster: Cluster,
     id: usize,
     node: N,
@@ -297,7 +317,7 @@ fn run_node<N: sfb_core::StateMachine + Send + 'static>(
     full_w: bool,
     finished: impl FnOnce(&N) -> Finished,
 ) -> Result<()> {
-    let mut opts = a.net.options()?;
+    let mut opts = node_options(&spec.net);
     if a.exchange_addrs {
         // The launcher (or a test) reads progress from stdout.
         opts.progress = Some(Arc::new(|r: &ClockRecord| {
@@ -308,10 +328,10 @@ fn run_node<N: sfb_core::StateMachine + Send + 'static>(
     let shape = RunShape {
         j: jd.0,
         d: jd.1,
-        batch: a.train.batch,
-        clocks: a.train.clocks,
+        batch: spec.train.batch,
+        clocks: spec.train.clocks,
         full_w,
-        dtype: a.net.wire,
+        dtype: spec.net.wire,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -346,8 +366,8 @@ fn run_node<N: sfb_core::StateMachine + Send + 'static>(
             peer: cluster.core_id(id).0,
             wall_s: outcome.records.last().map_or(0.0, |r| r.wall_s),
             metrics,
-            objective: f.evaluation.map(|e| e.objective),
-            test_accuracy: f.evaluation.and_then(|e| e.accuracy),
+            objective: f.evaluation.as_ref().map(|e| e.objective),
+            test_accuracy: f.evaluation.as_ref().and_then(|e| e.accuracy),
             checksum: f.checksum.clone(),
         },
         records: outcome.records,
@@ -413,7 +433,7 @@ const BUCKET_FLAGS: &[(&str, bool)] = &[("--bandwidth", true), ("--burst", true)
 
 /// A launcher's progress callback: `(node index, clocks completed)`, node `P` being the
 /// FMS server.
-pub type Progress = Arc<dyn Fn(usize, u64) + Send + Sync>;
+pub type Progress = sfb_harness::Progress;
 
 /// The arguments of this process after `sfb run`.
 pub fn run_argv() -> Vec<String> {
@@ -459,18 +479,17 @@ pub struct Shaping {
 /// carried out (the training and network options among them go to every process, except
 /// the token bucket's under `shaping`); `progress`, if given, hears every clock every
 /// process completes.
-#[allow(clippy::too_many_arguments)]
 pub fn launch(
-    p: usize,
-    q: usize,
-    train: &TrainArgs,
+    spec: &RunSpec,
     run_args: &[String],
-    timeout: Duration,
-    topology_time_limit: Duration,
-    fms: bool,
     shaping: Option<Shaping>,
     progress: Option<Progress>,
 ) -> Result<(Summary, Vec<ClockRecord>)> {
+    let p = spec.peers;
+    let q = spec.topology.out_degree.unwrap_or(p.saturating_sub(1));
+    let fms = spec.backend == sfb_harness::Backend::Fms;
+    let topology_time_limit = Duration::from_secs_f64(spec.topology.time_limit_s);
+    let timeout = Duration::from_secs_f64(spec.net.timeout_s);
     let dir = std::env::temp_dir().join(format!(
         "sfb-run-{}-{}",
         std::process::id(),
@@ -505,7 +524,7 @@ pub fn launch(
         &hosts,
         &prefixes,
         (p, q),
-        train,
+        &spec.run_info(),
         run_args,
         timeout,
         topology_time_limit,
@@ -569,7 +588,7 @@ fn launch_in(
     hosts: &[String],
     prefixes: &[Vec<String>],
     (p, q): (usize, usize),
-    train: &TrainArgs,
+    info: &RunInfo,
     run_args: &[String],
     timeout: Duration,
     topology_time_limit: Duration,
@@ -602,7 +621,7 @@ fn launch_in(
     // The runtime (and with it every child still running) ends before the caller tears
     // the namespaces down.
     drop(rt);
-    merge(dir, p, q, train, fms)
+    merge(dir, p, info.clone(), fms)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -792,13 +811,7 @@ fn futures_unordered(children: Vec<tokio::process::Child>) -> Waits {
     Waits { rx, tasks }
 }
 
-fn merge(
-    dir: &Path,
-    p: usize,
-    q: usize,
-    train: &TrainArgs,
-    fms: bool,
-) -> Result<(Summary, Vec<ClockRecord>)> {
+fn merge(dir: &Path, p: usize, info: RunInfo, fms: bool) -> Result<(Summary, Vec<ClockRecord>)> {
     let read = |i: usize| -> Result<PeerFile> {
         let path = dir.join(format!("peer-{i}.json"));
         Ok(serde_json::from_str(
@@ -806,16 +819,16 @@ fn merge(
                 .with_context(|| format!("reading {}", path.display()))?,
         )?)
     };
-    let mut reports = Vec::new();
+    let mut files = Vec::new();
     let mut records = Vec::new();
     let mut ws = Vec::new();
     for i in 0..p {
-        let f = read(i)?;
+        let mut f = read(i)?;
         let wbytes = std::fs::read(dir.join(format!("peer-{i}.w")))?;
         let w: Vec<f32> = bytemuck::pod_collect_to_vec(&wbytes);
         ws.push(ndarray::Array2::from_shape_vec((f.j, f.d), w)?);
-        reports.push(f.report);
-        records.extend(f.records);
+        records.append(&mut f.records);
+        files.push(f);
     }
     let server = if fms {
         let f = read(p)?;
@@ -824,21 +837,17 @@ fn merge(
     } else {
         None
     };
-    let views: Vec<_> = ws.iter().map(|w| w.view()).collect();
-    let info = RunInfo {
-        backend: if fms { "fms" } else { "sfb" }.into(),
-        transport: "libp2p".into(),
-        model: train.model.name().into(),
-        consistency: train.consistency().to_string(),
-        peers: p,
-        out_degree: if fms { 1 } else { q },
-        clocks: train.clocks,
-        batch: train.batch,
-    };
-    let summary = match &server {
-        Some(m) => Summary::aggregate_with_server(info, &reports, m, max_divergence(&views)),
-        None => Summary::aggregate(info, &reports, max_divergence(&views)),
-    };
+    // A node's report file carries no model-specific figures: the summary has none.
+    let nodes: Vec<NodeOutcome<'_>> = files
+        .into_iter()
+        .zip(&ws)
+        .map(|(f, w)| NodeOutcome {
+            report: f.report,
+            w: w.view(),
+            extra: None,
+        })
+        .collect();
+    let summary = sfb_harness::summarize(info, &nodes, server.as_ref());
     Ok((summary, records))
 }
 

@@ -4,10 +4,10 @@ use std::io::Write;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use sfb_core::PeerId;
-use sfb_core::metrics::{ClockRecord, PeerReport, RunInfo, Summary, max_divergence};
+use sfb_core::metrics::{ClockRecord, Summary};
+use sfb_harness::{Progress, RunSpec, TopologyOptions};
 
-use super::train::{TrainArgs, build_engine, load_data};
+use super::train::{TrainArgs, cli_error};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
@@ -61,9 +61,45 @@ pub struct RunArgs {
     pub train: TrainArgs,
 }
 
+impl RunArgs {
+    /// The run these options describe.
+    pub fn to_spec(&self) -> RunSpec {
+        let mut spec = RunSpec {
+            peers: self.peers,
+            backend: self.backend.into(),
+            transport: match self.transport {
+                Transport::Mem => sfb_harness::Transport::Mem,
+                Transport::Libp2p => sfb_harness::Transport::Libp2p,
+            },
+            topology: TopologyOptions {
+                out_degree: self.out_degree,
+                time_limit_s: self.topology_time_limit.max(0.0),
+                ..TopologyOptions::default()
+            },
+            fms_push: self.fms_push.into(),
+            net: self.net.to_options(),
+            ..RunSpec::default()
+        };
+        spec.net.timeout_s = self.timeout;
+        spec.net.netns = self.netns;
+        self.train.fill(&mut spec);
+        spec
+    }
+}
+
+impl From<Backend> for sfb_harness::Backend {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Sfb => sfb_harness::Backend::Sfb,
+            Backend::Fms => sfb_harness::Backend::Fms,
+        }
+    }
+}
+
 pub fn run(args: &RunArgs) -> Result<()> {
-    let (summary, records) = execute(args, &super::p2p::run_argv(), None)?;
-    if let Some(path) = &args.train.metrics {
+    let spec = args.to_spec();
+    let (summary, records) = execute(&spec, &super::p2p::run_argv(), None)?;
+    if let Some(path) = &spec.output.metrics {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
         );
@@ -74,180 +110,38 @@ pub fn run(args: &RunArgs) -> Result<()> {
         f.flush()?;
     }
     print_summary(&summary);
-    if let Some(path) = &args.train.summary {
+    if let Some(path) = &spec.output.summary {
         std::fs::write(path, serde_json::to_string_pretty(&summary)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
 
-/// Carries out `sfb run` (`args`, parsed from `argv`, the arguments after `run`) and
-/// returns the summary and every node's per-clock records.
+/// Carries out `spec` (parsed from `argv`, the arguments after `sfb run`) and returns the
+/// summary and every node's per-clock records.
 pub fn execute(
-    args: &RunArgs,
+    spec: &RunSpec,
     argv: &[String],
-    progress: Option<super::p2p::Progress>,
+    progress: Option<Progress>,
 ) -> Result<(Summary, Vec<ClockRecord>)> {
-    let p = args.peers;
-    if p == 0 {
-        bail!("--peers must be at least 1");
+    spec.validate().map_err(cli_error)?;
+    if spec.transport == sfb_harness::Transport::Mem {
+        let out = sfb_harness::run(spec, progress).map_err(cli_error)?;
+        return Ok((out.summary, out.records));
     }
-    let q = args.out_degree.unwrap_or(p - 1);
-    if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        bail!("--timeout must be a positive number of seconds");
-    }
-    let tl = std::time::Duration::from_secs_f64(args.topology_time_limit.max(0.0));
-    let shaping = if args.netns {
-        if args.transport != Transport::Libp2p {
-            bail!("--netns shapes libp2p links; add --transport libp2p");
-        }
-        let Some(rate) = args.net.bandwidth else {
-            bail!("--netns needs --bandwidth: the rate the kernel shapes each node's sends to");
-        };
-        if let Err(why) = super::netns::available() {
-            bail!("--netns is not available here: {why}");
-        }
-        Some(super::p2p::Shaping {
-            rate,
-            burst: args.net.burst,
-        })
-    } else {
-        None
-    };
-    let (summary, records) = match (args.backend, args.transport) {
-        (Backend::Fms, Transport::Mem) => {
-            if args.net.bandwidth.is_some() {
-                bail!("--bandwidth is enforced by the libp2p transport; add --transport libp2p");
+    let shaping = match (spec.net.netns, spec.net.bandwidth) {
+        (true, Some(rate)) => {
+            if let Err(why) = super::netns::available() {
+                bail!("--netns is not available here: {why}");
             }
-            super::fms::run_mem_fms(
-                p,
-                &args.train,
-                std::time::Duration::from_secs_f64(args.timeout),
-                args.fms_push,
-                progress,
-            )?
+            Some(super::p2p::Shaping {
+                rate,
+                burst: spec.net.burst,
+            })
         }
-        (Backend::Fms, Transport::Libp2p) => super::p2p::launch(
-            p,
-            q,
-            &args.train,
-            argv,
-            std::time::Duration::from_secs_f64(args.timeout),
-            tl,
-            true,
-            shaping,
-            progress,
-        )?,
-        (Backend::Sfb, Transport::Mem) => {
-            if args.net.bandwidth.is_some() || args.net.wire != sfb_core::wire::Dtype::F32 {
-                bail!(
-                    "--bandwidth and --wire f16 apply to the libp2p transport; add --transport libp2p"
-                );
-            }
-            let out = if p == 1 {
-                vec![vec![]]
-            } else {
-                super::p2p::topology_for(p, q, tl)?.out_lists()
-            };
-            run_mem_cluster(
-                &out,
-                &args.train,
-                std::time::Duration::from_secs_f64(args.timeout),
-                progress,
-            )?
-        }
-        (Backend::Sfb, Transport::Libp2p) => super::p2p::launch(
-            p,
-            q,
-            &args.train,
-            argv,
-            std::time::Duration::from_secs_f64(args.timeout),
-            tl,
-            false,
-            shaping,
-            progress,
-        )?,
+        _ => None,
     };
-    Ok((summary, records))
-}
-
-/// Runs P peers over the in-memory transport, peer `i` sending to `out[i]`; returns the
-/// summary and every peer's per-clock records.
-pub fn run_mem_cluster(
-    out: &[Vec<usize>],
-    train: &TrainArgs,
-    timeout: std::time::Duration,
-    progress: Option<super::p2p::Progress>,
-) -> Result<(Summary, Vec<ClockRecord>)> {
-    let p = out.len();
-    let data = load_data(train)?;
-    let engines = (0..p)
-        .map(|id| {
-            let o: Vec<PeerId> = out[id].iter().map(|&x| PeerId(x as u32)).collect();
-            let i: Vec<PeerId> = (0..p)
-                .filter(|&src| out[src].contains(&id))
-                .map(|x| PeerId(x as u32))
-                .collect();
-            build_engine(train, &data, id as u32, p, o, i)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let opts = sfb_net::mem::Options {
-        timeout,
-        progress: mem_progress(progress, p),
-        ..Default::default()
-    };
-    let runs = sfb_net::mem::run(engines, &opts)?;
-    let reports: Vec<PeerReport> = runs
-        .iter()
-        .map(|r| {
-            let e = r.engine.last_evaluation();
-            PeerReport {
-                peer: r.engine.config().id.0,
-                wall_s: r.records.last().map_or(0.0, |x| x.wall_s),
-                metrics: r.engine.metrics().clone(),
-                objective: e.map(|e| e.objective),
-                test_accuracy: e.and_then(|e| e.accuracy),
-                checksum: r.engine.replica().checksum(),
-            }
-        })
-        .collect();
-    let ws: Vec<_> = runs.iter().map(|r| r.engine.replica().w()).collect();
-    let info = RunInfo {
-        backend: "sfb".into(),
-        transport: "mem".into(),
-        model: train.model.name().into(),
-        consistency: train.consistency().to_string(),
-        peers: p,
-        out_degree: out.first().map_or(0, Vec::len),
-        clocks: train.clocks,
-        batch: train.batch,
-    };
-    let mut summary = Summary::aggregate(info, &reports, max_divergence(&ws));
-    let extras: Vec<_> = runs
-        .iter()
-        .filter_map(|r| r.engine.last_evaluation().map(|e| e.extra))
-        .collect();
-    summary.extra = sfb_core::metrics::mean_extras(&extras);
-    let records = runs.into_iter().flat_map(|r| r.records).collect();
-    Ok((summary, records))
-}
-
-/// `progress` as the in-memory transport's per-record callback (server records, whose
-/// peer is [`sfb_core::PeerId::SERVER`], report as node `servers_at`).
-pub fn mem_progress(
-    progress: Option<super::p2p::Progress>,
-    servers_at: usize,
-) -> Option<sfb_net::p2p::ProgressFn> {
-    progress.map(|f| -> sfb_net::p2p::ProgressFn {
-        std::sync::Arc::new(move |r: &ClockRecord| {
-            let node = if r.peer == sfb_core::PeerId::SERVER.0 {
-                servers_at
-            } else {
-                r.peer as usize
-            };
-            f(node, r.clock);
-        })
-    })
+    super::p2p::launch(spec, argv, shaping, progress)
 }
 
 fn opt(x: Option<f64>) -> String {
@@ -304,4 +198,148 @@ pub fn print_summary(s: &Summary) {
         s.max_replica_divergence
             .map_or("-".into(), |d| format!("{d:.3e}"))
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn spec(args: &[&str]) -> RunSpec {
+        Cli::parse_from(std::iter::once("sfb").chain(args.iter().copied()))
+            .run
+            .to_spec()
+    }
+
+    #[test]
+    fn the_command_line_defaults_are_the_specs() {
+        assert_eq!(spec(&[]), RunSpec::default());
+    }
+
+    #[test]
+    fn every_option_lands_in_the_spec() {
+        let s = spec(&[
+            "--peers",
+            "6",
+            "--out-degree",
+            "2",
+            "--backend",
+            "fms",
+            "--transport",
+            "libp2p",
+            "--timeout",
+            "7",
+            "--fms-push",
+            "dense",
+            "--topology-time-limit",
+            "2",
+            "--bandwidth",
+            "8mbit",
+            "--burst",
+            "100",
+            "--peer-timeout",
+            "3",
+            "--startup-timeout",
+            "4",
+            "--wire",
+            "f16",
+            "--model",
+            "sc",
+            "--lambda",
+            "0.5",
+            "--dict-size",
+            "9",
+            "--sweeps",
+            "3",
+            "--decay",
+            "2",
+            "--batch",
+            "5",
+            "--lr",
+            "0.25",
+            "--clocks",
+            "11",
+            "--staleness",
+            "2",
+            "--seed",
+            "9",
+            "--init-std",
+            "0.1",
+            "--eval-every",
+            "4",
+            "--straggler",
+            "rotate:5",
+            "--metrics",
+            "m.jsonl",
+            "--summary",
+            "s.json",
+        ]);
+        let want = RunSpec {
+            peers: 6,
+            backend: sfb_harness::Backend::Fms,
+            transport: sfb_harness::Transport::Libp2p,
+            model: sfb_harness::ModelChoice::Sc {
+                atoms: 9,
+                lambda: 0.5,
+                sweeps: 3,
+                decay: 2.0,
+            },
+            data: RunSpec::default().data,
+            train: sfb_harness::TrainOptions {
+                batch: 5,
+                lr: 0.25,
+                clocks: 11,
+                consistency: sfb_harness::ConsistencySpec::Ssp { staleness: 2 },
+                seed: 9,
+                init_std: 0.1,
+                eval_every: 4,
+                straggler: Some(sfb_harness::StragglerSpec::Rotating { delay_ms: 5 }),
+            },
+            topology: TopologyOptions {
+                out_degree: Some(2),
+                time_limit_s: 2.0,
+                ..TopologyOptions::default()
+            },
+            fms_push: sfb_harness::Push::Dense,
+            net: sfb_harness::NetOptions {
+                timeout_s: 7.0,
+                peer_timeout_s: 3.0,
+                startup_timeout_s: 4.0,
+                bandwidth: Some(sfb_net::bandwidth::Rate(1e6)),
+                burst: 100,
+                wire: sfb_core::wire::Dtype::F16,
+                netns: false,
+            },
+            output: sfb_harness::OutputOptions {
+                metrics: Some("m.jsonl".into()),
+                summary: Some("s.json".into()),
+            },
+        };
+        assert_eq!(s, want);
+        let f = spec(&["--data", "a.svm", "--test-data", "b.svm", "--features", "3"]);
+        assert_eq!(
+            f.data,
+            sfb_harness::DataSource::Files {
+                train: "a.svm".into(),
+                test: Some("b.svm".into()),
+                holdout: 0.2,
+                features: Some(3),
+            }
+        );
+        assert_eq!(
+            spec(&["--consistency", "throttle:2"]).train.consistency,
+            sfb_harness::ConsistencySpec::Throttle { min_ready: 2 }
+        );
+        assert_eq!(
+            spec(&["--model", "l2mlr"]).model,
+            sfb_harness::ModelChoice::L2mlr { lambda: 1e-3 }
+        );
+    }
 }

@@ -1,17 +1,11 @@
-//! Training options shared by `sfb run`, `sfb peer` and `sfb server`, and the glue that
-//! turns them into engines.
+//! Training options shared by `sfb run`, `sfb peer` and `sfb server`, and their place in
+//! a [`RunSpec`].
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use sfb_core::{Config, Consistency, Engine, PeerId, Shard};
-use sfb_models::data::{self, CsvOptions, LibsvmOptions};
-use sfb_models::{
-    AnyModel, ClassificationSpec, ClusterSpec, Example, ModelSpec, Problem, Schedule, SignalSpec,
-    Straggler, synthetic,
+use sfb_harness::{
+    ConsistencySpec, DataSource, ModelChoice, OutputOptions, RunSpec, StragglerSpec, TrainOptions,
 };
 
 /// Which model to train.
@@ -25,17 +19,6 @@ pub enum ModelKind {
     Dml,
     /// Sparse coding / dictionary learning (uses --dict-size, --lambda, --sweeps).
     Sc,
-}
-
-impl ModelKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            ModelKind::Mlr => "mlr",
-            ModelKind::L2mlr => "l2mlr",
-            ModelKind::Dml => "dml",
-            ModelKind::Sc => "sc",
-        }
-    }
 }
 
 /// Data files and per-model parameters.
@@ -120,7 +103,7 @@ pub struct TrainArgs {
     pub staleness: Option<u64>,
     /// Consistency model: bsp, ssp:S, async, throttle:K (go when ≥ K in-neighbours ready).
     #[arg(long)]
-    pub consistency: Option<Consistency>,
+    pub consistency: Option<ConsistencySpec>,
     /// Seed for data, initial W and sampling.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -139,230 +122,114 @@ pub struct TrainArgs {
     /// Slow peers down: PEER:MILLISECONDS adds the delay to each of that peer's steps;
     /// rotate:MILLISECONDS adds it to one peer per clock, a different (seeded) one each
     /// clock.
-    #[arg(long, value_parser = parse_straggler)]
-    pub straggler: Option<(u32, u64)>,
+    #[arg(long)]
+    pub straggler: Option<StragglerSpec>,
     /// Data files and per-model parameters.
     #[command(flatten)]
     pub model_opts: Box<ModelOptions>,
 }
 
-/// The peer index `--straggler rotate:MS` is stored under.
-pub const ROTATING_STRAGGLER: u32 = u32::MAX;
-
-fn parse_straggler(s: &str) -> Result<(u32, u64), String> {
-    let (p, ms) = s
-        .split_once(':')
-        .ok_or_else(|| format!("{s:?} is not PEER:MILLISECONDS or rotate:MILLISECONDS"))?;
-    Ok((
-        if p == "rotate" {
-            ROTATING_STRAGGLER
-        } else {
-            p.parse()
-                .ok()
-                .filter(|&p| p != ROTATING_STRAGGLER)
-                .ok_or_else(|| format!("peer {p:?} is not a peer number or \"rotate\""))?
-        },
-        ms.parse()
-            .map_err(|_| format!("milliseconds {ms:?} is not a number"))?,
-    ))
-}
-
-impl TrainArgs {
-    pub fn consistency(&self) -> Consistency {
-        match (&self.consistency, self.staleness) {
-            (Some(c), _) => c.clone(),
-            (None, Some(0) | None) => Consistency::Bsp,
-            (None, Some(s)) => Consistency::Ssp { staleness: s },
-        }
-    }
-
-    /// The model and its parameters.
-    pub fn model_spec(&self) -> Result<ModelSpec> {
-        let o = &self.model_opts;
-        let lambda = |default: f64| -> Result<f64> {
-            let l = o.lambda.unwrap_or(default);
-            if !(l.is_finite() && l >= 0.0) {
-                bail!("--lambda must be a non-negative number, got {l}");
-            }
-            Ok(l)
-        };
-        Ok(match self.model {
-            ModelKind::Mlr => ModelSpec::Mlr,
-            ModelKind::L2mlr => {
-                let lambda = lambda(1e-3)?;
-                if lambda <= 0.0 {
-                    bail!("--lambda must be positive for l2mlr");
-                }
-                ModelSpec::L2Mlr { lambda }
-            }
-            ModelKind::Dml => ModelSpec::Dml {
+impl ModelKind {
+    /// The model with `o`'s parameters (λ defaults: 1e-3 for l2mlr, 0.1 for sc).
+    fn choice(self, o: &ModelOptions) -> ModelChoice {
+        match self {
+            ModelKind::Mlr => ModelChoice::Mlr,
+            ModelKind::L2mlr => ModelChoice::L2mlr {
+                lambda: o.lambda.unwrap_or(1e-3),
+            },
+            ModelKind::Dml => ModelChoice::Dml {
                 latent: o.latent,
                 margin: o.margin,
             },
-            ModelKind::Sc => ModelSpec::SparseCoding {
+            ModelKind::Sc => ModelChoice::Sc {
                 atoms: o.dict_size,
-                lambda: lambda(0.1)? as f32,
+                // Cast like the library's f32 λ; validation refuses a non-finite result.
+                lambda: o.lambda.unwrap_or(0.1) as f32,
                 sweeps: o.sweeps,
                 decay: o.decay,
             },
-        })
+        }
     }
 }
 
-/// Data of a run: training samples and held-out samples, with the model shape.
-pub struct Dataset {
-    /// Every training sample (each peer takes its shard).
-    pub train: Arc<Vec<Example>>,
-    pub test: Arc<Vec<Example>>,
-    /// Classes (1 for unlabelled data).
-    pub classes: usize,
-    pub features: usize,
-}
-
-/// Reads `--data`/`--test-data`, or generates the model's kind of `--synthetic` data.
-pub fn load_data(args: &TrainArgs) -> Result<Dataset> {
-    let o = &args.model_opts;
-    let dense = matches!(args.model, ModelKind::Dml | ModelKind::Sc);
-    if let Some(path) = &o.data {
-        let is_csv =
-            |p: &std::path::Path| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-        let mut train = if is_csv(path) {
-            data::read_csv(
-                path,
-                &CsvOptions {
-                    features: o.features,
-                    ..CsvOptions::default()
-                },
-            )?
-        } else {
-            data::read_libsvm(
-                path,
-                &LibsvmOptions {
-                    features: o.features,
-                    ..LibsvmOptions::default()
-                },
-            )?
-        };
-        if dense {
-            train.densify();
-        }
-        let (classes, features) = (train.labels.classes(), train.features);
-        if features == 0 {
-            bail!("{}: no features (every value is zero)", path.display());
-        }
-        let (train, test) = match &o.test_data {
-            Some(tp) => {
-                let mut test = if is_csv(tp) {
-                    data::read_csv(tp, &CsvOptions::like(&train))?
-                } else {
-                    data::read_libsvm(tp, &LibsvmOptions::like(&train))?
-                };
-                if dense {
-                    test.densify();
-                }
-                (train.samples, test.samples)
-            }
-            None => {
-                if !(o.holdout > 0.0 && o.holdout < 1.0) {
-                    bail!("--holdout must be in (0, 1), got {}", o.holdout);
-                }
-                train.split(o.holdout, args.seed)
-            }
-        };
-        return Ok(Dataset {
-            train: Arc::new(train),
-            test: Arc::new(test),
-            classes,
-            features,
-        });
-    }
-    let (train, test, classes, features) = match args.model {
-        ModelKind::Mlr | ModelKind::L2mlr => {
-            let spec: ClassificationSpec = args.synthetic.parse().context("--synthetic")?;
-            let (tr, te) = synthetic::classification(&spec, args.seed);
-            (tr, te, spec.classes, spec.features)
-        }
-        ModelKind::Dml => {
-            let spec: ClusterSpec = args.synthetic.parse().context("--synthetic")?;
-            let (tr, te) = synthetic::clusters(&spec, args.seed);
-            (tr, te, spec.classes, spec.features)
-        }
-        ModelKind::Sc => {
-            let spec: SignalSpec = args.synthetic.parse().context("--synthetic")?;
-            let (tr, te) = synthetic::signals(&spec, args.seed);
-            (tr, te, 1, spec.features)
-        }
-    };
-    Ok(Dataset {
-        train: Arc::new(train),
-        test: Arc::new(test),
-        classes,
-        features,
-    })
-}
-
-/// The model every peer runs: any built-in model, possibly slowed down on the straggler.
-pub type PeerModel = Straggler<AnyModel>;
-
-/// Builds peer `id`'s engine.
-pub fn build_engine(
-    args: &TrainArgs,
-    data: &Dataset,
-    id: u32,
-    peers: usize,
-    out_neighbors: Vec<PeerId>,
-    in_neighbors: Vec<PeerId>,
-) -> Result<Engine<PeerModel>> {
-    if args.batch == 0 {
-        bail!("--batch must be at least 1");
-    }
-    if !(args.lr.is_finite() && args.lr > 0.0) {
-        bail!("--lr must be a positive number, got {}", args.lr);
-    }
-    let spec = args.model_spec()?;
-    let mut cfg = Config::full_broadcast(PeerId(id), peers);
-    cfg.out_neighbors = out_neighbors;
-    cfg.in_neighbors = in_neighbors;
-    cfg.consistency = args.consistency();
-    cfg.clocks = args.clocks;
-    cfg.batch_size = args.batch;
-    cfg.lr = args.lr;
-    cfg.eval_every = args.eval_every;
-    let shard = data::shard(&data.train, peers, id as usize);
-    if shard.is_empty() {
-        bail!(
-            "peer {id} has no training samples ({} samples over {peers} peers)",
-            data.train.len()
-        );
-    }
-    let (delay, schedule) = match args.straggler {
-        Some((ROTATING_STRAGGLER, ms)) => (
-            Duration::from_millis(ms),
-            Schedule::Rotating {
-                id,
-                peers: peers as u32,
-                seed: args.seed,
+impl TrainArgs {
+    /// Writes the training, model, data and output options into `spec`.
+    pub fn fill(&self, spec: &mut RunSpec) {
+        let o = &self.model_opts;
+        spec.model = self.model.choice(o);
+        spec.data = match &o.data {
+            Some(train) => DataSource::Files {
+                train: train.clone(),
+                test: o.test_data.clone(),
+                holdout: o.holdout,
+                features: o.features,
             },
+            None => DataSource::Synthetic(self.synthetic.clone()),
+        };
+        spec.train = TrainOptions {
+            batch: self.batch,
+            lr: self.lr,
+            clocks: self.clocks,
+            consistency: match (self.consistency, self.staleness) {
+                (Some(c), _) => c,
+                (None, Some(0) | None) => ConsistencySpec::Bsp,
+                (None, Some(s)) => ConsistencySpec::Ssp { staleness: s },
+            },
+            seed: self.seed,
+            init_std: self.init_std,
+            eval_every: self.eval_every,
+            straggler: self.straggler,
+        };
+        spec.output = OutputOptions {
+            metrics: self.metrics.clone(),
+            summary: self.summary.clone(),
+        };
+    }
+}
+
+/// `e` in the command line's words: spec fields named by their flags.
+pub fn cli_error(e: sfb_harness::Error) -> anyhow::Error {
+    use sfb_harness::Error as E;
+    let flag = |field: &'static str| match field {
+        "peers" => "--peers",
+        "train.batch" => "--batch",
+        "train.lr" => "--lr",
+        "train.init_std" => "--init-std",
+        "train.straggler" => "--straggler",
+        "model.lambda" => "--lambda",
+        "model.latent" => "--latent",
+        "model.margin" => "--margin",
+        "model.atoms" => "--dict-size",
+        "model.decay" => "--decay",
+        "data.holdout" => "--holdout",
+        "topology.time_limit_s" => "--topology-time-limit",
+        "net.timeout_s" => "--timeout",
+        "net.peer_timeout_s" => "--peer-timeout",
+        "net.startup_timeout_s" => "--startup-timeout",
+        "net.bandwidth" => "--bandwidth",
+        "net.wire" => "--wire",
+        "net.netns" => "--netns",
+        other => other,
+    };
+    match e {
+        E::OutOfRange {
+            field,
+            expected,
+            got,
+        } => anyhow::anyhow!("{} must be {expected}, got {got}", flag(field)),
+        E::OutDegree { peers, got } => anyhow::anyhow!(
+            "--out-degree must be in 1..P−1 = 1..{}, got {got}",
+            peers.saturating_sub(1)
         ),
-        Some((p, ms)) if p == id => (Duration::from_millis(ms), Schedule::Always),
-        _ => (Duration::ZERO, Schedule::Always),
-    };
-    let problem = Problem {
-        train: Arc::clone(&data.train),
-        test: Arc::clone(&data.test),
-        classes: data.classes,
-        features: data.features,
-    };
-    let shard_seed = args
-        .seed
-        .wrapping_mul(1_000_003)
-        .wrapping_add(u64::from(id));
-    let model = spec
-        .build(&problem, &shard, peers, shard_seed)
-        .with_context(|| format!("building the {} model", spec.name()))?;
-    let model = Straggler::with_schedule(model, delay, schedule);
-    let w0 = spec.init_w(&problem, args.init_std, args.seed);
-    let engine = Engine::new(cfg, model, w0, Shard::new(shard, shard_seed))?
-        .with_evaluator(spec.evaluator(&problem, args.seed));
-    Ok(engine)
+        E::Unsupported { field, transport } => anyhow::anyhow!(
+            "{} applies to the {transport} transport; add --transport {transport}",
+            flag(field)
+        ),
+        E::Requires {
+            field,
+            requires,
+            why,
+        } => anyhow::anyhow!("{} needs {}: {why}", flag(field), flag(requires)),
+        e => e.into(),
+    }
 }

@@ -1,14 +1,16 @@
-//! Shared helpers for the integration tests: an MLR cluster on seeded synthetic data.
+//! Shared helpers for the integration tests: an MLR cluster on seeded synthetic data, built
+//! by the harness's cluster builder (which owns the per-peer seed scheme).
 #![allow(dead_code)]
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sfb::core::{Config, Consistency, Engine, PeerId, Shard, shard_indices};
+use sfb::core::{Consistency, Engine, Shard};
+use sfb::harness::{Cluster, StragglerSpec};
 use sfb::models::{ClassificationSpec, Example, Mlr, MlrEvaluator, Straggler, synthetic};
 
 pub struct Problem {
-    pub train: Vec<Example>,
+    pub train: Arc<Vec<Example>>,
     pub test: Arc<Vec<Example>>,
     pub j: usize,
     pub d: usize,
@@ -18,21 +20,16 @@ pub fn problem(spec: &str, seed: u64) -> Problem {
     let spec: ClassificationSpec = spec.parse().unwrap();
     let (train, test) = synthetic::classification(&spec, seed);
     Problem {
-        train,
+        train: Arc::new(train),
         test: Arc::new(test),
         j: spec.classes,
         d: spec.features,
     }
 }
 
+/// Peer `id`'s shard, as the builder gives it.
 pub fn shard(p: &Problem, peers: usize, id: usize, seed: u64) -> Shard<Example> {
-    let samples = shard_indices(p.train.len(), peers, id)
-        .map(|i| p.train[i].clone())
-        .collect();
-    Shard::new(
-        samples,
-        seed.wrapping_mul(1_000_003).wrapping_add(id as u64),
-    )
+    sfb::harness::shard(&p.train, peers, id as u32, seed)
 }
 
 pub struct ClusterSpec {
@@ -45,26 +42,35 @@ pub struct ClusterSpec {
     pub straggler: Option<(usize, Duration)>,
 }
 
+/// MLR on `p` (initial W entries N(0, 0.01²), evaluated only at the end).
+fn builder(
+    p: &Problem,
+    c: &ClusterSpec,
+) -> sfb::harness::Builder<impl sfb::harness::ModelSource<Model = Mlr>> {
+    let (j, d, test) = (p.j, p.d, Arc::clone(&p.test));
+    let mut b = Cluster::builder()
+        .peers(c.peers)
+        .model(move |_| Mlr::new(j, d))
+        .init_w(synthetic::init_w(j, d, 0.01, c.seed))
+        .evaluator(move |_| Box::new(MlrEvaluator::new(Arc::clone(&test))))
+        .data(Arc::clone(&p.train))
+        .consistency(c.consistency.clone())
+        .clocks(c.clocks)
+        .batch(c.batch)
+        .lr(c.lr)
+        .seed(c.seed)
+        .eval_every(0);
+    if let Some((peer, delay)) = c.straggler {
+        b = b.straggler(StragglerSpec::Peer {
+            peer: peer as u32,
+            delay_ms: delay.as_millis() as u64,
+        });
+    }
+    b
+}
+
 pub fn engines(p: &Problem, c: &ClusterSpec) -> Vec<Engine<Straggler<Mlr>>> {
-    (0..c.peers)
-        .map(|id| {
-            let mut cfg = Config::full_broadcast(PeerId(id as u32), c.peers);
-            cfg.consistency = c.consistency.clone();
-            cfg.clocks = c.clocks;
-            cfg.batch_size = c.batch;
-            cfg.lr = c.lr;
-            cfg.eval_every = 0;
-            let delay = match c.straggler {
-                Some((s, d)) if s == id => d,
-                _ => Duration::ZERO,
-            };
-            let model = Straggler::new(Mlr::new(p.j, p.d), delay);
-            let w0 = synthetic::init_w(p.j, p.d, 0.01, c.seed);
-            Engine::new(cfg, model, w0, shard(p, c.peers, id, c.seed))
-                .unwrap()
-                .with_evaluator(Box::new(MlrEvaluator::new(Arc::clone(&p.test))))
-        })
-        .collect()
+    builder(p, c).build_engines().unwrap()
 }
 
 pub fn opts() -> sfb::net::mem::Options {
@@ -84,10 +90,9 @@ pub fn fms_nodes(
     sfb::core::fms::Server<Straggler<Mlr>>,
     Vec<sfb::core::fms::Client<Straggler<Mlr>>>,
 ) {
-    let server = sfb::core::fms::Server::from_engine(engines(p, c).swap_remove(0), push).unwrap();
-    let clients = engines(p, c)
-        .into_iter()
-        .map(|e| sfb::core::fms::Client::from_engine(e, push).unwrap())
-        .collect();
-    (server, clients)
+    let push = match push {
+        sfb::core::fms::Push::Dense => sfb::harness::Push::Dense,
+        _ => sfb::harness::Push::Factors,
+    };
+    builder(p, c).build_fms(push).unwrap()
 }

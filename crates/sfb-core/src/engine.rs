@@ -17,18 +17,18 @@
 //! applies them and reports [`Progress::Done`]. Under BSP with full broadcast every
 //! replica then holds bitwise the same W.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 
-use ndarray::Array2;
+use ndarray::{Array2, ArrayView2};
 
+use crate::error::ConfigError;
 use crate::metrics::{ClockRecord, PeerMetrics};
+use crate::time::{TimeSource, Work, secs};
 use crate::wire::{self, Message};
-use crate::worker::Worker;
+use crate::worker::{Inbound, Plan, Side, Worker, WorkerParts};
 use crate::{
-    Consistency, Error, Evaluation, Evaluator, FactorBatch, Model, PeerId, PeerStatus, Replica,
-    Result, Shard, StatusView,
+    Consistency, Error, Evaluation, Evaluator, FactorBatch, Model, PeerId, Replica, Result, Shard,
 };
 
 /// Configuration of one peer's engine.
@@ -82,41 +82,57 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] naming the problem.
     pub fn validate(&self) -> Result<()> {
-        let fail = |m: String| Err(Error::Config(m));
-        if self.peers == 0 {
-            return fail("peers must be at least 1".into());
+        let peers = self.peers;
+        if peers == 0 {
+            return Err(ConfigError::NoPeers.into());
         }
-        if self.id.index() >= self.peers {
-            return fail(format!(
-                "peer id {} is not below peers = {}",
-                self.id, self.peers
-            ));
+        if self.id.index() >= peers {
+            return Err(ConfigError::IdOutOfRange { id: self.id, peers }.into());
         }
-        for (name, list) in [("out", &self.out_neighbors), ("in", &self.in_neighbors)] {
-            let mut seen = vec![false; self.peers];
-            for &p in list {
-                if p.index() >= self.peers {
-                    return fail(format!(
-                        "{name}-neighbour {p} is not below peers = {}",
-                        self.peers
-                    ));
+        for (direction, list) in [("out", &self.out_neighbors), ("in", &self.in_neighbors)] {
+            let mut sorted: Vec<PeerId> = list.clone();
+            sorted.sort_unstable();
+            for (i, &peer) in sorted.iter().enumerate() {
+                if peer.index() >= peers {
+                    return Err(ConfigError::NeighbourOutOfRange {
+                        direction,
+                        peer,
+                        peers,
+                    }
+                    .into());
                 }
-                if p == self.id {
-                    return fail(format!("{name}-neighbours of {} include itself", self.id));
+                if peer == self.id {
+                    return Err(ConfigError::SelfNeighbour { direction, peer }.into());
                 }
-                if std::mem::replace(&mut seen[p.index()], true) {
-                    return fail(format!("{name}-neighbour {p} listed twice"));
+                if i > 0 && sorted[i - 1] == peer {
+                    return Err(ConfigError::DuplicateNeighbour { direction, peer }.into());
                 }
             }
         }
-        if self.batch_size == 0 {
-            return fail("batch size must be at least 1".into());
-        }
-        if !self.lr.is_finite() {
-            return fail(format!("learning rate {} is not finite", self.lr));
-        }
-        Ok(())
+        check_step(self.batch_size, self.lr)
     }
+
+    /// What the worker runs.
+    pub(crate) fn plan(&self) -> Plan {
+        Plan {
+            consistency: self.consistency.clone(),
+            clocks: self.clocks,
+            batch_size: self.batch_size,
+            lr: self.lr,
+            eval_every: self.eval_every,
+        }
+    }
+}
+
+/// The checks an SFB peer and an FMS configuration share.
+pub(crate) fn check_step(batch_size: usize, lr: f32) -> Result<()> {
+    if batch_size == 0 {
+        return Err(ConfigError::ZeroBatch.into());
+    }
+    if !lr.is_finite() {
+        return Err(ConfigError::NonFiniteLr { lr }.into());
+    }
+    Ok(())
 }
 
 /// What [`Engine::on_tick`] did.
@@ -147,31 +163,102 @@ pub enum Event {
     Clock(ClockRecord),
 }
 
-#[derive(Debug, Clone, Copy)]
-struct InStatus {
-    delivered: u64,
-    mean_iter_s: f64,
+/// The SFB side of a peer: its replica, the received batches not yet applied, and its
+/// out-neighbours.
+struct PeerSide {
+    replica: Replica,
+    pending: BTreeMap<(u64, PeerId), Arc<FactorBatch>>,
+    out_neighbors: Vec<PeerId>,
+    wire: wire::Dtype,
+}
+
+impl<M: Model> Side<M> for PeerSide {
+    fn w(&self) -> ArrayView2<'_, f32> {
+        self.replica.w()
+    }
+
+    /// Applies every pending batch with clock `< limit`, in (clock, origin) order, in one
+    /// kernel call, then `prox` (timed as `apply_s`).
+    fn absorb(
+        &mut self,
+        worker: &mut Worker<M>,
+        limit: u64,
+        time: &mut dyn TimeSource,
+    ) -> Result<()> {
+        let keys: Vec<(u64, PeerId)> = self
+            .pending
+            .range(..(limit, PeerId(0)))
+            .map(|(k, _)| *k)
+            .collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let t0 = time.now();
+        let batches: Vec<Arc<FactorBatch>> = keys.iter().map(|k| self.pending[k].clone()).collect();
+        let refs: Vec<&FactorBatch> = batches.iter().map(|b| b.as_ref()).collect();
+        let stats = self.replica.apply(&refs)?;
+        for k in &keys {
+            self.pending.remove(k);
+            let late = worker.clock.saturating_sub(1).saturating_sub(k.0);
+            worker.metrics.record_staleness(late);
+        }
+        worker.model.prox(self.replica.w_mut());
+        let (j, d) = self.replica.dim();
+        let t1 = time.after(Work::Apply {
+            pairs: stats.pairs(),
+            j,
+            d,
+        });
+        worker.metrics.apply_s += secs(t0, t1);
+        Ok(())
+    }
+
+    /// Rounds the batch for the wire if needed, queues it for every out-neighbour and
+    /// keeps it for the peer itself.
+    fn emit(
+        &mut self,
+        worker: &mut Worker<M>,
+        mut fb: FactorBatch,
+        _time: &mut dyn TimeSource,
+    ) -> Result<()> {
+        if self.wire == wire::Dtype::F16 {
+            wire::round_to_f16(&mut fb);
+        }
+        let t = fb.clock;
+        let fb = Arc::new(fb);
+        let msg = Message::Factors {
+            batch: Arc::clone(&fb),
+            mean_iter_us: worker.mean_iter_us(),
+        };
+        if !self.out_neighbors.is_empty() {
+            let len = wire::encoded_len_with(&msg, self.wire) as u64;
+            for &to in &self.out_neighbors {
+                worker.metrics.bytes_sent += len;
+                worker.outputs.push_back(Output {
+                    to,
+                    msg: msg.clone(),
+                });
+            }
+        }
+        self.pending.insert((t, worker.id), fb);
+        Ok(())
+    }
 }
 
 /// One peer's engine; see the [module docs](self).
 pub struct Engine<M: Model> {
     cfg: Config,
     worker: Worker<M>,
-    replica: Replica,
-    clock: u64,
-    status: Vec<Option<InStatus>>,
-    pending: BTreeMap<(u64, PeerId), Arc<FactorBatch>>,
-    outputs: VecDeque<Output>,
-    done: bool,
+    side: PeerSide,
 }
 
 impl<M: Model> std::fmt::Debug for Engine<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("id", &self.cfg.id)
-            .field("clock", &self.clock)
-            .field("pending", &self.pending.len())
-            .field("done", &self.done)
+            .field("clock", &self.worker.clock)
+            .field("pending", &self.side.pending.len())
+            .field("done", &self.worker.done)
             .finish_non_exhaustive()
     }
 }
@@ -185,23 +272,24 @@ impl<M: Model> Engine<M> {
     pub fn new(cfg: Config, model: M, w0: Array2<f32>, shard: Shard<M::Sample>) -> Result<Self> {
         cfg.validate()?;
         let replica = Replica::new(w0)?;
-        let (j, d) = replica.dim();
-        let mut status = vec![None; cfg.peers];
-        for &q in &cfg.in_neighbors {
-            status[q.index()] = Some(InStatus {
-                delivered: 0,
-                mean_iter_s: 0.0,
-            });
-        }
+        let worker = Worker::new(
+            cfg.id,
+            model,
+            shard,
+            None,
+            replica.dim(),
+            cfg.plan(),
+            Inbound::new(&cfg.in_neighbors, cfg.peers),
+        );
         Ok(Self {
-            worker: Worker::new(cfg.id, model, shard, j, d),
+            side: PeerSide {
+                replica,
+                pending: BTreeMap::new(),
+                out_neighbors: cfg.out_neighbors.clone(),
+                wire: cfg.wire,
+            },
+            worker,
             cfg,
-            replica,
-            clock: 0,
-            status,
-            pending: BTreeMap::new(),
-            outputs: VecDeque::new(),
-            done: false,
         })
     }
 
@@ -212,23 +300,25 @@ impl<M: Model> Engine<M> {
     }
 
     /// Takes a fresh engine apart (for [`fms::Client::from_engine`](crate::fms::Client)):
-    /// its configuration, worker (model, shard, evaluator) and initial replica.
+    /// its configuration, model, shard, evaluator and initial replica.
     ///
     /// # Errors
-    /// [`Error::Config`] if the engine has already stepped or received anything.
-    pub(crate) fn into_parts(self) -> Result<(Config, Worker<M>, Replica)> {
-        if self.clock > 0 || !self.pending.is_empty() || self.worker.started.is_some() {
-            return Err(Error::Config(format!(
-                "engine of {} has already run (clock {}); only a fresh engine can be converted",
-                self.cfg.id, self.clock
-            )));
+    /// [`ConfigError::AlreadyRan`] if the engine has already stepped or received anything.
+    pub(crate) fn into_parts(self) -> Result<(Config, WorkerParts<M>, Replica)> {
+        if self.worker.has_run() || !self.side.pending.is_empty() {
+            return Err(ConfigError::AlreadyRan {
+                id: self.cfg.id,
+                clock: self.worker.clock,
+            }
+            .into());
         }
-        Ok((self.cfg, self.worker, self.replica))
+        Ok((self.cfg, self.worker.into_parts(), self.side.replica))
     }
 
     /// Sends (and applies) factor values as `dtype`; see [`Config::wire`].
     pub fn with_wire(mut self, dtype: wire::Dtype) -> Self {
         self.cfg.wire = dtype;
+        self.side.wire = dtype;
         self
     }
 
@@ -239,12 +329,12 @@ impl<M: Model> Engine<M> {
 
     /// The next clock to compute (= clocks completed).
     pub fn clock(&self) -> u64 {
-        self.clock
+        self.worker.clock
     }
 
     /// The local replica.
     pub fn replica(&self) -> &Replica {
-        &self.replica
+        &self.side.replica
     }
 
     /// The model.
@@ -258,47 +348,38 @@ impl<M: Model> Engine<M> {
     }
 
     /// The latest evaluation, if any.
-    pub fn last_evaluation(&self) -> Option<Evaluation> {
-        self.worker.last_eval
+    pub fn last_evaluation(&self) -> Option<&Evaluation> {
+        self.worker.last_eval.as_ref()
     }
 
     /// Whether the run is complete.
     pub fn is_done(&self) -> bool {
-        self.done
+        self.worker.done
     }
 
     /// In-neighbours this peer is waiting on, with the clocks each has delivered; empty
     /// when it is not blocked. For error messages on timeouts.
     pub fn waiting_on(&self) -> Vec<(PeerId, u64)> {
-        if self.done {
-            return Vec::new();
-        }
-        let need = if self.clock >= self.cfg.clocks {
-            self.cfg.clocks
-        } else {
-            self.clock
-                .saturating_sub(self.cfg.consistency.staleness_bound().unwrap_or(self.clock))
-        };
-        self.cfg
-            .in_neighbors
-            .iter()
-            .filter_map(|&q| {
-                let d = self.status[q.index()].map_or(0, |s| s.delivered);
-                (d < need).then_some((q, d))
-            })
-            .collect()
+        self.worker.waiting_on()
     }
 
     /// Takes a message received from peer `from`.
     ///
     /// The batch must come from an in-neighbour, be its next clock (links are FIFO), fit
     /// the replica's shape and hold finite values. A refused message changes nothing.
+    /// Receiving takes no time of its own (`time` is for the trait's other nodes).
     ///
     /// # Errors
     /// [`Error::UnexpectedMessage`] for anything but [`Message::Factors`] (the FMS
     /// messages), [`Error::UnknownPeer`], [`Error::BadClock`], and the validation errors
     /// of [`FactorBatch::validate`].
-    pub fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()> {
+    pub fn on_message(
+        &mut self,
+        from: PeerId,
+        msg: Message,
+        time: &mut dyn TimeSource,
+    ) -> Result<()> {
+        let _ = time;
         let Message::Factors {
             batch,
             mean_iter_us,
@@ -310,53 +391,23 @@ impl<M: Model> Engine<M> {
                 role: "SFB peer",
             });
         };
-        let origin = batch.origin;
-        if origin != from {
-            return Err(Error::BadClock {
-                origin,
-                clock: batch.clock,
-                reason: "relayed batches are not enabled: origin differs from sender",
-            });
-        }
-        let Some(st) = self.status.get(origin.index()).copied().flatten() else {
-            return Err(Error::UnknownPeer {
-                origin,
-                peers: self.cfg.peers,
-            });
-        };
-        if batch.clock != st.delivered {
-            return Err(Error::BadClock {
-                origin,
-                clock: batch.clock,
-                reason: if batch.clock < st.delivered {
-                    "duplicate (already delivered)"
-                } else {
-                    "out of order (an earlier clock is missing)"
-                },
-            });
-        }
-        if batch.clock >= self.cfg.clocks {
-            return Err(Error::BadClock {
-                origin,
-                clock: batch.clock,
-                reason: "beyond the run's last clock",
-            });
-        }
-        let (j, d) = self.replica.dim();
+        let i = self
+            .worker
+            .inbound
+            .check(from, batch.origin, batch.clock, self.cfg.clocks)?;
+        let (j, d) = self.side.replica.dim();
         batch.validate(j, d)?;
         self.worker.metrics.bytes_received += wire::encoded_len_with(&msg, self.cfg.wire) as u64;
-        self.status[origin.index()] = Some(InStatus {
-            delivered: st.delivered + 1,
-            mean_iter_s: f64::from(*mean_iter_us) * 1e-6,
-        });
-        self.pending
-            .insert((batch.clock, origin), Arc::clone(batch));
+        self.worker.inbound.deliver(i, *mean_iter_us);
+        self.side
+            .pending
+            .insert((batch.clock, batch.origin), Arc::clone(batch));
         Ok(())
     }
 
     /// The next frame to send, if any.
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.outputs.pop_front()
+        self.worker.outputs.pop_front()
     }
 
     /// The next event, if any.
@@ -364,136 +415,23 @@ impl<M: Model> Engine<M> {
         self.worker.poll_event()
     }
 
-    fn may_start(&self) -> bool {
-        let peers: Vec<PeerStatus> = self
-            .cfg
-            .in_neighbors
-            .iter()
-            .map(|&q| {
-                let s = self.status[q.index()].expect("in-neighbour status");
-                PeerStatus {
-                    peer: q,
-                    delivered: s.delivered,
-                    mean_iter_s: s.mean_iter_s,
-                    ready: s.delivered >= self.clock,
-                }
-            })
-            .collect();
-        self.cfg.consistency.may_start(&StatusView {
-            me: self.cfg.id,
-            clock: self.clock,
-            peers: &peers,
-        })
-    }
-
-    fn all_delivered(&self) -> bool {
-        self.cfg
-            .in_neighbors
-            .iter()
-            .all(|q| self.status[q.index()].is_some_and(|s| s.delivered >= self.cfg.clocks))
-    }
-
-    /// Applies every pending batch with clock `< limit`, in (clock, origin) order, in one
-    /// kernel call, then `prox`.
-    fn apply_ready(&mut self, limit: u64) -> Result<()> {
-        let keys: Vec<(u64, PeerId)> = self
-            .pending
-            .range(..(limit, PeerId(0)))
-            .map(|(k, _)| *k)
-            .collect();
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let t0 = Instant::now();
-        let batches: Vec<Arc<FactorBatch>> = keys.iter().map(|k| self.pending[k].clone()).collect();
-        let refs: Vec<&FactorBatch> = batches.iter().map(|b| b.as_ref()).collect();
-        self.replica.apply(&refs)?;
-        for k in &keys {
-            self.pending.remove(k);
-            let late = self.clock.saturating_sub(1).saturating_sub(k.0);
-            self.worker.metrics.record_staleness(late);
-        }
-        self.worker.model.prox(self.replica.w_mut());
-        self.worker.metrics.apply_s += t0.elapsed().as_secs_f64();
-        Ok(())
-    }
-
-    /// Tries to make progress at time `now`.
+    /// Tries to make progress; every duration it records is read from `time`.
     ///
     /// # Errors
     /// [`Error::Model`] if `compute_sv` fails or produces invalid factors; kernel errors
     /// (which cannot happen for validated batches). After an error the engine should be
     /// dropped.
-    pub fn on_tick(&mut self, now: Instant) -> Result<Progress> {
-        if self.done {
-            return Ok(Progress::Done);
-        }
-        let (_, since) = self.worker.tick_times(now);
-        if self.clock >= self.cfg.clocks {
-            if !self.all_delivered() {
-                return Ok(Progress::Blocked);
-            }
-            self.worker.metrics.flush_s += now.saturating_duration_since(since).as_secs_f64();
-            self.apply_ready(u64::MAX)?;
-            self.done = true;
-            self.worker.mark_step_end();
-            return Ok(Progress::Done);
-        }
-        if !self.may_start() {
-            return Ok(Progress::Blocked);
-        }
-        self.worker.metrics.wait_s += now.saturating_duration_since(since).as_secs_f64();
-        let limit = if self.cfg.consistency.applies_future() {
-            u64::MAX
-        } else {
-            self.clock
-        };
-        self.apply_ready(limit)?;
-
-        let t = self.clock;
-        let fb = self
-            .worker
-            .compute(self.replica.w(), t, self.cfg.batch_size, self.cfg.lr)?;
-        let fb = if self.cfg.wire == wire::Dtype::F16 {
-            let mut fb = fb;
-            wire::round_to_f16(&mut fb);
-            fb
-        } else {
-            fb
-        };
-        let fb = Arc::new(fb);
-        let msg = Message::Factors {
-            batch: Arc::clone(&fb),
-            mean_iter_us: self.worker.mean_iter_us(t + 1),
-        };
-        if !self.cfg.out_neighbors.is_empty() {
-            let len = wire::encoded_len_with(&msg, self.cfg.wire) as u64;
-            for &to in &self.cfg.out_neighbors {
-                self.worker.metrics.bytes_sent += len;
-                self.outputs.push_back(Output {
-                    to,
-                    msg: msg.clone(),
-                });
-            }
-        }
-        self.pending.insert((t, self.cfg.id), fb);
-        self.clock += 1;
-        self.worker.end_step(
-            self.replica.w(),
-            self.clock,
-            self.cfg.clocks,
-            self.cfg.eval_every,
-        );
-        Ok(Progress::Stepped)
+    pub fn on_tick(&mut self, time: &mut dyn TimeSource) -> Result<Progress> {
+        self.worker.step(&mut self.side, time)
     }
 
     /// Runs the evaluator on the current replica (timed as `eval_s`).
-    pub fn evaluate(&mut self) -> Option<Evaluation> {
-        self.worker.evaluate(self.replica.w())
+    pub fn evaluate(&mut self, time: &mut dyn TimeSource) -> Option<Evaluation> {
+        self.worker.evaluate(self.side.replica.w(), time)
     }
 
     /// After [`Progress::Done`]: evaluates the final replica and emits the final record.
-    pub fn finish(&mut self) -> Option<Evaluation> {
-        self.worker.finish(self.replica.w(), self.clock)
+    pub fn finish(&mut self, time: &mut dyn TimeSource) -> Option<Evaluation> {
+        self.worker.finish(self.side.replica.w(), time)
     }
 }

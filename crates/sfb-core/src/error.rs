@@ -87,14 +87,97 @@ pub enum Error {
         #[source]
         source: ModelError,
     },
-    /// An engine configuration is invalid.
+    /// An engine or FMS configuration is invalid.
     #[error("invalid configuration: {0}")]
-    Config(String),
+    Config(#[from] ConfigError),
     /// A frame could not be decoded.
     #[error("malformed frame: {reason}")]
     Decode {
         /// What went wrong.
         reason: String,
+    },
+}
+
+/// What is wrong with a configuration ([`Config`](crate::Config),
+/// [`fms::Config`](crate::fms::Config)), found before anything runs.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A cluster of no peers.
+    #[error("peers must be at least 1")]
+    NoPeers,
+    /// A peer id outside `0..peers`.
+    #[error("peer id {id} is not below peers = {peers}")]
+    IdOutOfRange {
+        /// The id given.
+        id: PeerId,
+        /// Peers in the cluster.
+        peers: usize,
+    },
+    /// A neighbour outside `0..peers`.
+    #[error("{direction}-neighbour {peer} is not below peers = {peers}")]
+    NeighbourOutOfRange {
+        /// `"in"` or `"out"`.
+        direction: &'static str,
+        /// The neighbour named.
+        peer: PeerId,
+        /// Peers in the cluster.
+        peers: usize,
+    },
+    /// A peer listed as its own neighbour.
+    #[error("{direction}-neighbours of {peer} include itself")]
+    SelfNeighbour {
+        /// `"in"` or `"out"`.
+        direction: &'static str,
+        /// The peer.
+        peer: PeerId,
+    },
+    /// A neighbour listed twice.
+    #[error("{direction}-neighbour {peer} listed twice")]
+    DuplicateNeighbour {
+        /// `"in"` or `"out"`.
+        direction: &'static str,
+        /// The neighbour.
+        peer: PeerId,
+    },
+    /// A mini-batch of zero samples.
+    #[error("batch size must be at least 1")]
+    ZeroBatch,
+    /// A learning rate that is NaN or infinite.
+    #[error("learning rate {lr} is not finite")]
+    NonFiniteLr {
+        /// The rate given.
+        lr: f32,
+    },
+    /// An FMS run with too few or too many clients.
+    #[error("FMS needs between 1 and {max} clients, got {got}")]
+    FmsClients {
+        /// Clients asked for.
+        got: usize,
+        /// Most clients an FMS run can have.
+        max: usize,
+    },
+    /// A consistency model the FMS backend cannot run (it needs a staleness bound).
+    #[error("the FMS backend supports bsp and ssp:S, not {consistency}")]
+    FmsConsistency {
+        /// The model asked for.
+        consistency: String,
+    },
+    /// An FMS client id outside `0..clients`.
+    #[error("client id {id} is not below clients = {clients}")]
+    ClientOutOfRange {
+        /// The id given.
+        id: PeerId,
+        /// Clients of the run.
+        clients: usize,
+    },
+    /// Converting an engine that has already stepped or received something.
+    #[error("engine of {id} has already run (clock {clock}); only a fresh engine can be converted")]
+    AlreadyRan {
+        /// The engine's peer.
+        id: PeerId,
+        /// Its clock.
+        clock: u64,
     },
 }
 

@@ -347,8 +347,9 @@ impl SvList {
         Ok(())
     }
 
-    /// Turns the pushed pairs into a batch and leaves the list empty.
-    pub fn commit(&mut self, origin: PeerId, clock: u64, scale: f32) -> FactorBatch {
+    /// Turns the pushed pairs into a batch and leaves the list empty (the engine does this
+    /// after `compute_sv`).
+    pub(crate) fn commit(&mut self, origin: PeerId, clock: u64, scale: f32) -> FactorBatch {
         let v = if self.kind == Some(true) {
             VFactors::Sparse {
                 indptr: std::mem::replace(&mut self.indptr, vec![0]),
@@ -367,6 +368,30 @@ impl SvList {
             j: self.j,
             d: self.d,
             u: std::mem::take(&mut self.u),
+            v,
+        }
+    }
+
+    /// A copy of the pairs pushed so far as a batch from `origin` at `clock` with `scale`,
+    /// leaving the list as it is: for checking a model's factors outside an engine (a
+    /// gradient test, a hand-built batch). The engine takes its batches itself.
+    pub fn to_batch(&self, origin: PeerId, clock: u64, scale: f32) -> FactorBatch {
+        let v = if self.kind == Some(true) {
+            VFactors::Sparse {
+                indptr: self.indptr.clone(),
+                indices: self.indices.clone(),
+                values: self.values.clone(),
+            }
+        } else {
+            VFactors::Dense(self.dense_v.clone())
+        };
+        FactorBatch {
+            origin,
+            clock,
+            scale,
+            j: self.j,
+            d: self.d,
+            u: self.u.clone(),
             v,
         }
     }

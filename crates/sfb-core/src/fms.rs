@@ -37,10 +37,9 @@
 //!
 //! # Example: a server and two clients, BSP, driven by hand
 //! ```
-//! use std::time::Instant;
 //! use ndarray::{Array2, ArrayView2};
 //! use sfb_core::fms::{Client, Config, Server};
-//! use sfb_core::{Model, ModelError, PeerId, Progress, Shard, SvList};
+//! use sfb_core::{ManualTime, Model, ModelError, PeerId, Progress, Shard, SvList};
 //!
 //! /// Least squares with J = 1: u = w·x − y, v = x.
 //! struct Ls;
@@ -63,17 +62,18 @@
 //! let mut clients: Vec<_> = (0..2)
 //!     .map(|p| Client::new(PeerId(p), cfg.clone(), Ls, Array2::zeros((1, 2)), data(p as usize)).unwrap())
 //!     .collect();
+//! let mut time = ManualTime::default();
 //! while !(server.is_done() && clients.iter().all(|c| c.is_done())) {
 //!     for c in &mut clients {
-//!         c.on_tick(Instant::now()).unwrap();
+//!         c.on_tick(&mut time).unwrap();
 //!         while let Some(out) = c.poll_output() {
 //!             assert_eq!(out.to, PeerId::SERVER);
-//!             server.on_message(c.id(), out.msg).unwrap();
+//!             server.on_message(c.id(), out.msg, &mut time).unwrap();
 //!         }
 //!     }
-//!     server.on_tick(Instant::now()).unwrap();
+//!     server.on_tick(&mut time).unwrap();
 //!     while let Some(out) = server.poll_output() {
-//!         clients[out.to.index()].on_message(PeerId::SERVER, out.msg).unwrap();
+//!         clients[out.to.index()].on_message(PeerId::SERVER, out.msg, &mut time).unwrap();
 //!     }
 //! }
 //! assert_eq!(clients[0].checksum(), server.replica().checksum());
@@ -82,15 +82,17 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 use ndarray::{Array2, ArrayView2};
 
-use crate::engine::{Event, Output, Progress};
+use crate::engine::{Event, Output, Progress, check_step};
+use crate::error::ConfigError;
 use crate::metrics::PeerMetrics;
 use crate::replica::validate_dense;
+use crate::time::{TimeSource, Work, secs};
 use crate::wire::{self, Message};
-use crate::worker::{self, Worker};
+use crate::worker::{self, Inbound, Plan, Side, Worker, WorkerParts};
 use crate::{
     Consistency, Engine, Error, Evaluation, Evaluator, FactorBatch, Model, PeerId, Replica, Result,
     Shard,
@@ -171,27 +173,31 @@ impl Config {
     /// [`Error::Config`] naming the problem (no clients, a consistency model other than
     /// BSP or SSP, a zero batch size, a non-finite learning rate).
     pub fn validate(&self) -> Result<()> {
-        let fail = |m: String| Err(Error::Config(m));
-        if self.clients == 0 || self.clients >= PeerId::SERVER.index() {
-            return fail(format!(
-                "FMS needs between 1 and {} clients, got {}",
-                PeerId::SERVER.index() - 1,
-                self.clients
-            ));
+        let max = PeerId::SERVER.index() - 1;
+        if self.clients == 0 || self.clients > max {
+            return Err(ConfigError::FmsClients {
+                got: self.clients,
+                max,
+            }
+            .into());
         }
         if self.consistency.staleness_bound().is_none() {
-            return fail(format!(
-                "the FMS backend supports bsp and ssp:S, not {}",
-                self.consistency
-            ));
+            return Err(ConfigError::FmsConsistency {
+                consistency: self.consistency.to_string(),
+            }
+            .into());
         }
-        if self.batch_size == 0 {
-            return fail("batch size must be at least 1".into());
+        check_step(self.batch_size, self.lr)
+    }
+
+    fn plan(&self) -> Plan {
+        Plan {
+            consistency: self.consistency.clone(),
+            clocks: self.clocks,
+            batch_size: self.batch_size,
+            lr: self.lr,
+            eval_every: self.eval_every,
         }
-        if !self.lr.is_finite() {
-            return fail(format!("learning rate {} is not finite", self.lr));
-        }
-        Ok(())
     }
 
     /// The staleness bound `s` (0 for BSP).
@@ -212,13 +218,14 @@ pub struct Server<M: Model> {
     model: M,
     replica: Replica,
     clock: u64,
-    next: Vec<u64>,
+    /// What each client has delivered (the shared arrival check of every node).
+    inbound: Inbound,
     pending: BTreeMap<(u64, PeerId), Update>,
     outputs: VecDeque<Output>,
     events: VecDeque<Event>,
     metrics: PeerMetrics,
-    started: Option<Instant>,
-    last_step_end: Option<Instant>,
+    started: Option<Duration>,
+    last_step_end: Option<Duration>,
     done: bool,
 }
 
@@ -240,9 +247,10 @@ impl<M: Model> Server<M> {
     /// [`Error::Config`] from [`Config::validate`]; [`Error::NonFinite`] for a bad `w0`.
     pub fn new(cfg: Config, model: M, w0: Array2<f32>) -> Result<Self> {
         cfg.validate()?;
+        let clients: Vec<PeerId> = (0..cfg.clients as u32).map(PeerId).collect();
         Ok(Self {
             replica: Replica::new(w0)?,
-            next: vec![0; cfg.clients],
+            inbound: Inbound::new(&clients, cfg.clients),
             cfg,
             model,
             clock: 0,
@@ -263,10 +271,10 @@ impl<M: Model> Server<M> {
     /// [`Error::Config`] if the engine has already run or its configuration is not valid
     /// for FMS (see [`Config::validate`]).
     pub fn from_engine(engine: Engine<M>, push: Push) -> Result<Self> {
-        let (ecfg, worker, replica) = engine.into_parts()?;
+        let (ecfg, (model, _, _), replica) = engine.into_parts()?;
         Self::new(
             Config::from_engine(&ecfg, push),
-            worker.model,
+            model,
             replica.into_inner(),
         )
     }
@@ -307,11 +315,9 @@ impl<M: Model> Server<M> {
         if self.done || self.clock >= self.cfg.clocks {
             return Vec::new();
         }
-        self.next
-            .iter()
-            .enumerate()
-            .filter(|&(_, &n)| n <= self.clock)
-            .map(|(p, &n)| (PeerId(p as u32), n))
+        (0..self.cfg.clients)
+            .filter(|&p| self.inbound.delivered(p) <= self.clock)
+            .map(|p| (PeerId(p as u32), self.inbound.delivered(p)))
             .collect()
     }
 
@@ -320,13 +326,20 @@ impl<M: Model> Server<M> {
     /// The update must be of the configured [`Push`] kind, come from the client it names,
     /// be that client's next clock (links are FIFO), be below the run's clocks and at most
     /// `s` clocks ahead of the server's W, and have W's shape and finite values. A refused
-    /// message changes nothing; W only changes in [`on_tick`](Self::on_tick).
+    /// message changes nothing; W only changes in [`on_tick`](Self::on_tick). Receiving
+    /// takes no time of its own.
     ///
     /// # Errors
     /// [`Error::UnexpectedMessage`] for a full W or the other push kind;
     /// [`Error::UnknownPeer`]; [`Error::BadClock`]; the shape and non-finite errors of
     /// [`FactorBatch::validate`] and [`validate_dense`].
-    pub fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()> {
+    pub fn on_message(
+        &mut self,
+        from: PeerId,
+        msg: Message,
+        time: &mut dyn TimeSource,
+    ) -> Result<()> {
+        let _ = time;
         let (origin, clock) = match (&msg, self.cfg.push) {
             (Message::Factors { batch, .. }, Push::Factors) => (batch.origin, batch.clock),
             (Message::Delta { origin, clock, .. }, Push::Dense) => (*origin, *clock),
@@ -341,38 +354,8 @@ impl<M: Model> Server<M> {
                 });
             }
         };
-        if origin != from {
-            return Err(Error::BadClock {
-                origin,
-                clock,
-                reason: "origin differs from sender",
-            });
-        }
-        let Some(&expected) = self.next.get(origin.index()) else {
-            return Err(Error::UnknownPeer {
-                origin,
-                peers: self.cfg.clients,
-            });
-        };
-        if clock != expected {
-            return Err(Error::BadClock {
-                origin,
-                clock,
-                reason: if clock < expected {
-                    "duplicate (already delivered)"
-                } else {
-                    "out of order (an earlier clock is missing)"
-                },
-            });
-        }
-        if clock >= self.cfg.clocks {
-            return Err(Error::BadClock {
-                origin,
-                clock,
-                reason: "beyond the run's last clock",
-            });
-        }
-        if clock > self.clock + self.cfg.staleness() {
+        let i = self.inbound.check(from, origin, clock, self.cfg.clocks)?;
+        if clock > self.clock.saturating_add(self.cfg.staleness()) {
             return Err(Error::BadClock {
                 origin,
                 clock,
@@ -392,7 +375,7 @@ impl<M: Model> Server<M> {
             Message::Params { .. } => unreachable!("refused above"),
         };
         self.metrics.bytes_received += wire::encoded_len(&msg) as u64;
-        self.next[origin.index()] += 1;
+        self.inbound.deliver(i, 0);
         self.pending.insert((clock, origin), update);
         Ok(())
     }
@@ -407,8 +390,10 @@ impl<M: Model> Server<M> {
         self.events.pop_front()
     }
 
+    /// Whether every client's update of the next clock is in: the server applies whole
+    /// clocks only, BSP among the updates whatever the clients' staleness.
     fn clock_complete(&self) -> bool {
-        self.clock < self.cfg.clocks && self.next.iter().all(|&n| n > self.clock)
+        self.clock < self.cfg.clocks && self.inbound.all_delivered(self.clock + 1)
     }
 
     /// Applies every complete clock and queues its W for every client.
@@ -421,10 +406,11 @@ impl<M: Model> Server<M> {
     /// # Errors
     /// Kernel errors, which cannot happen for updates accepted by `on_message`. After an
     /// error the server should be dropped.
-    pub fn on_tick(&mut self, now: Instant) -> Result<Progress> {
+    pub fn on_tick(&mut self, time: &mut dyn TimeSource) -> Result<Progress> {
         if self.done {
             return Ok(Progress::Done);
         }
+        let now = time.now();
         let started = *self.started.get_or_insert(now);
         if self.clock >= self.cfg.clocks {
             self.done = true;
@@ -434,25 +420,25 @@ impl<M: Model> Server<M> {
             return Ok(Progress::Blocked);
         }
         let since = self.last_step_end.unwrap_or(started);
-        self.metrics.wait_s += now.saturating_duration_since(since).as_secs_f64();
+        self.metrics.wait_s += secs(since, now);
         while self.clock_complete() {
-            self.complete_clock()?;
-            let end = Instant::now();
+            self.complete_clock(time)?;
+            let end = time.now();
             self.last_step_end = Some(end);
             self.events.push_back(Event::Clock(worker::record(
                 PeerId::SERVER,
                 &self.metrics,
                 self.clock,
-                end.saturating_duration_since(started).as_secs_f64(),
+                secs(started, end),
                 None,
             )));
         }
         Ok(Progress::Stepped)
     }
 
-    fn complete_clock(&mut self) -> Result<()> {
+    fn complete_clock(&mut self, time: &mut dyn TimeSource) -> Result<()> {
         let c = self.clock;
-        let t0 = Instant::now();
+        let t0 = time.now();
         let updates: Vec<Update> = (0..self.cfg.clients as u32)
             .map(|p| {
                 self.pending
@@ -460,7 +446,8 @@ impl<M: Model> Server<M> {
                     .expect("clock complete")
             })
             .collect();
-        match self.cfg.push {
+        let (j, d) = self.replica.dim();
+        let work = match self.cfg.push {
             Push::Factors => {
                 let refs: Vec<&FactorBatch> = updates
                     .iter()
@@ -469,7 +456,12 @@ impl<M: Model> Server<M> {
                         Update::Dense(_) => unreachable!("push kind checked on receipt"),
                     })
                     .collect();
-                self.replica.apply(&refs)?;
+                let stats = self.replica.apply(&refs)?;
+                Work::Apply {
+                    pairs: stats.pairs(),
+                    j,
+                    d,
+                }
             }
             Push::Dense => {
                 let views: Vec<(PeerId, ArrayView2<'_, f32>)> = updates
@@ -481,10 +473,15 @@ impl<M: Model> Server<M> {
                     })
                     .collect();
                 self.replica.add_dense(&views)?;
+                Work::Dense {
+                    matrices: views.len(),
+                    j,
+                    d,
+                }
             }
-        }
+        };
         self.model.prox(self.replica.w_mut());
-        self.metrics.apply_s += t0.elapsed().as_secs_f64();
+        self.metrics.apply_s += secs(t0, time.after(work));
         self.metrics.batches_applied += updates.len() as u64;
         self.clock += 1;
         self.metrics.clocks = self.clock;
@@ -504,8 +501,9 @@ impl<M: Model> Server<M> {
     }
 
     /// After [`Progress::Done`]: emits the final record.
-    pub fn finish(&mut self) {
-        let wall = self.started.map_or(0.0, |s| s.elapsed().as_secs_f64());
+    pub fn finish(&mut self, time: &mut dyn TimeSource) {
+        let now = time.now();
+        let wall = self.started.map_or(0.0, |s| secs(s, now));
         self.events.push_back(Event::Clock(worker::record(
             PeerId::SERVER,
             &self.metrics,
@@ -516,25 +514,106 @@ impl<M: Model> Server<M> {
     }
 }
 
+/// The FMS side of a client: the W the server last sent, and how it pushes.
+struct ClientSide {
+    w: Arc<Array2<f32>>,
+    push: Push,
+    clients: usize,
+    /// Clocks of W whose updates are already counted in the staleness histogram.
+    accounted: u64,
+}
+
+impl ClientSide {
+    /// The clock of the held W: what the server (the client's only awaited node, position
+    /// 0) has delivered.
+    fn w_clock<M: Model>(worker: &Worker<M>) -> u64 {
+        worker.inbound.delivered(0)
+    }
+}
+
+impl<M: Model> Side<M> for ClientSide {
+    fn w(&self) -> ArrayView2<'_, f32> {
+        self.w.view()
+    }
+
+    /// Records the updates W gained since the last step, as if applied before computing
+    /// the worker's next clock (see the module docs); W itself was replaced on receipt.
+    fn absorb(
+        &mut self,
+        worker: &mut Worker<M>,
+        _limit: u64,
+        _time: &mut dyn TimeSource,
+    ) -> Result<()> {
+        let w_clock = Self::w_clock(worker);
+        for c in self.accounted..w_clock {
+            let late = worker.clock.saturating_sub(1).saturating_sub(c);
+            for _ in 0..self.clients {
+                worker.metrics.record_staleness(late);
+            }
+        }
+        self.accounted = w_clock;
+        Ok(())
+    }
+
+    /// Pushes the factors, or the dense ΔW built from them, to the server.
+    fn emit(
+        &mut self,
+        worker: &mut Worker<M>,
+        fb: FactorBatch,
+        time: &mut dyn TimeSource,
+    ) -> Result<()> {
+        let t = fb.clock;
+        let msg = match self.push {
+            Push::Factors => Message::Factors {
+                batch: Arc::new(fb),
+                mean_iter_us: worker.mean_iter_us(),
+            },
+            Push::Dense => {
+                let t0 = time.now();
+                let (j, d) = self.w.dim();
+                let mut delta = Replica::zeros(j, d);
+                delta.apply(&[&fb]).map_err(|e| Error::Model {
+                    clock: t,
+                    source: e.into(),
+                })?;
+                let t1 = time.after(Work::Dense { matrices: 1, j, d });
+                worker.metrics.compute_s += secs(t0, t1);
+                Message::Delta {
+                    origin: worker.id,
+                    clock: t,
+                    mean_iter_us: worker.mean_iter_us(),
+                    delta: Arc::new(delta.into_inner()),
+                }
+            }
+        };
+        worker.metrics.bytes_sent += wire::encoded_len(&msg) as u64;
+        worker.outputs.push_back(Output {
+            to: PeerId::SERVER,
+            msg,
+        });
+        Ok(())
+    }
+}
+
 /// One FMS client; see the [module docs](self).
+///
+/// It runs the same protocol skeleton as an SFB [`Engine`]: its one awaited node is the
+/// server, whose W of clock `c` counts as `c` clocks delivered, so the SSP rule "start
+/// clock `t` once every awaited node has delivered `t − s` clocks" is the FMS rule "compute
+/// on a W that includes every update of clocks `0..t − s`".
 pub struct Client<M: Model> {
     cfg: Config,
     worker: Worker<M>,
-    w: Arc<Array2<f32>>,
-    w_clock: u64,
-    accounted: u64,
-    clock: u64,
-    outputs: VecDeque<Output>,
-    done: bool,
+    side: ClientSide,
 }
 
 impl<M: Model> std::fmt::Debug for Client<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("fms::Client")
             .field("id", &self.worker.id)
-            .field("clock", &self.clock)
-            .field("w_clock", &self.w_clock)
-            .field("done", &self.done)
+            .field("clock", &self.worker.clock)
+            .field("w_clock", &self.w_clock())
+            .field("done", &self.worker.done)
             .finish_non_exhaustive()
     }
 }
@@ -553,9 +632,7 @@ impl<M: Model> Client<M> {
         w0: Array2<f32>,
         shard: Shard<M::Sample>,
     ) -> Result<Self> {
-        let replica = Replica::new(w0)?;
-        let (j, d) = replica.dim();
-        Self::from_parts(id, cfg, Worker::new(id, model, shard, j, d), replica)
+        Self::from_parts(id, cfg, (model, shard, None), Replica::new(w0)?)
     }
 
     /// The client that trains exactly what the fresh SFB `engine` would (same id, model,
@@ -566,27 +643,42 @@ impl<M: Model> Client<M> {
     /// [`Error::Config`] if the engine has already run or its configuration is not valid
     /// for FMS (see [`Config::validate`]).
     pub fn from_engine(engine: Engine<M>, push: Push) -> Result<Self> {
-        let (ecfg, worker, replica) = engine.into_parts()?;
-        Self::from_parts(ecfg.id, Config::from_engine(&ecfg, push), worker, replica)
+        let (ecfg, parts, replica) = engine.into_parts()?;
+        Self::from_parts(ecfg.id, Config::from_engine(&ecfg, push), parts, replica)
     }
 
-    fn from_parts(id: PeerId, cfg: Config, worker: Worker<M>, replica: Replica) -> Result<Self> {
+    fn from_parts(
+        id: PeerId,
+        cfg: Config,
+        (model, shard, evaluator): WorkerParts<M>,
+        replica: Replica,
+    ) -> Result<Self> {
         cfg.validate()?;
         if id.index() >= cfg.clients {
-            return Err(Error::Config(format!(
-                "client id {id} is not below clients = {}",
-                cfg.clients
-            )));
+            return Err(ConfigError::ClientOutOfRange {
+                id,
+                clients: cfg.clients,
+            }
+            .into());
         }
+        let worker = Worker::new(
+            id,
+            model,
+            shard,
+            evaluator,
+            replica.dim(),
+            cfg.plan(),
+            Inbound::new(&[PeerId::SERVER], cfg.clients + 1),
+        );
         Ok(Self {
-            cfg,
+            side: ClientSide {
+                w: Arc::new(replica.into_inner()),
+                push: cfg.push,
+                clients: cfg.clients,
+                accounted: 0,
+            },
             worker,
-            w: Arc::new(replica.into_inner()),
-            w_clock: 0,
-            accounted: 0,
-            clock: 0,
-            outputs: VecDeque::new(),
-            done: false,
+            cfg,
         })
     }
 
@@ -608,22 +700,22 @@ impl<M: Model> Client<M> {
 
     /// The next clock to compute (= clocks computed and pushed).
     pub fn clock(&self) -> u64 {
-        self.clock
+        self.worker.clock
     }
 
     /// Clocks whose updates the client's W includes (all of `0..w_clock()`).
     pub fn w_clock(&self) -> u64 {
-        self.w_clock
+        ClientSide::w_clock(&self.worker)
     }
 
     /// The W the server last sent (the initial W before that).
     pub fn w(&self) -> ArrayView2<'_, f32> {
-        self.w.view()
+        self.side.w.view()
     }
 
     /// [`Replica::checksum`] of [`w`](Self::w).
     pub fn checksum(&self) -> String {
-        crate::replica::checksum(self.w.view())
+        crate::replica::checksum(self.side.w.view())
     }
 
     /// The model.
@@ -637,43 +729,36 @@ impl<M: Model> Client<M> {
     }
 
     /// The latest evaluation, if any.
-    pub fn last_evaluation(&self) -> Option<Evaluation> {
-        self.worker.last_eval
+    pub fn last_evaluation(&self) -> Option<&Evaluation> {
+        self.worker.last_eval.as_ref()
     }
 
     /// Whether every clock is pushed and the final W received.
     pub fn is_done(&self) -> bool {
-        self.done
-    }
-
-    fn needed_w_clock(&self) -> u64 {
-        if self.clock >= self.cfg.clocks {
-            self.cfg.clocks
-        } else {
-            self.clock.saturating_sub(self.cfg.staleness())
-        }
+        self.worker.done
     }
 
     /// `[(PeerId::SERVER, w_clock)]` while the client waits for a newer W; empty
     /// otherwise. For error messages on timeouts.
     pub fn waiting_on(&self) -> Vec<(PeerId, u64)> {
-        if self.done || self.w_clock >= self.needed_w_clock() {
-            Vec::new()
-        } else {
-            vec![(PeerId::SERVER, self.w_clock)]
-        }
+        self.worker.waiting_on()
     }
 
     /// Takes a message received from `from`: a full W from the server.
     ///
     /// W must come from [`PeerId::SERVER`], be newer than the one held, include no clock
     /// this client has not pushed yet, and have the right shape and finite values (the
-    /// check is timed as `apply_s`). A refused message changes nothing.
+    /// check is timed as `apply_s` on `time`). A refused message changes nothing.
     ///
     /// # Errors
     /// [`Error::UnexpectedMessage`] for factors or deltas, or W from anyone but the
     /// server; [`Error::BadClock`]; the errors of [`validate_dense`].
-    pub fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()> {
+    pub fn on_message(
+        &mut self,
+        from: PeerId,
+        msg: Message,
+        time: &mut dyn TimeSource,
+    ) -> Result<()> {
         let Message::Params { clock, w } = &msg else {
             return Err(Error::UnexpectedMessage {
                 from,
@@ -689,9 +774,9 @@ impl<M: Model> Client<M> {
             });
         }
         let clock = *clock;
-        let reason = if clock <= self.w_clock {
+        let reason = if clock <= self.w_clock() {
             Some("stale or duplicate W (not newer than the one held)")
-        } else if clock > self.clock {
+        } else if clock > self.worker.clock {
             Some("W includes clocks this client has not pushed")
         } else {
             None
@@ -703,19 +788,19 @@ impl<M: Model> Client<M> {
                 reason,
             });
         }
-        let t0 = Instant::now();
-        let (j, d) = self.w.dim();
+        let t0 = time.now();
+        let (j, d) = self.side.w.dim();
         validate_dense(w.view(), j, d, PeerId::SERVER, "W")?;
-        self.worker.metrics.apply_s += t0.elapsed().as_secs_f64();
+        self.worker.metrics.apply_s += secs(t0, time.after(Work::CheckW { j, d }));
         self.worker.metrics.bytes_received += wire::encoded_len(&msg) as u64;
-        self.w = Arc::clone(w);
-        self.w_clock = clock;
+        self.side.w = Arc::clone(w);
+        self.worker.inbound.set_delivered(0, clock);
         Ok(())
     }
 
     /// The next frame to send (to [`PeerId::SERVER`]), if any.
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.outputs.pop_front()
+        self.worker.outputs.pop_front()
     }
 
     /// The next event, if any.
@@ -723,91 +808,23 @@ impl<M: Model> Client<M> {
         self.worker.poll_event()
     }
 
-    /// Records the updates W gained since the last step, as if applied before computing
-    /// `self.clock` (see the module docs).
-    fn account(&mut self) {
-        for c in self.accounted..self.w_clock {
-            let late = self.clock.saturating_sub(1).saturating_sub(c);
-            for _ in 0..self.cfg.clients {
-                self.worker.metrics.record_staleness(late);
-            }
-        }
-        self.accounted = self.w_clock;
-    }
-
-    /// Tries to make progress at time `now`: computes and pushes the next clock if the
-    /// held W is recent enough.
+    /// Tries to make progress: computes and pushes the next clock if the held W is recent
+    /// enough; every duration it records is read from `time`.
     ///
     /// # Errors
     /// [`Error::Model`] if `compute_sv` fails or produces invalid factors. Nothing is sent
     /// then; the client should be dropped.
-    pub fn on_tick(&mut self, now: Instant) -> Result<Progress> {
-        if self.done {
-            return Ok(Progress::Done);
-        }
-        let (_, since) = self.worker.tick_times(now);
-        if self.w_clock < self.needed_w_clock() {
-            return Ok(Progress::Blocked);
-        }
-        let elapsed = now.saturating_duration_since(since).as_secs_f64();
-        if self.clock >= self.cfg.clocks {
-            self.worker.metrics.flush_s += elapsed;
-            self.account();
-            self.done = true;
-            self.worker.mark_step_end();
-            return Ok(Progress::Done);
-        }
-        self.worker.metrics.wait_s += elapsed;
-        self.account();
-
-        let t = self.clock;
-        let fb = self
-            .worker
-            .compute(self.w.view(), t, self.cfg.batch_size, self.cfg.lr)?;
-        let msg = match self.cfg.push {
-            Push::Factors => Message::Factors {
-                batch: Arc::new(fb),
-                mean_iter_us: self.worker.mean_iter_us(t + 1),
-            },
-            Push::Dense => {
-                let t0 = Instant::now();
-                let (j, d) = self.w.dim();
-                let mut delta = Replica::zeros(j, d);
-                delta.apply(&[&fb]).map_err(|e| Error::Model {
-                    clock: t,
-                    source: e.into(),
-                })?;
-                self.worker.metrics.compute_s += t0.elapsed().as_secs_f64();
-                Message::Delta {
-                    origin: self.worker.id,
-                    clock: t,
-                    mean_iter_us: self.worker.mean_iter_us(t + 1),
-                    delta: Arc::new(delta.into_inner()),
-                }
-            }
-        };
-        self.worker.metrics.bytes_sent += wire::encoded_len(&msg) as u64;
-        self.outputs.push_back(Output {
-            to: PeerId::SERVER,
-            msg,
-        });
-        self.clock += 1;
-        self.worker.end_step(
-            self.w.view(),
-            self.clock,
-            self.cfg.clocks,
-            self.cfg.eval_every,
-        );
-        Ok(Progress::Stepped)
+    pub fn on_tick(&mut self, time: &mut dyn TimeSource) -> Result<Progress> {
+        self.worker.step(&mut self.side, time)
     }
 
     /// Runs the evaluator on the held W (timed as `eval_s`).
-    pub fn evaluate(&mut self) -> Option<Evaluation> {
-        self.worker.evaluate(self.w.view())
+    pub fn evaluate(&mut self, time: &mut dyn TimeSource) -> Option<Evaluation> {
+        self.worker.evaluate(self.side.w.view(), time)
     }
 
     /// After [`Progress::Done`]: evaluates the final W and emits the final record.
-    pub fn finish(&mut self) -> Option<Evaluation> {
-        self.worker.finish(self.w.view(), self.clock)
+    pub fn finish(&mut self, time: &mut dyn TimeSource) -> Option<Evaluation> {
+        self.worker.finish(self.side.w.view(), time)
     }
 }

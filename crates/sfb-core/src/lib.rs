@@ -5,13 +5,14 @@
 //! pairs of its mini-batch with a user [`Model`], sends them as a [`FactorBatch`] to its
 //! out-neighbours, and applies everything it receives with one batched kernel
 //! ([`Replica::apply`]). The [`Engine`] is the per-peer state machine that does this under a
-//! [`Consistency`] model; transports (in `sfb-net`) only move its messages.
+//! [`Consistency`] model; transports (in `sfb-net`) only move its messages. The core reads
+//! no clock of its own: every duration it reports comes from the [`TimeSource`] its
+//! driver passes in, so a test or a simulator decides what time it is.
 //!
 //! # Example: two peers, BSP, driven by hand
 //! ```
-//! use std::time::Instant;
 //! use ndarray::{Array2, ArrayView2};
-//! use sfb_core::{Config, Engine, Model, ModelError, PeerId, Progress, Shard, SvList};
+//! use sfb_core::{Config, Engine, ManualTime, Model, ModelError, PeerId, Progress, Shard, SvList};
 //!
 //! /// Least squares with J = 1: u = w·x − y, v = x.
 //! struct Ls;
@@ -35,15 +36,17 @@
 //!         Engine::new(cfg, Ls, Array2::zeros((1, 2)), data(p)).unwrap()
 //!     })
 //!     .collect();
+//! // Time is an argument: this test decides what time it is (here it never moves).
+//! let mut time = ManualTime::default();
 //! let mut done = 0;
 //! while done < 2 {
 //!     done = 0;
 //!     for p in 0..2 {
-//!         if engines[p].on_tick(Instant::now()).unwrap() == Progress::Done {
+//!         if engines[p].on_tick(&mut time).unwrap() == Progress::Done {
 //!             done += 1;
 //!         }
 //!         while let Some(out) = engines[p].poll_output() {
-//!             engines[out.to.index()].on_message(PeerId(p as u32), out.msg).unwrap();
+//!             engines[out.to.index()].on_message(PeerId(p as u32), out.msg, &mut time).unwrap();
 //!         }
 //!     }
 //! }
@@ -62,6 +65,8 @@ pub mod metrics;
 mod model;
 mod node;
 pub mod replica;
+mod straggler;
+mod time;
 pub mod wire;
 mod worker;
 
@@ -70,9 +75,11 @@ pub use consistency::{
 };
 pub use data::{Shard, shard_indices};
 pub use engine::{Config, Engine, Event, Output, Progress};
-pub use error::{Error, ModelError, Result};
+pub use error::{ConfigError, Error, ModelError, Result};
 pub use factor::{FactorBatch, SvList, VFactors};
 pub use ids::PeerId;
 pub use model::{Evaluation, Evaluator, Extras, Model};
 pub use node::StateMachine;
 pub use replica::{ApplyStats, Replica};
+pub use straggler::Stragglers;
+pub use time::{ManualTime, TimeSource, Work};

@@ -83,7 +83,7 @@ pub trait Model: Send {
 }
 
 /// Held-out evaluation of a parameter matrix.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Evaluation {
     /// The model's objective (lower is better), e.g. mean cross-entropy.
     pub objective: f64,
@@ -111,35 +111,19 @@ impl Evaluation {
     }
 }
 
-/// Up to [`Extras::CAPACITY`] named figures of an [`Evaluation`], in insertion order.
-///
-/// A fixed-size list, so that [`Evaluation`] stays `Copy`.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// Named figures of an [`Evaluation`], in insertion order (as many as the model reports).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Extras {
-    items: [(&'static str, f64); Extras::CAPACITY],
-    len: usize,
+    items: Vec<(&'static str, f64)>,
 }
 
 impl Extras {
-    /// Most figures an evaluation can carry.
-    pub const CAPACITY: usize = 8;
-
     /// Adds `name = value`, replacing an earlier value of the same name.
-    ///
-    /// # Panics
-    /// When [`CAPACITY`](Self::CAPACITY) distinct names are already present.
     pub fn with(mut self, name: &'static str, value: f64) -> Self {
-        if let Some(slot) = self.items[..self.len].iter_mut().find(|(n, _)| *n == name) {
-            slot.1 = value;
-            return self;
+        match self.items.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.items.push((name, value)),
         }
-        assert!(
-            self.len < Self::CAPACITY,
-            "an Evaluation holds at most {} extra figures",
-            Self::CAPACITY
-        );
-        self.items[self.len] = (name, value);
-        self.len += 1;
         self
     }
 
@@ -150,17 +134,17 @@ impl Extras {
 
     /// `(name, value)` pairs in insertion order.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
-        self.items[..self.len].iter().copied()
+        self.items.iter().copied()
     }
 
     /// Number of figures.
     pub fn len(&self) -> usize {
-        self.len
+        self.items.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.items.is_empty()
     }
 
     /// The figures as an owned map (for reports).

@@ -1,17 +1,16 @@
 //! The driver's view of a sans-IO node.
 
-use std::time::Instant;
-
 use crate::engine::{Event, Output, Progress};
 use crate::fms::{Client, Server};
 use crate::wire::Message;
-use crate::{Engine, Model, PeerId, Result};
+use crate::{Engine, Model, PeerId, Result, TimeSource};
 
 /// What every sans-IO node (an SFB [`Engine`], an FMS [`Server`] or [`Client`]) offers the
 /// transport that drives it. A driver loops: deliver received frames with
 /// [`on_message`](Self::on_message), call [`on_tick`](Self::on_tick), send everything
 /// [`poll_output`](Self::poll_output) yields, log [`poll_event`](Self::poll_event); on
-/// [`Progress::Done`] call [`finish`](Self::finish) and drain events once more.
+/// [`Progress::Done`] call [`finish`](Self::finish) and drain events once more. Every call
+/// that may take time reads it from the driver's [`TimeSource`].
 pub trait StateMachine {
     /// The node's id ([`PeerId::SERVER`] for the FMS server).
     fn id(&self) -> PeerId;
@@ -21,12 +20,12 @@ pub trait StateMachine {
     ///
     /// # Errors
     /// The node's validation errors.
-    fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()>;
+    fn on_message(&mut self, from: PeerId, msg: Message, time: &mut dyn TimeSource) -> Result<()>;
     /// Tries to make progress.
     ///
     /// # Errors
     /// The node's step errors; drop the node after one.
-    fn on_tick(&mut self, now: Instant) -> Result<Progress>;
+    fn on_tick(&mut self, time: &mut dyn TimeSource) -> Result<Progress>;
     /// The next frame to send.
     fn poll_output(&mut self) -> Option<Output>;
     /// The next event.
@@ -34,7 +33,7 @@ pub trait StateMachine {
     /// Whom the node waits for, with what each has delivered (for timeout errors).
     fn waiting_on(&self) -> Vec<(PeerId, u64)>;
     /// After [`Progress::Done`]: final evaluation and record.
-    fn finish(&mut self);
+    fn finish(&mut self, time: &mut dyn TimeSource);
 }
 
 impl<M: Model> StateMachine for Engine<M> {
@@ -44,11 +43,11 @@ impl<M: Model> StateMachine for Engine<M> {
     fn clock(&self) -> u64 {
         Engine::clock(self)
     }
-    fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()> {
-        Engine::on_message(self, from, msg)
+    fn on_message(&mut self, from: PeerId, msg: Message, time: &mut dyn TimeSource) -> Result<()> {
+        Engine::on_message(self, from, msg, time)
     }
-    fn on_tick(&mut self, now: Instant) -> Result<Progress> {
-        Engine::on_tick(self, now)
+    fn on_tick(&mut self, time: &mut dyn TimeSource) -> Result<Progress> {
+        Engine::on_tick(self, time)
     }
     fn poll_output(&mut self) -> Option<Output> {
         Engine::poll_output(self)
@@ -59,8 +58,8 @@ impl<M: Model> StateMachine for Engine<M> {
     fn waiting_on(&self) -> Vec<(PeerId, u64)> {
         Engine::waiting_on(self)
     }
-    fn finish(&mut self) {
-        Engine::finish(self);
+    fn finish(&mut self, time: &mut dyn TimeSource) {
+        Engine::finish(self, time);
     }
 }
 
@@ -71,11 +70,11 @@ impl<M: Model> StateMachine for Server<M> {
     fn clock(&self) -> u64 {
         Server::clock(self)
     }
-    fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()> {
-        Server::on_message(self, from, msg)
+    fn on_message(&mut self, from: PeerId, msg: Message, time: &mut dyn TimeSource) -> Result<()> {
+        Server::on_message(self, from, msg, time)
     }
-    fn on_tick(&mut self, now: Instant) -> Result<Progress> {
-        Server::on_tick(self, now)
+    fn on_tick(&mut self, time: &mut dyn TimeSource) -> Result<Progress> {
+        Server::on_tick(self, time)
     }
     fn poll_output(&mut self) -> Option<Output> {
         Server::poll_output(self)
@@ -86,8 +85,8 @@ impl<M: Model> StateMachine for Server<M> {
     fn waiting_on(&self) -> Vec<(PeerId, u64)> {
         Server::waiting_on(self)
     }
-    fn finish(&mut self) {
-        Server::finish(self);
+    fn finish(&mut self, time: &mut dyn TimeSource) {
+        Server::finish(self, time);
     }
 }
 
@@ -98,11 +97,11 @@ impl<M: Model> StateMachine for Client<M> {
     fn clock(&self) -> u64 {
         Client::clock(self)
     }
-    fn on_message(&mut self, from: PeerId, msg: Message) -> Result<()> {
-        Client::on_message(self, from, msg)
+    fn on_message(&mut self, from: PeerId, msg: Message, time: &mut dyn TimeSource) -> Result<()> {
+        Client::on_message(self, from, msg, time)
     }
-    fn on_tick(&mut self, now: Instant) -> Result<Progress> {
-        Client::on_tick(self, now)
+    fn on_tick(&mut self, time: &mut dyn TimeSource) -> Result<Progress> {
+        Client::on_tick(self, time)
     }
     fn poll_output(&mut self) -> Option<Output> {
         Client::poll_output(self)
@@ -113,7 +112,7 @@ impl<M: Model> StateMachine for Client<M> {
     fn waiting_on(&self) -> Vec<(PeerId, u64)> {
         Client::waiting_on(self)
     }
-    fn finish(&mut self) {
-        Client::finish(self);
+    fn finish(&mut self, time: &mut dyn TimeSource) {
+        Client::finish(self, time);
     }
 }

@@ -57,6 +57,13 @@ pub struct ApplyStats {
     pub sparse_pairs: usize,
 }
 
+impl ApplyStats {
+    /// Pairs applied (the stacked rank `R`).
+    pub fn pairs(&self) -> usize {
+        self.dense_pairs + self.sparse_pairs
+    }
+}
+
 /// A full replica of the `J × D` parameter matrix W, row-major.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Replica {
@@ -498,10 +505,11 @@ fn tail_columns<'u>(
 }
 
 /// The slow, obviously-correct reference: every pair's outer product added entry by entry,
-/// accumulated in f64. For tests and benchmarks only.
+/// accumulated in f64. For tests and benchmarks only (feature `reference`).
 ///
 /// # Errors
 /// As [`Replica::apply`]; W is untouched on error.
+#[cfg(feature = "reference")]
 pub fn apply_reference(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> Result<()> {
     let (j, d) = w.dim();
     for b in batches {
@@ -540,10 +548,11 @@ pub fn apply_reference(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> Result<
 }
 
 /// The naive per-pair loop in f32 (one outer product after another, no stacking): what a
-/// straightforward implementation would do. For benchmarks.
+/// straightforward implementation would do. For benchmarks only (feature `reference`).
 ///
 /// # Errors
 /// As [`Replica::apply`].
+#[cfg(feature = "reference")]
 pub fn apply_naive(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> Result<()> {
     let (j, d) = w.dim();
     for b in batches {

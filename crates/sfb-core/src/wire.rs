@@ -197,6 +197,35 @@ fn uses_f16(msg: &Message, dtype: Dtype) -> bool {
     matches!((msg, dtype), (Message::Factors { batch, .. }, Dtype::F16) if fits_f16(batch))
 }
 
+/// Frames a node sends each out-neighbour per clock: one factor batch (SFB peer, FMS
+/// client), or one full W (FMS server, to each client). Transports size their per-edge
+/// queues in these units.
+pub const FRAMES_PER_EDGE_PER_CLOCK: usize = 1;
+
+/// Fixed bytes a frame may carry besides its arrays (header, lengths, tags); generous.
+const FRAME_OVERHEAD: usize = 256;
+
+/// The largest valid frame of a run whose W is `j × d` and whose mini-batches hold
+/// `batch` samples: a factor batch of `batch` pairs whose `v` is dense or sparse with every
+/// column present (`u`: `batch·j` floats; sparse `v`: `batch + 1` row pointers, `batch·d`
+/// indices and `batch·d` values), or, when `full_w` (an FMS run), a full W or dense ΔW.
+/// A reader refuses a longer length prefix before allocating anything.
+///
+/// # Complexity
+/// O(1).
+pub fn max_frame_len(j: usize, d: usize, batch: usize, full_w: bool) -> usize {
+    let k = batch;
+    let factors = FRAME_OVERHEAD
+        .saturating_add(4usize.saturating_mul(k.saturating_mul(j)))
+        .saturating_add(4usize.saturating_mul(k.saturating_mul(d).saturating_mul(2)))
+        .saturating_add(4 * (k + 1));
+    if full_w {
+        factors.max(FRAME_OVERHEAD.saturating_add(4usize.saturating_mul(j.saturating_mul(d))))
+    } else {
+        factors
+    }
+}
+
 /// What a receiver expects of incoming frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Expect {

@@ -1,39 +1,243 @@
-//! What every computing node does, whatever it syncs with: draw a mini-batch, run the
-//! model's `compute_sv`, commit and validate the factors, evaluate, keep the counters and
-//! emit per-clock records. Shared by the SFB [`Engine`](crate::Engine) and the FMS
-//! [`Client`](crate::fms::Client), so both measure the same things the same way.
+//! The protocol skeleton every computing node shares, whatever it syncs with.
+//!
+//! A [`Worker`] draws mini-batches, runs the model's `compute_sv`, validates the factors,
+//! evaluates, keeps the counters and per-clock records, keeps the status table of the
+//! nodes it waits for ([`Inbound`]) and asks the [`Consistency`] model whether it may start
+//! its next clock. What differs between an SFB peer and an FMS client — where W lives, how
+//! received updates reach it, where the factors go — is a [`Side`]. One step
+//! ([`Worker::step`]) is the same for both:
+//!
+//! 1. after the last clock: once every awaited node has delivered everything, absorb the
+//!    rest and finish;
+//! 2. otherwise the consistency model must allow clock `t` (else [`Progress::Blocked`]);
+//! 3. the side absorbs what may be used for clock `t` (SFB: applies the ready batches);
+//! 4. `compute_sv` on a mini-batch; the side emits the factors;
+//! 5. `t += 1`, evaluate if due, emit the clock's record.
+//!
+//! Every duration is a difference of two readings of the caller's [`TimeSource`].
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::Duration;
 
 use ndarray::ArrayView2;
 
-use crate::engine::Event;
+use crate::engine::{Event, Output, Progress};
 use crate::metrics::{ClockRecord, PeerMetrics};
-use crate::{Error, Evaluation, Evaluator, FactorBatch, Model, PeerId, Result, Shard, SvList};
+use crate::time::{TimeSource, Work, secs};
+use crate::{
+    Consistency, Error, Evaluation, Evaluator, FactorBatch, Model, PeerId, PeerStatus, Result,
+    Shard, StatusView, SvList,
+};
 
-/// The model, its data and its bookkeeping; no W (the owner passes a view of its own).
+/// What a node runs: shared by the SFB engine's and the FMS configurations.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) consistency: Consistency,
+    pub(crate) clocks: u64,
+    pub(crate) batch_size: usize,
+    pub(crate) lr: f32,
+    pub(crate) eval_every: u64,
+}
+
+/// What the nodes a worker waits for have delivered (SFB: its in-neighbours; an FMS
+/// client: the server, whose W of clock `c` counts as `c` clocks delivered).
+#[derive(Debug, Clone)]
+pub(crate) struct Inbound {
+    /// In configuration order.
+    peers: Vec<PeerId>,
+    /// `(peer, position)` sorted by peer, for lookups in O(log Q).
+    index: Vec<(PeerId, usize)>,
+    delivered: Vec<u64>,
+    mean_iter_s: Vec<f64>,
+    /// Number of nodes of the cluster (for error messages).
+    cluster: usize,
+}
+
+impl Inbound {
+    pub(crate) fn new(peers: &[PeerId], cluster: usize) -> Self {
+        let mut index: Vec<(PeerId, usize)> =
+            peers.iter().enumerate().map(|(i, &p)| (p, i)).collect();
+        index.sort_unstable();
+        Self {
+            peers: peers.to_vec(),
+            index,
+            delivered: vec![0; peers.len()],
+            mean_iter_s: vec![0.0; peers.len()],
+            cluster,
+        }
+    }
+
+    fn position(&self, q: PeerId) -> Option<usize> {
+        self.index
+            .binary_search_by_key(&q, |&(p, _)| p)
+            .ok()
+            .map(|i| self.index[i].1)
+    }
+
+    /// Checks that `clock` of `origin`, received from `from`, is the next clock expected
+    /// of an awaited node and within the run's `clocks`; returns the node's position for
+    /// [`deliver`](Self::deliver). Changes nothing.
+    ///
+    /// # Errors
+    /// [`Error::BadClock`] (relayed, duplicate, out of order, beyond the run);
+    /// [`Error::UnknownPeer`].
+    pub(crate) fn check(
+        &self,
+        from: PeerId,
+        origin: PeerId,
+        clock: u64,
+        clocks: u64,
+    ) -> Result<usize> {
+        if origin != from {
+            return Err(Error::BadClock {
+                origin,
+                clock,
+                reason: "relayed updates are not enabled: origin differs from sender",
+            });
+        }
+        let Some(i) = self.position(origin) else {
+            return Err(Error::UnknownPeer {
+                origin,
+                peers: self.cluster,
+            });
+        };
+        let expected = self.delivered[i];
+        if clock != expected {
+            return Err(Error::BadClock {
+                origin,
+                clock,
+                reason: if clock < expected {
+                    "duplicate (already delivered)"
+                } else {
+                    "out of order (an earlier clock is missing)"
+                },
+            });
+        }
+        if clock >= clocks {
+            return Err(Error::BadClock {
+                origin,
+                clock,
+                reason: "beyond the run's last clock",
+            });
+        }
+        Ok(i)
+    }
+
+    /// Records the next clock of the node at position `i` as delivered.
+    pub(crate) fn deliver(&mut self, i: usize, mean_iter_us: u32) {
+        self.delivered[i] += 1;
+        self.mean_iter_s[i] = f64::from(mean_iter_us) * 1e-6;
+    }
+
+    /// Sets what the node at position `i` has delivered (an FMS client's W clock).
+    pub(crate) fn set_delivered(&mut self, i: usize, delivered: u64) {
+        self.delivered[i] = delivered;
+    }
+
+    /// What the node at position `i` has delivered.
+    pub(crate) fn delivered(&self, i: usize) -> u64 {
+        self.delivered[i]
+    }
+
+    /// Whether every awaited node has delivered at least `n` clocks.
+    pub(crate) fn all_delivered(&self, n: u64) -> bool {
+        self.delivered.iter().all(|&d| d >= n)
+    }
+
+    /// The status table of a node about to start `clock`.
+    fn statuses(&self, clock: u64) -> Vec<PeerStatus> {
+        self.peers
+            .iter()
+            .zip(self.delivered.iter().zip(&self.mean_iter_s))
+            .map(|(&peer, (&delivered, &mean_iter_s))| PeerStatus {
+                peer,
+                delivered,
+                mean_iter_s,
+                ready: delivered >= clock,
+            })
+            .collect()
+    }
+
+    /// Awaited nodes that have delivered fewer than `need` clocks, with what each has.
+    fn short_of(&self, need: u64) -> Vec<(PeerId, u64)> {
+        self.peers
+            .iter()
+            .zip(&self.delivered)
+            .filter(|&(_, &d)| d < need)
+            .map(|(&p, &d)| (p, d))
+            .collect()
+    }
+}
+
+/// The part of a node that differs between an SFB peer and an FMS client.
+pub(crate) trait Side<M: Model> {
+    /// The W factors are computed on.
+    fn w(&self) -> ArrayView2<'_, f32>;
+
+    /// Brings into W what may be used before computing the worker's next clock: received
+    /// updates of clocks before `limit` (`u64::MAX`: all, as at the end of the run).
+    fn absorb(
+        &mut self,
+        worker: &mut Worker<M>,
+        limit: u64,
+        time: &mut dyn TimeSource,
+    ) -> Result<()>;
+
+    /// Sends clock `fb.clock`'s factors where they go (and keeps what the node keeps).
+    fn emit(
+        &mut self,
+        worker: &mut Worker<M>,
+        fb: FactorBatch,
+        time: &mut dyn TimeSource,
+    ) -> Result<()>;
+}
+
+/// The model, its data, the protocol state shared by every computing node, and its
+/// bookkeeping; no W (the [`Side`] owns it).
 pub(crate) struct Worker<M: Model> {
     pub(crate) id: PeerId,
     pub(crate) model: M,
     shard: Shard<M::Sample>,
     sv: SvList,
     evaluator: Option<Box<dyn Evaluator>>,
+    pub(crate) plan: Plan,
+    pub(crate) inbound: Inbound,
+    /// The next clock to compute (= clocks completed).
+    pub(crate) clock: u64,
+    pub(crate) done: bool,
+    pub(crate) outputs: VecDeque<Output>,
     pub(crate) last_eval: Option<Evaluation>,
     pub(crate) metrics: PeerMetrics,
-    pub(crate) started: Option<Instant>,
-    last_step_end: Option<Instant>,
+    started: Option<Duration>,
+    last_step_end: Option<Duration>,
     events: VecDeque<Event>,
 }
 
+/// A worker's model, data and evaluator, to rebuild it for another protocol.
+pub(crate) type WorkerParts<M> = (M, Shard<<M as Model>::Sample>, Option<Box<dyn Evaluator>>);
+
 impl<M: Model> Worker<M> {
-    pub(crate) fn new(id: PeerId, model: M, shard: Shard<M::Sample>, j: usize, d: usize) -> Self {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        id: PeerId,
+        model: M,
+        shard: Shard<M::Sample>,
+        evaluator: Option<Box<dyn Evaluator>>,
+        (j, d): (usize, usize),
+        plan: Plan,
+        inbound: Inbound,
+    ) -> Self {
         Self {
             id,
             model,
             shard,
             sv: SvList::new(j, d),
-            evaluator: None,
+            evaluator,
+            plan,
+            inbound,
+            clock: 0,
+            done: false,
+            outputs: VecDeque::new(),
             last_eval: None,
             metrics: PeerMetrics::default(),
             started: None,
@@ -42,103 +246,174 @@ impl<M: Model> Worker<M> {
         }
     }
 
+    /// Whether the worker has stepped (a fresh worker can be rebuilt for another protocol).
+    pub(crate) fn has_run(&self) -> bool {
+        self.clock > 0 || self.started.is_some()
+    }
+
+    pub(crate) fn into_parts(self) -> WorkerParts<M> {
+        (self.model, self.shard, self.evaluator)
+    }
+
     pub(crate) fn set_evaluator(&mut self, evaluator: Box<dyn Evaluator>) {
         self.evaluator = Some(evaluator);
     }
 
-    /// Starts the wall clock on the first tick; returns `(started, end of the last step)`.
-    pub(crate) fn tick_times(&mut self, now: Instant) -> (Instant, Instant) {
-        let started = *self.started.get_or_insert(now);
-        (started, self.last_step_end.unwrap_or(started))
-    }
-
-    /// Marks the end of a step (or of the run's final flush).
-    pub(crate) fn mark_step_end(&mut self) -> Instant {
-        let end = Instant::now();
-        self.last_step_end = Some(end);
-        end
-    }
-
-    /// Computes clock `clock`'s factors on `w`: draws `batch_size` samples, runs
-    /// `compute_sv`, commits with the model's scale and validates the batch (timed as
-    /// `compute_s`; counts `samples`).
+    /// One step; see the [module docs](self).
     ///
     /// # Errors
-    /// [`Error::Model`] if `compute_sv` fails or its factors are invalid.
-    pub(crate) fn compute(
+    /// [`Error::Model`] if `compute_sv` fails or its factors are invalid; the side's errors.
+    pub(crate) fn step<S: Side<M>>(
+        &mut self,
+        side: &mut S,
+        time: &mut dyn TimeSource,
+    ) -> Result<Progress> {
+        if self.done {
+            return Ok(Progress::Done);
+        }
+        let now = time.now();
+        let started = *self.started.get_or_insert(now);
+        let since = self.last_step_end.unwrap_or(started);
+        if self.clock >= self.plan.clocks {
+            if !self.inbound.all_delivered(self.plan.clocks) {
+                return Ok(Progress::Blocked);
+            }
+            self.metrics.flush_s += secs(since, now);
+            side.absorb(self, u64::MAX, time)?;
+            self.done = true;
+            self.last_step_end = Some(time.now());
+            return Ok(Progress::Done);
+        }
+        if !self.may_start() {
+            return Ok(Progress::Blocked);
+        }
+        self.metrics.wait_s += secs(since, now);
+        let limit = if self.plan.consistency.applies_future() {
+            u64::MAX
+        } else {
+            self.clock
+        };
+        side.absorb(self, limit, time)?;
+        let t = self.clock;
+        let fb = self.compute(side.w(), t, time)?;
+        side.emit(self, fb, time)?;
+        self.clock = t + 1;
+        self.end_step(side.w(), time);
+        Ok(Progress::Stepped)
+    }
+
+    /// Whether the consistency model lets the worker start its next clock.
+    fn may_start(&self) -> bool {
+        let peers = self.inbound.statuses(self.clock);
+        self.plan.consistency.may_start(&StatusView {
+            me: self.id,
+            clock: self.clock,
+            peers: &peers,
+        })
+    }
+
+    /// Awaited nodes the worker is blocked on, with the clocks each has delivered; empty
+    /// when it is not blocked.
+    pub(crate) fn waiting_on(&self) -> Vec<(PeerId, u64)> {
+        if self.done {
+            return Vec::new();
+        }
+        if self.clock >= self.plan.clocks {
+            return self.inbound.short_of(self.plan.clocks);
+        }
+        if self.may_start() {
+            return Vec::new();
+        }
+        let need = match self.plan.consistency.staleness_bound() {
+            Some(s) => self.clock.saturating_sub(s),
+            // A custom barrier: name everyone not ready for this clock.
+            None => self.clock,
+        };
+        self.inbound.short_of(need)
+    }
+
+    /// Computes clock `clock`'s factors on `w`: draws a mini-batch, runs `compute_sv`,
+    /// commits with the model's scale and validates the batch (timed as `compute_s`;
+    /// counts `samples`).
+    fn compute(
         &mut self,
         w: ArrayView2<'_, f32>,
         clock: u64,
-        batch_size: usize,
-        lr: f32,
+        time: &mut dyn TimeSource,
     ) -> Result<FactorBatch> {
-        let t0 = Instant::now();
-        let batch = self.shard.next_batch(batch_size);
+        let t0 = time.now();
+        let batch = self.shard.next_batch(self.plan.batch_size);
         self.sv.clear();
         self.model
             .compute_sv(w, &batch, &mut self.sv)
             .map_err(|source| Error::Model { clock, source })?;
         let pairs = self.sv.len();
-        let scale = self.model.scale(clock, lr, pairs);
+        let scale = self.model.scale(clock, self.plan.lr, pairs);
         let fb = self.sv.commit(self.id, clock, scale);
         let (j, d) = w.dim();
         fb.validate(j, d).map_err(|e| Error::Model {
             clock,
             source: e.into(),
         })?;
-        self.metrics.compute_s += t0.elapsed().as_secs_f64();
+        let t1 = time.after(Work::Compute {
+            peer: self.id,
+            clock,
+            samples: batch.len(),
+        });
+        self.metrics.compute_s += secs(t0, t1);
         self.metrics.samples += batch.len() as u64;
         Ok(fb)
     }
 
-    /// Mean seconds of compute and apply per step over `steps` steps, in microseconds
-    /// (what a peer reports to others for custom barriers).
-    pub(crate) fn mean_iter_us(&self, steps: u64) -> u32 {
-        ((self.metrics.compute_s + self.metrics.apply_s) / steps.max(1) as f64 * 1e6)
+    /// Mean microseconds of compute and apply per step so far (what a node reports to
+    /// others for custom barriers), counting the step being completed.
+    pub(crate) fn mean_iter_us(&self) -> u32 {
+        ((self.metrics.compute_s + self.metrics.apply_s) / (self.clock + 1) as f64 * 1e6)
             .min(f64::from(u32::MAX)) as u32
     }
 
-    /// After a step that brought the node to `clock` clocks completed: evaluates on `w` if
-    /// due (every `eval_every` clocks, not at the last, which `finish` evaluates) and emits
-    /// the clock's record.
-    pub(crate) fn end_step(
-        &mut self,
-        w: ArrayView2<'_, f32>,
-        clock: u64,
-        clocks: u64,
-        eval_every: u64,
-    ) {
+    /// After a step that brought the node to `self.clock` clocks: evaluates on `w` if due
+    /// (every `eval_every` clocks, not at the last, which `finish` evaluates) and emits the
+    /// clock's record.
+    fn end_step(&mut self, w: ArrayView2<'_, f32>, time: &mut dyn TimeSource) {
+        let clock = self.clock;
         self.metrics.clocks = clock;
-        let eval_due = eval_every > 0 && clock.is_multiple_of(eval_every);
-        let evaluation = if eval_due && clock < clocks {
-            self.evaluate(w)
+        let every = self.plan.eval_every;
+        let evaluation = if every > 0 && clock.is_multiple_of(every) && clock < self.plan.clocks {
+            self.evaluate(w, time)
         } else {
             None
         };
-        let end = self.mark_step_end();
-        let started = self.started.unwrap_or(end);
-        self.push_record(
-            clock,
-            end.saturating_duration_since(started).as_secs_f64(),
-            evaluation,
-        );
+        let end = time.now();
+        self.last_step_end = Some(end);
+        let wall = secs(self.started.unwrap_or(end), end);
+        self.push_record(clock, wall, evaluation);
     }
 
     /// Runs the evaluator on `w` (timed as `eval_s`).
-    pub(crate) fn evaluate(&mut self, w: ArrayView2<'_, f32>) -> Option<Evaluation> {
+    pub(crate) fn evaluate(
+        &mut self,
+        w: ArrayView2<'_, f32>,
+        time: &mut dyn TimeSource,
+    ) -> Option<Evaluation> {
         let ev = self.evaluator.as_mut()?;
-        let t0 = Instant::now();
+        let t0 = time.now();
         let e = ev.evaluate(w);
-        self.metrics.eval_s += t0.elapsed().as_secs_f64();
-        self.last_eval = Some(e);
+        self.metrics.eval_s += secs(t0, time.after(Work::Evaluate));
+        self.last_eval = Some(e.clone());
         Some(e)
     }
 
     /// Evaluates the final `w` and emits the final record.
-    pub(crate) fn finish(&mut self, w: ArrayView2<'_, f32>, clock: u64) -> Option<Evaluation> {
-        let e = self.evaluate(w);
-        let wall = self.started.map_or(0.0, |s| s.elapsed().as_secs_f64());
-        self.push_record(clock, wall, e);
+    pub(crate) fn finish(
+        &mut self,
+        w: ArrayView2<'_, f32>,
+        time: &mut dyn TimeSource,
+    ) -> Option<Evaluation> {
+        let e = self.evaluate(w, time);
+        let now = time.now();
+        let wall = secs(self.started.unwrap_or(now), now);
+        self.push_record(self.clock, wall, e.clone());
         e
     }
 
@@ -152,7 +427,7 @@ impl<M: Model> Worker<M> {
             &self.metrics,
             clock,
             wall_s,
-            evaluation,
+            evaluation.as_ref(),
         )));
     }
 }
@@ -163,7 +438,7 @@ pub(crate) fn record(
     m: &PeerMetrics,
     clock: u64,
     wall_s: f64,
-    evaluation: Option<Evaluation>,
+    evaluation: Option<&Evaluation>,
 ) -> ClockRecord {
     ClockRecord {
         peer: id.0,

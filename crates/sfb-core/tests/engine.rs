@@ -1,14 +1,13 @@
 //! Engine input handling and the wire codec.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use ndarray::{Array2, ArrayView2, ShapeBuilder};
 use proptest::prelude::*;
 use sfb_core::wire::{self, Expect, Message};
 use sfb_core::{
-    Config, Consistency, Engine, Error, FactorBatch, Model, ModelError, PeerId, Progress, Shard,
-    SvList, VFactors,
+    Config, Consistency, Engine, Error, FactorBatch, ManualTime, Model, ModelError, PeerId,
+    Progress, Shard, SvList, VFactors,
 };
 
 /// u = [1; J], v = x: a model whose factors are easy to predict.
@@ -130,14 +129,18 @@ fn engine_rejects_bad_messages_without_changing_state() {
         }),
     ];
     for (from, b, check) in cases {
-        let err = e.on_message(from, msg(b)).unwrap_err();
+        let err = e
+            .on_message(from, msg(b), &mut ManualTime::default())
+            .unwrap_err();
         assert!(check(&err), "unexpected error {err}");
     }
     assert_eq!(e.metrics().bytes_received, 0);
     // The good batch is still accepted afterwards, and a duplicate is refused.
-    e.on_message(PeerId(1), msg(good.clone())).unwrap();
+    e.on_message(PeerId(1), msg(good.clone()), &mut ManualTime::default())
+        .unwrap();
     assert!(matches!(
-        e.on_message(PeerId(1), msg(good)).unwrap_err(),
+        e.on_message(PeerId(1), msg(good), &mut ManualTime::default())
+            .unwrap_err(),
         Error::BadClock { .. }
     ));
 }
@@ -160,7 +163,9 @@ fn engine_rejects_fms_messages_with_a_typed_error() {
         (PeerId::SERVER, params, "params"),
         (PeerId(1), delta, "delta"),
     ] {
-        let err = e.on_message(from, m).unwrap_err();
+        let err = e
+            .on_message(from, m, &mut ManualTime::default())
+            .unwrap_err();
         assert!(
             matches!(err, Error::UnexpectedMessage { kind: k, .. } if k == kind),
             "unexpected error {err}"
@@ -169,14 +174,15 @@ fn engine_rejects_fms_messages_with_a_typed_error() {
     assert_eq!(e.metrics().bytes_received, 0);
     assert_eq!(e.replica().checksum(), before);
     // Still a working peer afterwards.
-    e.on_message(PeerId(1), msg(batch(1, 0))).unwrap();
+    e.on_message(PeerId(1), msg(batch(1, 0)), &mut ManualTime::default())
+        .unwrap();
 }
 
 #[test]
 fn model_producing_nan_fails_the_step_and_sends_nothing() {
     let mut e = engine(Broken, 0, 2);
     let before = e.replica().checksum();
-    let err = e.on_tick(Instant::now()).unwrap_err();
+    let err = e.on_tick(&mut ManualTime::default()).unwrap_err();
     assert!(matches!(err, Error::Model { clock: 0, .. }), "{err}");
     assert!(e.poll_output().is_none());
     assert_eq!(e.replica().checksum(), before);
@@ -185,12 +191,22 @@ fn model_producing_nan_fails_the_step_and_sends_nothing() {
 #[test]
 fn bsp_blocks_until_in_neighbours_deliver() {
     let mut e = engine(Echo, 0, 2);
-    assert_eq!(e.on_tick(Instant::now()).unwrap(), Progress::Stepped);
+    assert_eq!(
+        e.on_tick(&mut ManualTime::default()).unwrap(),
+        Progress::Stepped
+    );
     assert!(e.poll_output().is_some());
-    assert_eq!(e.on_tick(Instant::now()).unwrap(), Progress::Blocked);
+    assert_eq!(
+        e.on_tick(&mut ManualTime::default()).unwrap(),
+        Progress::Blocked
+    );
     assert_eq!(e.waiting_on(), vec![(PeerId(1), 0)]);
-    e.on_message(PeerId(1), msg(batch(1, 0))).unwrap();
-    assert_eq!(e.on_tick(Instant::now()).unwrap(), Progress::Stepped);
+    e.on_message(PeerId(1), msg(batch(1, 0)), &mut ManualTime::default())
+        .unwrap();
+    assert_eq!(
+        e.on_tick(&mut ManualTime::default()).unwrap(),
+        Progress::Stepped
+    );
 }
 
 #[test]
@@ -206,7 +222,7 @@ fn ssp_lets_a_peer_run_s_clocks_ahead() {
     )
     .unwrap();
     let mut steps = 0;
-    while e.on_tick(Instant::now()).unwrap() == Progress::Stepped {
+    while e.on_tick(&mut ManualTime::default()).unwrap() == Progress::Stepped {
         steps += 1;
     }
     assert_eq!(

@@ -3,7 +3,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
 
 use ndarray::{Array2, ArrayView2};
 use rand::{Rng, SeedableRng};
@@ -11,7 +10,8 @@ use rand_chacha::ChaCha8Rng;
 use sfb_core::fms::{Client, Config, Push, Server};
 use sfb_core::wire::Message;
 use sfb_core::{
-    Consistency, Error, FactorBatch, Model, ModelError, PeerId, Progress, Shard, SvList, VFactors,
+    Consistency, Error, FactorBatch, ManualTime, Model, ModelError, PeerId, Progress, Shard,
+    SvList, VFactors,
 };
 
 const J: usize = 2;
@@ -98,7 +98,8 @@ fn delta(origin: u32, clock: u64, m: Array2<f32>) -> Message {
 fn server_rejects_bad_factor_pushes_without_touching_w() {
     let mut s = Server::new(cfg(2, Consistency::Bsp, Push::Factors), Lin, w0()).unwrap();
     let before = s.replica().checksum();
-    s.on_message(PeerId(0), push(factors(0, 0))).unwrap();
+    s.on_message(PeerId(0), push(factors(0, 0)), &mut ManualTime::default())
+        .unwrap();
     type Case = (PeerId, Message, fn(&Error) -> bool);
     let cases: Vec<Case> = vec![
         // Wrong shape: an extra u entry, the wrong J, a short v.
@@ -180,16 +181,25 @@ fn server_rejects_bad_factor_pushes_without_touching_w() {
     ];
     let received = s.metrics().bytes_received;
     for (from, m, check) in cases {
-        let err = s.on_message(from, m).unwrap_err();
+        let err = s
+            .on_message(from, m, &mut ManualTime::default())
+            .unwrap_err();
         assert!(check(&err), "unexpected error {err}");
-        assert_eq!(s.on_tick(Instant::now()).unwrap(), Progress::Blocked);
+        assert_eq!(
+            s.on_tick(&mut ManualTime::default()).unwrap(),
+            Progress::Blocked
+        );
         assert!(s.poll_output().is_none());
         assert_eq!(s.replica().checksum(), before, "W changed after {err}");
     }
     assert_eq!(s.metrics().bytes_received, received);
     // The good update completes the clock: W changes and goes to both clients.
-    s.on_message(PeerId(1), push(factors(1, 0))).unwrap();
-    assert_eq!(s.on_tick(Instant::now()).unwrap(), Progress::Stepped);
+    s.on_message(PeerId(1), push(factors(1, 0)), &mut ManualTime::default())
+        .unwrap();
+    assert_eq!(
+        s.on_tick(&mut ManualTime::default()).unwrap(),
+        Progress::Stepped
+    );
     assert_ne!(s.replica().checksum(), before);
     let outs: Vec<_> = std::iter::from_fn(|| s.poll_output()).collect();
     assert_eq!(outs.len(), 2);
@@ -244,16 +254,25 @@ fn server_rejects_bad_dense_pushes_without_touching_w() {
         }),
     ];
     for (m, check) in cases {
-        let err = s.on_message(PeerId(0), m).unwrap_err();
+        let err = s
+            .on_message(PeerId(0), m, &mut ManualTime::default())
+            .unwrap_err();
         assert!(check(&err), "unexpected error {err}");
     }
     assert_eq!(s.metrics().bytes_received, 0);
     assert_eq!(s.replica().checksum(), before);
     for p in 0..2 {
-        s.on_message(PeerId(p), delta(p, 0, Array2::from_elem((J, D), 0.25)))
-            .unwrap();
+        s.on_message(
+            PeerId(p),
+            delta(p, 0, Array2::from_elem((J, D), 0.25)),
+            &mut ManualTime::default(),
+        )
+        .unwrap();
     }
-    assert_eq!(s.on_tick(Instant::now()).unwrap(), Progress::Stepped);
+    assert_eq!(
+        s.on_tick(&mut ManualTime::default()).unwrap(),
+        Progress::Stepped
+    );
     let expect = w0().mapv(|x| x + 0.5);
     assert_eq!(s.replica().w(), expect.view());
 }
@@ -262,9 +281,15 @@ fn server_rejects_bad_dense_pushes_without_touching_w() {
 fn client_rejects_bad_params_and_other_kinds() {
     let c = cfg(2, Consistency::Bsp, Push::Factors);
     let mut cl = client(0, &c);
-    assert_eq!(cl.on_tick(Instant::now()).unwrap(), Progress::Stepped);
+    assert_eq!(
+        cl.on_tick(&mut ManualTime::default()).unwrap(),
+        Progress::Stepped
+    );
     assert!(cl.poll_output().is_some());
-    assert_eq!(cl.on_tick(Instant::now()).unwrap(), Progress::Blocked);
+    assert_eq!(
+        cl.on_tick(&mut ManualTime::default()).unwrap(),
+        Progress::Blocked
+    );
     assert_eq!(cl.waiting_on(), vec![(PeerId::SERVER, 0)]);
     let before = cl.checksum();
     let params = |clock, w: Array2<f32>| Message::Params {
@@ -301,15 +326,24 @@ fn client_rejects_bad_params_and_other_kinds() {
         }),
     ];
     for (from, m, check) in cases {
-        let err = cl.on_message(from, m).unwrap_err();
+        let err = cl
+            .on_message(from, m, &mut ManualTime::default())
+            .unwrap_err();
         assert!(check(&err), "unexpected error {err}");
     }
     assert_eq!(cl.checksum(), before);
     assert_eq!(cl.w_clock(), 0);
     assert_eq!(cl.metrics().bytes_received, 0);
-    cl.on_message(PeerId::SERVER, params(1, Array2::zeros((J, D))))
-        .unwrap();
-    assert_eq!(cl.on_tick(Instant::now()).unwrap(), Progress::Stepped);
+    cl.on_message(
+        PeerId::SERVER,
+        params(1, Array2::zeros((J, D))),
+        &mut ManualTime::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        cl.on_tick(&mut ManualTime::default()).unwrap(),
+        Progress::Stepped
+    );
 }
 
 #[test]
@@ -341,7 +375,7 @@ fn adversarial_run(p: usize, consistency: Consistency, push_kind: Push, seed: u6
             0 => {
                 let before = clients[i].clock();
                 let have = clients[i].w_clock();
-                if clients[i].on_tick(Instant::now()).unwrap() == Progress::Stepped {
+                if clients[i].on_tick(&mut ManualTime::default()).unwrap() == Progress::Stepped {
                     let missing = before - have;
                     assert!(
                         missing <= s_bound,
@@ -356,16 +390,20 @@ fn adversarial_run(p: usize, consistency: Consistency, push_kind: Push, seed: u6
             }
             1 => {
                 if let Some(m) = up[i].pop_front() {
-                    server.on_message(PeerId(i as u32), m).unwrap();
+                    server
+                        .on_message(PeerId(i as u32), m, &mut ManualTime::default())
+                        .unwrap();
                 }
             }
             2 => {
                 if let Some(m) = down[i].pop_front() {
-                    clients[i].on_message(PeerId::SERVER, m).unwrap();
+                    clients[i]
+                        .on_message(PeerId::SERVER, m, &mut ManualTime::default())
+                        .unwrap();
                 }
             }
             _ => {
-                server.on_tick(Instant::now()).unwrap();
+                server.on_tick(&mut ManualTime::default()).unwrap();
                 while let Some(o) = server.poll_output() {
                     down[o.to.index()].push_back(o.msg);
                 }

@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod bandwidth;
+mod clock;
 pub mod cluster;
 mod error;
 pub mod frame;
@@ -16,4 +17,5 @@ pub mod mem;
 pub mod mem_fms;
 pub mod p2p;
 
+pub use clock::WallClock;
 pub use error::{Error, Result};

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TrySendError, bounded};
 use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
-use sfb_core::{Engine, Event, Model, Output, PeerId, Progress, StateMachine};
+use sfb_core::{Engine, Event, Model, Output, PeerId, Progress, StateMachine, Stragglers};
+
+use crate::clock::WallClock;
 
 use crate::{Error, Result};
 
@@ -28,6 +30,8 @@ pub struct Options {
     /// Called on the peer's thread with each record as the peer emits it (e.g. to show
     /// progress).
     pub progress: Option<crate::p2p::ProgressFn>,
+    /// Injected slowness: real delay after the slow nodes' compute. Default: none.
+    pub stragglers: Stragglers,
 }
 
 impl std::fmt::Debug for Options {
@@ -36,6 +40,7 @@ impl std::fmt::Debug for Options {
             .field("capacity", &self.capacity)
             .field("timeout", &self.timeout)
             .field("progress", &self.progress.is_some())
+            .field("stragglers", &self.stragglers)
             .finish()
     }
 }
@@ -46,6 +51,7 @@ impl Default for Options {
             capacity: 64,
             timeout: Duration::from_secs(30),
             progress: None,
+            stragglers: Stragglers::None,
         }
     }
 }
@@ -125,7 +131,8 @@ pub(crate) fn drive<N: StateMachine>(
     let me = node.id();
     let mine = slot(me, txs.len());
     let mut records = Vec::new();
-    let r = drive_inner(&mut node, &rx, &txs, slot, opts, &mut records);
+    let mut time = WallClock::new(Instant::now(), opts.stragglers);
+    let r = drive_inner(&mut node, &rx, &txs, slot, opts, &mut records, &mut time);
     if let Err(e) = &r
         && !matches!(e, Error::Aborted { .. })
     {
@@ -136,7 +143,7 @@ pub(crate) fn drive<N: StateMachine>(
         }
     }
     r?;
-    node.finish();
+    node.finish(&mut time);
     drain_events(&mut node, &mut records, opts);
     Ok((node, records))
 }
@@ -152,11 +159,11 @@ fn drain_events<N: StateMachine>(node: &mut N, records: &mut Vec<ClockRecord>, o
     }
 }
 
-fn receive<N: StateMachine>(node: &mut N, env: Envelope) -> Result<()> {
+fn receive<N: StateMachine>(node: &mut N, env: Envelope, time: &mut WallClock) -> Result<()> {
     let me = node.id();
     match env {
         Envelope::Frame(from, msg) => node
-            .on_message(from, msg)
+            .on_message(from, msg, time)
             .map_err(|source| Error::Peer { peer: me, source }),
         Envelope::Abort(by) => Err(Error::Aborted { peer: me, by }),
     }
@@ -169,6 +176,7 @@ fn drive_inner<N: StateMachine>(
     slot: Slot,
     opts: &Options,
     records: &mut Vec<ClockRecord>,
+    time: &mut WallClock,
 ) -> Result<()> {
     let me = node.id();
     let inbox = |to: PeerId| &txs[slot(to, txs.len())];
@@ -176,7 +184,7 @@ fn drive_inner<N: StateMachine>(
     let mut last_progress = Instant::now();
     loop {
         while let Ok(env) = rx.try_recv() {
-            receive(node, env)?;
+            receive(node, env, time)?;
             last_progress = Instant::now();
         }
         while let Some(o) = outbox.pop_front() {
@@ -198,7 +206,7 @@ fn drive_inner<N: StateMachine>(
             match sel.ready_timeout(remaining) {
                 Ok(i) if i == r => {
                     if let Ok(env) = rx.try_recv() {
-                        receive(node, env)?;
+                        receive(node, env, time)?;
                         last_progress = Instant::now();
                     }
                 }
@@ -208,7 +216,7 @@ fn drive_inner<N: StateMachine>(
             continue;
         }
         match node
-            .on_tick(Instant::now())
+            .on_tick(time)
             .map_err(|source| Error::Peer { peer: me, source })?
         {
             Progress::Stepped => {
@@ -223,7 +231,7 @@ fn drive_inner<N: StateMachine>(
                 let remaining = opts.timeout.saturating_sub(last_progress.elapsed());
                 match rx.recv_timeout(remaining) {
                     Ok(env) => {
-                        receive(node, env)?;
+                        receive(node, env, time)?;
                         last_progress = Instant::now();
                     }
                     Err(RecvTimeoutError::Timeout) => {

@@ -34,11 +34,12 @@ use libp2p::swarm::SwarmEvent;
 use libp2p::{Multiaddr, PeerId as Libp2pId, StreamProtocol, Swarm};
 use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::{self, Expect, Message};
-use sfb_core::{Event, PeerId, Progress, StateMachine};
+use sfb_core::{Event, PeerId, Progress, StateMachine, Stragglers};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::bandwidth::Bucket;
+use crate::clock::WallClock;
 use crate::cluster::Cluster;
 use crate::frame::{self, Ack, Hello};
 use crate::{Error, Result};
@@ -60,6 +61,8 @@ pub struct Options {
     pub queue_frames: usize,
     /// Called on the engine thread after every clock (e.g. to report progress).
     pub progress: Option<ProgressFn>,
+    /// Injected slowness: real delay after the slow nodes' compute. Default: none.
+    pub stragglers: Stragglers,
 }
 
 impl std::fmt::Debug for Options {
@@ -82,6 +85,7 @@ impl Default for Options {
             bandwidth: None,
             queue_frames: 4,
             progress: None,
+            stragglers: Stragglers::None,
         }
     }
 }
@@ -219,13 +223,7 @@ impl RunShape {
     /// Largest valid frame: a batch of `batch` pairs with dense or fully dense sparse `v`,
     /// or a full W when FMS frames are expected.
     pub fn max_frame(&self) -> usize {
-        let k = self.batch;
-        let factors = 256 + 4 * (k * self.j + 2 * k * self.d + k + 1);
-        if self.full_w {
-            factors.max(256 + 4 * self.j * self.d)
-        } else {
-            factors
-        }
+        wire::max_frame_len(self.j, self.d, self.batch, self.full_w)
     }
 }
 
@@ -414,6 +412,7 @@ impl Node {
         let timeout = opts.timeout;
         let progress = opts.progress.clone();
         let dtype = shape.dtype;
+        let stragglers = opts.stragglers;
         let nodes: Vec<sfb_core::PeerId> =
             (0..cluster.peers()).map(|i| cluster.core_id(i)).collect();
         let (engine, records, result) = tokio::task::spawn_blocking(move || {
@@ -427,6 +426,7 @@ impl Node {
                 timeout,
                 progress: progress.as_deref(),
                 dtype,
+                stragglers,
             };
             let r = drive(&mut engine, &mut inbox, links, &mut records);
             (engine, records, r)
@@ -775,6 +775,7 @@ struct Links<'a> {
     timeout: Duration,
     progress: Option<&'a (dyn Fn(&ClockRecord) + Send + Sync)>,
     dtype: wire::Dtype,
+    stragglers: Stragglers,
 }
 
 /// The engine loop on its own thread: the same discipline as the in-memory driver (drain
@@ -792,21 +793,23 @@ fn drive<N: StateMachine>(
         timeout,
         progress,
         dtype,
+        stragglers,
     } = links;
     let me = engine.id();
     let mut outbox: VecDeque<(usize, Arc<Vec<u8>>)> = VecDeque::new();
     let mut last_progress = Instant::now();
-    let handle_in = |engine: &mut N, x: Inbound| -> Result<()> {
+    let mut time = WallClock::new(Instant::now(), stragglers);
+    let handle_in = |engine: &mut N, x: Inbound, time: &mut WallClock| -> Result<()> {
         match x {
             Inbound::Frame(from, msg) => engine
-                .on_message(from, msg)
+                .on_message(from, msg, time)
                 .map_err(|source| Error::Peer { peer: me, source }),
             Inbound::Fatal(e) => Err(e),
         }
     };
     loop {
         while let Ok(x) = inbox.try_recv() {
-            handle_in(engine, x)?;
+            handle_in(engine, x, &mut time)?;
             last_progress = Instant::now();
         }
         while let Some((to, buf)) = outbox.pop_front() {
@@ -839,7 +842,7 @@ fn drive<N: StateMachine>(
             match got {
                 Ok(Some(None)) => {} // room on the link: loop sends
                 Ok(Some(Some(x))) => {
-                    handle_in(engine, x)?;
+                    handle_in(engine, x, &mut time)?;
                     last_progress = Instant::now();
                 }
                 Ok(None) => {
@@ -853,7 +856,7 @@ fn drive<N: StateMachine>(
             continue;
         }
         match engine
-            .on_tick(Instant::now())
+            .on_tick(&mut time)
             .map_err(|source| Error::Peer { peer: me, source })?
         {
             Progress::Stepped => {
@@ -890,7 +893,7 @@ fn drive<N: StateMachine>(
                 }
             }
             Progress::Done => {
-                engine.finish();
+                engine.finish(&mut time);
                 while let Some(ev) = engine.poll_event() {
                     if let Event::Clock(r) = ev {
                         records.push(r);
@@ -902,7 +905,7 @@ fn drive<N: StateMachine>(
                 let remaining = timeout.saturating_sub(last_progress.elapsed());
                 match handle.block_on(tokio::time::timeout(remaining, inbox.recv())) {
                     Ok(Some(x)) => {
-                        handle_in(engine, x)?;
+                        handle_in(engine, x, &mut time)?;
                         last_progress = Instant::now();
                     }
                     Ok(None) => {

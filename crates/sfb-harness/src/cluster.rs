@@ -1,0 +1,815 @@
+//! The cluster builder: P engines (or an FMS server and P clients) from one description,
+//! with the per-peer seed scheme in one place.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ndarray::Array2;
+use sfb_core::fms::{Client, Server};
+use sfb_core::metrics::{ClockRecord, RunInfo, Summary};
+use sfb_core::wire::Dtype;
+use sfb_core::{Config, Consistency, Engine, Evaluator, Model, PeerId, Shard, shard_indices};
+use sfb_models::{ModelSpec, Problem, Schedule, Straggler};
+use sfb_topology::{Method, Topology};
+
+use crate::spec::{RunSpec, StragglerSpec, TopologyMethod};
+use crate::summary::{NodeOutcome, summarize};
+use crate::{Error, Result};
+
+/// The model a peer of a built cluster runs: the user's model, slowed down on the peer
+/// [`Builder::straggler`] picks (a zero delay elsewhere).
+pub type PeerModel<M> = Straggler<M>;
+
+/// A progress callback: `(node index, clocks completed)`; node `P` is the FMS server.
+pub type Progress = Arc<dyn Fn(usize, u64) + Send + Sync>;
+
+/// What a model factory ([`Builder::model`]) learns about the peer it builds for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Peer {
+    /// The peer.
+    pub id: PeerId,
+    /// Peers in the cluster.
+    pub peers: usize,
+    /// The peer's own seed ([`peer_seed`]): its shard's sampler uses it; use it for any
+    /// sampling the model does itself.
+    pub seed: u64,
+}
+
+/// Peer `id`'s seed in a run seeded with `seed`: it seeds the peer's mini-batch sampler
+/// and any sampling its model does. The one place this scheme lives.
+pub fn peer_seed(seed: u64, id: u32) -> u64 {
+    seed.wrapping_mul(1_000_003).wrapping_add(u64::from(id))
+}
+
+/// Peer `id`'s shard of `samples` out of `peers` (sample `i` goes to peer `i mod peers`),
+/// with its sampler seeded by [`peer_seed`]: what a built cluster's peer trains on.
+pub fn shard<S: Clone>(samples: &[S], peers: usize, id: u32, seed: u64) -> Shard<S> {
+    let mine = shard_indices(samples.len(), peers, id as usize)
+        .map(|i| samples[i].clone())
+        .collect();
+    Shard::new(mine, peer_seed(seed, id))
+}
+
+/// Entry point of the builder: `Cluster::builder()` or [`Cluster::from_spec`].
+#[derive(Debug, Clone, Copy)]
+pub struct Cluster;
+
+impl Cluster {
+    /// A builder with the defaults of [`RunSpec::default`]: 4 peers, full broadcast, BSP,
+    /// 100 clocks, K = 16, lr 0.5, seed 1, evaluation every 10 clocks, no straggler, a
+    /// 30 s in-memory timeout. Choose the model next ([`Builder::model`] or
+    /// [`Builder::spec`]).
+    pub fn builder() -> Builder<NoModel> {
+        Builder {
+            s: Settings::default(),
+            kind: NoModel,
+        }
+    }
+
+    /// The builder of `spec`'s cluster, its data loaded ([`crate::DataSource::load`]).
+    ///
+    /// # Errors
+    /// [`RunSpec::validate`]'s errors, then the data's.
+    pub fn from_spec(spec: &RunSpec) -> Result<Builder<Builtin>> {
+        spec.validate()?;
+        let t = &spec.train;
+        let problem = spec.data.load(&spec.model, t.seed)?;
+        let mut b = Cluster::builder()
+            .peers(spec.peers)
+            .spec(spec.model.spec())
+            .data(problem)
+            .init_std(t.init_std)
+            .consistency(t.consistency.to_core())
+            .clocks(t.clocks)
+            .batch(t.batch)
+            .lr(t.lr)
+            .seed(t.seed)
+            .eval_every(t.eval_every)
+            .wire(spec.net.wire)
+            .timeout(Duration::from_secs_f64(spec.net.timeout_s));
+        b.s.straggler = t.straggler;
+        b.s.transport = spec.transport.name();
+        let topo = &spec.topology;
+        b.s.topology = match (&topo.explicit, topo.out_degree) {
+            (Some(out), _) => Topo::Lists(out.clone()),
+            (None, Some(q)) => Topo::OutDegree {
+                q,
+                method: topo.method,
+                time_limit: Duration::from_secs_f64(topo.time_limit_s),
+            },
+            (None, None) => Topo::Full,
+        };
+        Ok(b)
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Topo {
+    Full,
+    OutDegree {
+        q: usize,
+        method: TopologyMethod,
+        time_limit: Duration,
+    },
+    Lists(Vec<Vec<usize>>),
+}
+
+/// The builder's model-independent settings.
+#[derive(Clone)]
+struct Settings {
+    peers: usize,
+    topology: Topo,
+    consistency: Consistency,
+    clocks: u64,
+    batch: usize,
+    lr: f32,
+    seed: u64,
+    eval_every: u64,
+    straggler: Option<StragglerSpec>,
+    wire: Dtype,
+    timeout: Duration,
+    progress: Option<Progress>,
+    transport: &'static str,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        let t = crate::TrainOptions::default();
+        let n = crate::NetOptions::default();
+        Self {
+            peers: RunSpec::default().peers,
+            topology: Topo::Full,
+            consistency: t.consistency.to_core(),
+            clocks: t.clocks,
+            batch: t.batch,
+            lr: t.lr,
+            seed: t.seed,
+            eval_every: t.eval_every,
+            straggler: t.straggler,
+            wire: n.wire,
+            timeout: Duration::from_secs_f64(n.timeout_s),
+            progress: None,
+            transport: "mem",
+        }
+    }
+}
+
+impl Settings {
+    /// `model`, slowed down as [`Builder::straggler`] says for peer `id`.
+    fn straggle<M>(&self, model: M, id: u32) -> PeerModel<M> {
+        let (delay, schedule) = match self.straggler {
+            Some(s @ StragglerSpec::Rotating { .. }) => (
+                s.delay(),
+                Schedule::Rotating {
+                    id,
+                    peers: self.peers as u32,
+                    seed: self.seed,
+                },
+            ),
+            Some(s @ StragglerSpec::Peer { peer, .. }) if peer == id => {
+                (s.delay(), Schedule::Always)
+            }
+            _ => (Duration::ZERO, Schedule::Always),
+        };
+        Straggler::with_schedule(model, delay, schedule)
+    }
+
+    fn check(&self) -> Result<()> {
+        let range = |field, expected, got: f64, ok: bool| {
+            if ok {
+                Ok(())
+            } else {
+                Err(Error::OutOfRange {
+                    field,
+                    expected,
+                    got,
+                })
+            }
+        };
+        range("peers", "at least 1", self.peers as f64, self.peers >= 1)?;
+        range(
+            "train.batch",
+            "at least 1",
+            self.batch as f64,
+            self.batch >= 1,
+        )?;
+        let lr = self.lr;
+        range(
+            "train.lr",
+            "a positive number",
+            lr.into(),
+            lr.is_finite() && lr > 0.0,
+        )
+    }
+}
+
+/// The builder before a model is chosen.
+#[derive(Debug, Clone, Copy)]
+pub struct NoModel;
+
+/// A user model made by a factory, trained on user samples.
+pub struct Custom<M: Model, F> {
+    factory: F,
+    data: Option<Arc<Vec<M::Sample>>>,
+    init_w: Option<Array2<f32>>,
+    evaluator: Option<EvaluatorFactory>,
+}
+
+type EvaluatorFactory = Box<dyn FnMut(&Peer) -> Box<dyn Evaluator>>;
+
+impl<M: Model, F> fmt::Debug for Custom<M, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Custom")
+            .field("samples", &self.data.as_ref().map(|d| d.len()))
+            .field("init_w", &self.init_w.as_ref().map(Array2::dim))
+            .field("evaluator", &self.evaluator.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A built-in model ([`ModelSpec`]) on a [`Problem`].
+#[derive(Debug, Clone)]
+pub struct Builtin {
+    spec: ModelSpec,
+    problem: Option<Problem>,
+    init_std: f32,
+}
+
+mod kind {
+    use super::*;
+
+    /// The parts of one node the model side of a builder provides.
+    #[allow(missing_debug_implementations)]
+    pub struct Parts<M: Model> {
+        /// The model.
+        pub model: M,
+        /// The starting matrix.
+        pub w0: Array2<f32>,
+        /// The node's samples, with their sampler.
+        pub shard: Shard<M::Sample>,
+        /// Its held-out evaluator.
+        pub evaluator: Option<Box<dyn Evaluator>>,
+    }
+
+    /// What a builder knows about the model ([`NoModel`] has nothing to build).
+    pub trait Kind {
+        /// The model each peer runs.
+        type Model: Model;
+        /// Its name in summaries.
+        fn name(&self) -> &'static str;
+        /// Builds `peer`'s model, starting matrix, shard and evaluator.
+        fn parts(&mut self, peer: &Peer, seed: u64) -> Result<Parts<Self::Model>>;
+    }
+}
+use kind::{Kind, Parts};
+
+/// What a [`Builder`] knows about the model once it has one ([`Custom`] or [`Builtin`]):
+/// name `Builder<impl ModelSource<Model = M>>` to pass a configured builder around.
+pub trait ModelSource: Kind {}
+
+impl<T: Kind> ModelSource for T {}
+
+fn empty_shard(peer: &Peer, samples: usize) -> Error {
+    Error::EmptyShard {
+        peer: peer.id.0,
+        samples,
+        peers: peer.peers,
+    }
+}
+
+impl<M: Model, F: FnMut(&Peer) -> M> Kind for Custom<M, F>
+where
+    M::Sample: Clone,
+{
+    type Model = M;
+    fn name(&self) -> &'static str {
+        "custom"
+    }
+    fn parts(&mut self, peer: &Peer, seed: u64) -> Result<Parts<M>> {
+        let data = self.data.as_ref().ok_or(Error::MissingData)?;
+        let shard = shard(data, peer.peers, peer.id.0, seed);
+        if shard.is_empty() {
+            return Err(empty_shard(peer, data.len()));
+        }
+        Ok(Parts {
+            w0: self.init_w.clone().ok_or(Error::MissingInitialW)?,
+            model: (self.factory)(peer),
+            shard,
+            evaluator: self.evaluator.as_mut().map(|f| f(peer)),
+        })
+    }
+}
+
+impl Kind for Builtin {
+    type Model = sfb_models::AnyModel;
+    fn name(&self) -> &'static str {
+        self.spec.name()
+    }
+    fn parts(&mut self, peer: &Peer, seed: u64) -> Result<Parts<Self::Model>> {
+        let problem = self.problem.as_ref().ok_or(Error::MissingData)?;
+        let mine = sfb_models::data::shard(&problem.train, peer.peers, peer.id.index());
+        if mine.is_empty() {
+            return Err(empty_shard(peer, problem.train.len()));
+        }
+        let model = self.spec.build(problem, &mine, peer.peers, peer.seed)?;
+        Ok(Parts {
+            model,
+            w0: self.spec.init_w(problem, self.init_std, seed),
+            shard: Shard::new(mine, peer.seed),
+            evaluator: Some(self.spec.evaluator(problem, seed)),
+        })
+    }
+}
+
+/// Builds a cluster: settings first, then the model ([`model`](Self::model) for your own,
+/// [`spec`](Self::spec) for a built-in one) and its data, then run it in memory
+/// ([`run_mem`](Self::run_mem), [`run_fms_mem`](Self::run_fms_mem)) or build the nodes
+/// for another driver ([`build_engines`](Self::build_engines),
+/// [`build_peer`](Self::build_peer), [`build_fms`](Self::build_fms), …).
+///
+/// Every peer gets the same initial W (from the run's seed), shard `id mod P` of the data
+/// with its sampler seeded by [`peer_seed`], and its own evaluator; the same settings give
+/// bitwise the same run as `sfb run`.
+pub struct Builder<K> {
+    s: Settings,
+    kind: K,
+}
+
+impl<K: fmt::Debug> fmt::Debug for Builder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("peers", &self.s.peers)
+            .field("topology", &self.s.topology)
+            .field("consistency", &self.s.consistency)
+            .field("clocks", &self.s.clocks)
+            .field("batch", &self.s.batch)
+            .field("lr", &self.s.lr)
+            .field("seed", &self.s.seed)
+            .field("model", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> Builder<K> {
+    /// Peers `P` (FMS: clients). Default 4.
+    pub fn peers(mut self, peers: usize) -> Self {
+        self.s.peers = peers;
+        self
+    }
+
+    /// Peer `i` sends to `topology`'s out-neighbours of `i`. Default: full broadcast.
+    pub fn topology(self, topology: &Topology) -> Self {
+        self.out_lists(topology.out_lists())
+    }
+
+    /// Peer `i` sends to `out[i]` (in-neighbours derived). Default: full broadcast.
+    pub fn out_lists(mut self, out: Vec<Vec<usize>>) -> Self {
+        self.s.topology = Topo::Lists(out);
+        self
+    }
+
+    /// Partial broadcast: each peer sends to `q` others, in the optimizer's best topology
+    /// (within 5 s; see [`topology_time_limit`](Self::topology_time_limit)). `P − 1` is
+    /// full broadcast.
+    pub fn out_degree(mut self, q: usize) -> Self {
+        self.s.topology = Topo::OutDegree {
+            q,
+            method: TopologyMethod::Optimal,
+            time_limit: Duration::from_secs(5),
+        };
+        self
+    }
+
+    /// How the [`out_degree`](Self::out_degree) topology is built.
+    pub fn topology_method(mut self, method: TopologyMethod) -> Self {
+        if let Topo::OutDegree { method: m, .. } = &mut self.s.topology {
+            *m = method;
+        }
+        self
+    }
+
+    /// Time the topology optimizer may spend.
+    pub fn topology_time_limit(mut self, limit: Duration) -> Self {
+        if let Topo::OutDegree { time_limit, .. } = &mut self.s.topology {
+            *time_limit = limit;
+        }
+        self
+    }
+
+    /// When a peer may start its next clock. Default BSP.
+    pub fn consistency(mut self, consistency: Consistency) -> Self {
+        self.s.consistency = consistency;
+        self
+    }
+
+    /// Clocks per peer. Default 100.
+    pub fn clocks(mut self, clocks: u64) -> Self {
+        self.s.clocks = clocks;
+        self
+    }
+
+    /// Mini-batch size `K` per peer and clock. Default 16.
+    pub fn batch(mut self, batch: usize) -> Self {
+        self.s.batch = batch;
+        self
+    }
+
+    /// Learning rate. Default 0.5.
+    pub fn lr(mut self, lr: f32) -> Self {
+        self.s.lr = lr;
+        self
+    }
+
+    /// The run's seed (initial W, evaluators, peers' seeds by [`peer_seed`]). Default 1.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.s.seed = seed;
+        self
+    }
+
+    /// Evaluate every this many clocks (0: only at the end). Default 10.
+    pub fn eval_every(mut self, every: u64) -> Self {
+        self.s.eval_every = every;
+        self
+    }
+
+    /// Slow a peer (or a rotating one) down. Default: nobody.
+    pub fn straggler(mut self, straggler: StragglerSpec) -> Self {
+        self.s.straggler = Some(straggler);
+        self
+    }
+
+    /// Factor precision of SFB peers (sent and applied). Default f32.
+    pub fn wire(mut self, dtype: Dtype) -> Self {
+        self.s.wire = dtype;
+        self
+    }
+
+    /// In-memory runs: how long a peer may wait without receiving anything. Default 30 s.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.s.timeout = timeout;
+        self
+    }
+
+    /// In-memory runs: called after every clock of every node.
+    pub fn progress(mut self, progress: Progress) -> Self {
+        self.s.progress = Some(progress);
+        self
+    }
+}
+
+impl Builder<NoModel> {
+    /// Every peer runs the model `factory` makes for it; give the samples with
+    /// [`data`](Builder::data) and the starting matrix with [`init_w`](Builder::init_w).
+    pub fn model<M: Model, F: FnMut(&Peer) -> M>(self, factory: F) -> Builder<Custom<M, F>> {
+        Builder {
+            s: self.s,
+            kind: Custom {
+                factory,
+                data: None,
+                init_w: None,
+                evaluator: None,
+            },
+        }
+    }
+
+    /// Every peer runs the built-in model `spec` (with its initial W and evaluator); give
+    /// the data with [`data`](Builder::data).
+    pub fn spec(self, spec: ModelSpec) -> Builder<Builtin> {
+        Builder {
+            s: self.s,
+            kind: Builtin {
+                spec,
+                problem: None,
+                init_std: 0.0,
+            },
+        }
+    }
+}
+
+impl<M: Model, F> Builder<Custom<M, F>> {
+    /// All training samples; peer `i` trains on samples `i`, `i + P`, `i + 2P`, ….
+    pub fn data(mut self, samples: impl Into<Arc<Vec<M::Sample>>>) -> Self {
+        self.kind.data = Some(samples.into());
+        self
+    }
+
+    /// The starting matrix (`J × D`), the same on every peer.
+    pub fn init_w(mut self, w0: Array2<f32>) -> Self {
+        self.kind.init_w = Some(w0);
+        self
+    }
+
+    /// Each peer's held-out evaluator. Default: none (records carry no objective).
+    pub fn evaluator(mut self, factory: impl FnMut(&Peer) -> Box<dyn Evaluator> + 'static) -> Self {
+        self.kind.evaluator = Some(Box::new(factory));
+        self
+    }
+}
+
+impl Builder<Builtin> {
+    /// The problem every peer knows (training set, held-out set, shape).
+    pub fn data(mut self, problem: Problem) -> Self {
+        self.kind.problem = Some(problem);
+        self
+    }
+
+    /// Standard deviation of the initial MLR entries. Default 0.
+    pub fn init_std(mut self, std: f32) -> Self {
+        self.kind.init_std = std;
+        self
+    }
+}
+
+/// Engines of a built cluster.
+pub type PeerEngine<M> = Engine<PeerModel<M>>;
+
+impl<K: Kind> Builder<K> {
+    fn engine(
+        &mut self,
+        id: u32,
+        out: Vec<PeerId>,
+        inn: Vec<PeerId>,
+    ) -> Result<PeerEngine<K::Model>> {
+        self.s.check()?;
+        let peer = Peer {
+            id: PeerId(id),
+            peers: self.s.peers,
+            seed: peer_seed(self.s.seed, id),
+        };
+        let parts = self.kind.parts(&peer, self.s.seed)?;
+        let mut cfg = Config::full_broadcast(peer.id, peer.peers);
+        cfg.out_neighbors = out;
+        cfg.in_neighbors = inn;
+        cfg.consistency = self.s.consistency.clone();
+        cfg.clocks = self.s.clocks;
+        cfg.batch_size = self.s.batch;
+        cfg.lr = self.s.lr;
+        cfg.eval_every = self.s.eval_every;
+        let model = self.s.straggle(parts.model, id);
+        let engine = Engine::new(cfg, model, parts.w0, parts.shard)?;
+        Ok(match parts.evaluator {
+            Some(e) => engine.with_evaluator(e),
+            None => engine,
+        })
+    }
+
+    /// The out-neighbour lists of every peer (the topology is built once, on first use).
+    ///
+    /// # Errors
+    /// [`Error::OutDegree`], [`Error::TopologyPeers`], the topology crate's errors.
+    pub fn resolve_topology(&mut self) -> Result<Vec<Vec<usize>>> {
+        let p = self.s.peers;
+        let lists = match &self.s.topology {
+            Topo::Lists(out) if out.len() != p => {
+                return Err(Error::TopologyPeers {
+                    peers: p,
+                    got: out.len(),
+                });
+            }
+            Topo::Lists(out) => return Ok(out.clone()),
+            _ if p < 2 => vec![Vec::new(); p],
+            Topo::Full => sfb_topology::full(p)?.out_lists(),
+            &Topo::OutDegree { q, .. } if q == 0 || q >= p => {
+                return Err(Error::OutDegree { peers: p, got: q });
+            }
+            &Topo::OutDegree { q, .. } if q == p - 1 => sfb_topology::full(p)?.out_lists(),
+            &Topo::OutDegree {
+                q,
+                method,
+                time_limit,
+            } => {
+                let method = match method {
+                    TopologyMethod::Optimal => None,
+                    TopologyMethod::Kautz => Some(Method::Kautz),
+                    TopologyMethod::Exponential => Some(Method::Exponential),
+                    TopologyMethod::Ring => Some(Method::Ring),
+                    TopologyMethod::Random => Some(Method::Random { seed: self.s.seed }),
+                };
+                match method {
+                    Some(m) => sfb_topology::generate(&m, p, q)?.out_lists(),
+                    None => {
+                        let opts = sfb_topology::Options::default().time_limit(time_limit);
+                        sfb_topology::optimize(p, q, &opts)?.topology.out_lists()
+                    }
+                }
+            }
+        };
+        self.s.topology = Topo::Lists(lists.clone());
+        Ok(lists)
+    }
+
+    /// SFB peer `id`'s engine, its neighbours from the topology (for a driver of your own,
+    /// e.g. [`sfb_net::p2p::Node`]).
+    ///
+    /// # Errors
+    /// Topology, data and engine errors ([`Error::EmptyShard`], [`Error::MissingData`], …).
+    pub fn build_peer(&mut self, id: u32) -> Result<PeerEngine<K::Model>> {
+        let out = self.resolve_topology()?;
+        let ids = |v: &mut dyn Iterator<Item = usize>| v.map(|x| PeerId(x as u32)).collect();
+        let o = ids(&mut out[id as usize].iter().copied());
+        let i = ids(&mut (0..out.len()).filter(|&src| out[src].contains(&(id as usize))));
+        Ok(self.engine(id, o, i)?.with_wire(self.s.wire))
+    }
+
+    /// Every SFB peer's engine, peer `i` at index `i`.
+    ///
+    /// # Errors
+    /// As [`build_peer`](Self::build_peer).
+    pub fn build_engines(&mut self) -> Result<Vec<PeerEngine<K::Model>>> {
+        (0..self.s.peers as u32)
+            .map(|id| self.build_peer(id))
+            .collect()
+    }
+
+    /// FMS client `id`: built as SFB peer `id` (same model, shard, sampler, initial W and
+    /// evaluator), talking to the server only.
+    ///
+    /// # Errors
+    /// As [`build_peer`](Self::build_peer).
+    pub fn build_client(
+        &mut self,
+        id: u32,
+        push: crate::Push,
+    ) -> Result<Client<PeerModel<K::Model>>> {
+        let engine = self.engine(id, Vec::new(), Vec::new())?;
+        Ok(Client::from_engine(engine, push.into())?)
+    }
+
+    /// The FMS parameter server (it holds peer 0's initial W).
+    ///
+    /// # Errors
+    /// As [`build_peer`](Self::build_peer).
+    pub fn build_server(&mut self, push: crate::Push) -> Result<Server<PeerModel<K::Model>>> {
+        let engine = self.engine(0, Vec::new(), Vec::new())?;
+        Ok(Server::from_engine(engine, push.into())?)
+    }
+
+    /// The FMS server and every client.
+    ///
+    /// # Errors
+    /// As [`build_peer`](Self::build_peer).
+    #[allow(clippy::type_complexity)]
+    pub fn build_fms(
+        &mut self,
+        push: crate::Push,
+    ) -> Result<(
+        Server<PeerModel<K::Model>>,
+        Vec<Client<PeerModel<K::Model>>>,
+    )> {
+        let clients = (0..self.s.peers as u32)
+            .map(|id| self.build_client(id, push))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((self.build_server(push)?, clients))
+    }
+
+    fn info(&self, backend: &str, out_degree: usize) -> RunInfo {
+        RunInfo {
+            backend: backend.into(),
+            transport: self.s.transport.into(),
+            model: self.kind.name().into(),
+            consistency: self.s.consistency.to_string(),
+            peers: self.s.peers,
+            out_degree,
+            clocks: self.s.clocks,
+            batch: self.s.batch,
+        }
+    }
+
+    fn mem_options(&self) -> sfb_net::mem::Options {
+        sfb_net::mem::Options {
+            timeout: self.s.timeout,
+            progress: self.s.progress.clone().map(|f| {
+                let server_at = self.s.peers;
+                Arc::new(move |r: &ClockRecord| {
+                    let node = if r.peer == PeerId::SERVER.0 {
+                        server_at
+                    } else {
+                        r.peer as usize
+                    };
+                    f(node, r.clock);
+                }) as sfb_net::p2p::ProgressFn
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Runs the SFB peers to completion over the in-memory transport (a thread per peer).
+    ///
+    /// # Errors
+    /// Build errors, then the first peer's error ([`Error::Net`]).
+    pub fn run_mem(mut self) -> Result<MemRun<K::Model>> {
+        let engines = self.build_engines()?;
+        let out_degree = engines
+            .first()
+            .map_or(0, |e| e.config().out_neighbors.len());
+        let info = self.info("sfb", out_degree);
+        let peers = sfb_net::mem::run(engines, &self.mem_options())?;
+        Ok(MemRun { peers, info })
+    }
+
+    /// Runs an FMS server and P clients to completion over the in-memory transport.
+    ///
+    /// # Errors
+    /// As [`run_mem`](Self::run_mem).
+    pub fn run_fms_mem(mut self, push: crate::Push) -> Result<FmsRun<K::Model>> {
+        let (server, clients) = self.build_fms(push)?;
+        let info = self.info("fms", 1);
+        let run = sfb_net::mem_fms::run(server, clients, &self.mem_options())?;
+        Ok(FmsRun { run, info })
+    }
+}
+
+/// A finished run: its summary and every node's per-clock records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The run's summary.
+    pub summary: Summary,
+    /// Every worker's records in peer order, then the FMS server's (peer
+    /// [`PeerId::SERVER`]).
+    pub records: Vec<ClockRecord>,
+}
+
+/// A finished in-memory SFB run.
+pub struct MemRun<M: Model> {
+    /// Every peer's final engine and records, peer `i` at index `i`.
+    pub peers: Vec<sfb_net::mem::PeerRun<PeerModel<M>>>,
+    /// What the run was.
+    pub info: RunInfo,
+}
+
+impl<M: Model> fmt::Debug for MemRun<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemRun")
+            .field("peers", &self.peers.len())
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+impl<M: Model> MemRun<M> {
+    /// The run's summary ([`summarize`]).
+    pub fn summary(&self) -> Summary {
+        let nodes: Vec<_> = self
+            .peers
+            .iter()
+            .map(|r| NodeOutcome::from_engine(&r.engine, &r.records))
+            .collect();
+        summarize(self.info.clone(), &nodes, None)
+    }
+
+    /// The summary and every peer's records.
+    pub fn into_outcome(self) -> Outcome {
+        let summary = self.summary();
+        let records = self.peers.into_iter().flat_map(|r| r.records).collect();
+        Outcome { summary, records }
+    }
+}
+
+/// A finished in-memory FMS run.
+pub struct FmsRun<M: Model> {
+    /// The server and clients, with their records.
+    pub run: sfb_net::mem_fms::Run<PeerModel<M>, PeerModel<M>>,
+    /// What the run was.
+    pub info: RunInfo,
+}
+
+impl<M: Model> fmt::Debug for FmsRun<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FmsRun")
+            .field("clients", &self.run.clients.len())
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+impl<M: Model> FmsRun<M> {
+    /// The run's summary ([`summarize`] with the server's traffic).
+    pub fn summary(&self) -> Summary {
+        let nodes: Vec<_> = self
+            .run
+            .clients
+            .iter()
+            .map(|r| NodeOutcome::from_client(&r.client, &r.records))
+            .collect();
+        summarize(
+            self.info.clone(),
+            &nodes,
+            Some(self.run.server.server.metrics()),
+        )
+    }
+
+    /// The summary, every client's records, then the server's.
+    pub fn into_outcome(self) -> Outcome {
+        let summary = self.summary();
+        let records = self
+            .run
+            .clients
+            .into_iter()
+            .flat_map(|r| r.records)
+            .chain(self.run.server.records)
+            .collect();
+        Outcome { summary, records }
+    }
+}

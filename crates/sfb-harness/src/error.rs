@@ -1,0 +1,114 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+/// Errors raised by sfb-harness. Spec errors name the [`RunSpec`](crate::RunSpec) field
+/// (as a dotted path, e.g. `train.lr`) and carry the value found.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A number is outside its accepted range.
+    #[error("{field} must be {expected}, got {got}")]
+    OutOfRange {
+        /// The field, as a dotted path into the spec.
+        field: &'static str,
+        /// The accepted range, in words.
+        expected: &'static str,
+        /// The value found.
+        got: f64,
+    },
+    /// The out-degree does not fit the number of peers.
+    #[error("topology.out_degree must be in 1..P−1 = 1..{max}, got {got}", max = peers.saturating_sub(1))]
+    OutDegree {
+        /// Peers `P`.
+        peers: usize,
+        /// The out-degree asked for.
+        got: usize,
+    },
+    /// An explicit topology does not have one out-list per peer.
+    #[error("topology.explicit has {got} out-lists for {peers} peers")]
+    TopologyPeers {
+        /// Peers `P`.
+        peers: usize,
+        /// Out-lists given.
+        got: usize,
+    },
+    /// An option that only one transport honours was set for another.
+    #[error("{field} applies to the {transport} transport only")]
+    Unsupported {
+        /// The field set.
+        field: &'static str,
+        /// The transport that honours it.
+        transport: &'static str,
+    },
+    /// An option was set without another one it needs.
+    #[error("{field} needs {requires}: {why}")]
+    Requires {
+        /// The field set.
+        field: &'static str,
+        /// The field it needs.
+        requires: &'static str,
+        /// Why.
+        why: &'static str,
+    },
+    /// A straggler specification could not be parsed.
+    #[error("{spec:?} is not PEER:MILLISECONDS or rotate:MILLISECONDS: {reason}")]
+    Straggler {
+        /// The text given.
+        spec: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A consistency model name could not be parsed.
+    #[error("unknown consistency model {0:?}: expected bsp, ssp:S, async or throttle:K")]
+    Consistency(String),
+    /// A custom model was given no initial matrix ([`Builder::init_w`](crate::Builder::init_w)).
+    #[error("a custom model needs an initial W: call .init_w(…)")]
+    MissingInitialW,
+    /// No training data was given to the builder.
+    #[error("no training data: call .data(…)")]
+    MissingData,
+    /// A peer's shard is empty.
+    #[error("peer {peer} has no training samples ({samples} samples over {peers} peers)")]
+    EmptyShard {
+        /// The peer.
+        peer: u32,
+        /// Training samples in all.
+        samples: usize,
+        /// Peers.
+        peers: usize,
+    },
+    /// A data file has no features.
+    #[error("{}: no features (every value is zero)", path.display())]
+    NoFeatures {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The synthetic data spec could not be parsed.
+    #[error("data.synthetic: {0}")]
+    Synthetic(#[source] sfb_models::Error),
+    /// The spec is not valid JSON for a [`RunSpec`](crate::RunSpec).
+    #[error("run spec: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The libp2p transport is not run from this crate yet.
+    #[error("the {transport} transport is run by the `sfb` binary's launcher")]
+    Transport {
+        /// The transport asked for.
+        transport: &'static str,
+    },
+    /// Reading data or building a model failed.
+    #[error(transparent)]
+    Models(#[from] sfb_models::Error),
+    /// Building an engine or server failed.
+    #[error(transparent)]
+    Core(#[from] sfb_core::Error),
+    /// A driver failed.
+    #[error(transparent)]
+    Net(#[from] sfb_net::Error),
+    /// Building the topology failed.
+    #[error(transparent)]
+    Topology(#[from] sfb_topology::Error),
+}
+
+/// Result alias for sfb-harness.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,859 @@
+//! [`RunSpec`]: the serializable description of one run, with the `sfb` command line's
+//! defaults and validation before anything runs.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sfb_core::metrics::RunInfo;
+use sfb_core::wire::Dtype;
+use sfb_core::{Consistency, ThrottledRelease};
+use sfb_models::ModelSpec;
+use sfb_net::bandwidth::Rate;
+
+use crate::{Error, Result};
+
+/// One run: model, data, training options, topology, backend, transport and network.
+///
+/// `RunSpec::default()` is `sfb run` without options; every field has a serde default, so
+/// a JSON spec names only what differs:
+/// ```
+/// let spec = sfb_harness::RunSpec::from_json(r#"{"peers": 2, "train": {"lr": 0.1}}"#)?;
+/// assert_eq!((spec.peers, spec.train.lr, spec.train.batch), (2, 0.1, 16));
+/// spec.validate()?;
+/// # Ok::<(), sfb_harness::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunSpec {
+    /// Peers `P` (FMS: clients). Default 4.
+    pub peers: usize,
+    /// SFB peers or an FMS parameter server. Default SFB.
+    pub backend: Backend,
+    /// How nodes talk. Default in-memory.
+    pub transport: Transport,
+    /// The model and its parameters. Default MLR.
+    pub model: ModelChoice,
+    /// Where the training and held-out samples come from.
+    pub data: DataSource,
+    /// Mini-batch, learning rate, clocks, consistency, seeds, evaluation, straggler.
+    pub train: TrainOptions,
+    /// Who sends to whom (SFB).
+    pub topology: TopologyOptions,
+    /// FMS: what clients push to the server. Default factors.
+    pub fms_push: Push,
+    /// Timeouts, bandwidth budget, wire precision, network namespaces.
+    pub net: NetOptions,
+    /// Files the run's records and summary are written to.
+    pub output: OutputOptions,
+}
+
+impl Default for RunSpec {
+    fn default() -> Self {
+        Self {
+            peers: 4,
+            backend: Backend::Sfb,
+            transport: Transport::Mem,
+            model: ModelChoice::Mlr,
+            data: DataSource::default(),
+            train: TrainOptions::default(),
+            topology: TopologyOptions::default(),
+            fms_push: Push::Factors,
+            net: NetOptions::default(),
+            output: OutputOptions::default(),
+        }
+    }
+}
+
+/// SFB peers, or the FMS parameter-server baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Backend {
+    /// Sufficient factor broadcasting between peers.
+    #[default]
+    Sfb,
+    /// Parameter server with full matrix sync.
+    Fms,
+}
+
+impl Backend {
+    /// `sfb` or `fms` (the summary's `backend`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sfb => "sfb",
+            Backend::Fms => "fms",
+        }
+    }
+}
+
+/// How the nodes of a run talk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Transport {
+    /// Threads in one process joined by bounded channels.
+    #[default]
+    Mem,
+    /// One process per node over libp2p.
+    Libp2p,
+}
+
+impl Transport {
+    /// `mem` or `libp2p` (the summary's `transport`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Mem => "mem",
+            Transport::Libp2p => "libp2p",
+        }
+    }
+}
+
+/// What FMS clients push to the server each clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Push {
+    /// Sufficient factors, O(K·(J+D)) floats (Project Adam style).
+    #[default]
+    Factors,
+    /// The dense ΔW, J·D floats (the paper's FMS).
+    Dense,
+}
+
+impl From<Push> for sfb_core::fms::Push {
+    fn from(p: Push) -> Self {
+        match p {
+            Push::Factors => sfb_core::fms::Push::Factors,
+            Push::Dense => sfb_core::fms::Push::Dense,
+        }
+    }
+}
+
+/// A built-in model with its parameters (JSON: `{"kind": "dml", "latent": 8, …}`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum ModelChoice {
+    /// Multiclass logistic regression (SGD).
+    #[default]
+    Mlr,
+    /// L2-regularized MLR by SDCA (ignores the learning rate).
+    L2mlr {
+        /// Regularization λ > 0 of (λ/2)‖W‖². CLI default 1e-3.
+        lambda: f64,
+    },
+    /// Distance metric learning.
+    Dml {
+        /// Rows of the learned projection. CLI default 8.
+        latent: usize,
+        /// Hinge margin of dissimilar pairs. CLI default 1.
+        margin: f32,
+    },
+    /// Sparse coding / dictionary learning.
+    Sc {
+        /// Dictionary size. CLI default 32.
+        atoms: usize,
+        /// ℓ1 weight λ ≥ 0 of the codes. CLI default 0.1.
+        lambda: f32,
+        /// Coordinate-descent sweeps per code while training. CLI default 10.
+        sweeps: usize,
+        /// Step-size decay in clocks (0: constant). CLI default 0.
+        decay: f32,
+    },
+}
+
+impl ModelChoice {
+    /// `mlr`, `l2mlr`, `dml` or `sc`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModelChoice::Mlr => "mlr",
+            ModelChoice::L2mlr { .. } => "l2mlr",
+            ModelChoice::Dml { .. } => "dml",
+            ModelChoice::Sc { .. } => "sc",
+        }
+    }
+
+    /// The model as sfb-models builds it.
+    pub fn spec(&self) -> ModelSpec {
+        match *self {
+            ModelChoice::Mlr => ModelSpec::Mlr,
+            ModelChoice::L2mlr { lambda } => ModelSpec::L2Mlr { lambda },
+            ModelChoice::Dml { latent, margin } => ModelSpec::Dml { latent, margin },
+            ModelChoice::Sc {
+                atoms,
+                lambda,
+                sweeps,
+                decay,
+            } => ModelSpec::SparseCoding {
+                atoms,
+                lambda,
+                sweeps,
+                decay,
+            },
+        }
+    }
+
+    /// Whether the model wants dense samples (files are densified on loading).
+    pub fn dense(&self) -> bool {
+        matches!(self, ModelChoice::Dml { .. } | ModelChoice::Sc { .. })
+    }
+
+    fn validate(&self) -> Result<()> {
+        match *self {
+            ModelChoice::Mlr => Ok(()),
+            ModelChoice::L2mlr { lambda } => check(
+                "model.lambda",
+                "a positive number",
+                lambda,
+                lambda.is_finite() && lambda > 0.0,
+            ),
+            ModelChoice::Dml { latent, margin } => {
+                check("model.latent", "at least 1", latent as f64, latent >= 1)?;
+                check("model.margin", "finite", margin.into(), margin.is_finite())
+            }
+            ModelChoice::Sc {
+                atoms,
+                lambda,
+                decay,
+                ..
+            } => {
+                check("model.atoms", "at least 1", atoms as f64, atoms >= 1)?;
+                check(
+                    "model.lambda",
+                    "a non-negative number",
+                    lambda.into(),
+                    lambda.is_finite() && lambda >= 0.0,
+                )?;
+                check(
+                    "model.decay",
+                    "a non-negative number",
+                    decay.into(),
+                    decay.is_finite() && decay >= 0.0,
+                )
+            }
+        }
+    }
+}
+
+/// Where the samples come from (JSON: `{"synthetic": "classes=20,…"}` or
+/// `{"files": {"train": "a.svm", …}}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum DataSource {
+    /// Seeded synthetic data of the model's kind: comma-separated `key=value` (see
+    /// [`sfb_models::ClassificationSpec`], [`sfb_models::ClusterSpec`],
+    /// [`sfb_models::SignalSpec`]). Default `classes=20,features=100,samples=20000`.
+    Synthetic(String),
+    /// LIBSVM/svmlight files (0/1-based indices detected), or dense CSV (label first) when
+    /// the name ends in `.csv`.
+    Files {
+        /// Training data.
+        train: PathBuf,
+        /// Held-out data, read like `train`. Without it, `holdout` of `train` is held out.
+        #[serde(default)]
+        test: Option<PathBuf>,
+        /// Fraction of `train` held out (seeded) when `test` is not given. Default 0.2.
+        #[serde(default = "default_holdout")]
+        holdout: f64,
+        /// Number of features `D` (default: the largest index found).
+        #[serde(default)]
+        features: Option<usize>,
+    },
+}
+
+fn default_holdout() -> f64 {
+    0.2
+}
+
+impl Default for DataSource {
+    fn default() -> Self {
+        DataSource::Synthetic("classes=20,features=100,samples=20000".into())
+    }
+}
+
+/// Training options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainOptions {
+    /// Mini-batch size `K` per peer and clock. Default 16.
+    pub batch: usize,
+    /// Learning rate. Default 0.5.
+    pub lr: f32,
+    /// Clocks (iterations per peer). Default 100.
+    pub clocks: u64,
+    /// When a peer may start its next clock. Default BSP.
+    pub consistency: ConsistencySpec,
+    /// Seed of data, initial W and sampling. Default 1.
+    pub seed: u64,
+    /// Standard deviation of the initial W entries (MLR). Default 0.
+    pub init_std: f32,
+    /// Evaluate the held-out objective every this many clocks (0: only at the end).
+    /// Default 10.
+    pub eval_every: u64,
+    /// Slow one peer (or a rotating one) down. Default none.
+    pub straggler: Option<StragglerSpec>,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        Self {
+            batch: 16,
+            lr: 0.5,
+            clocks: 100,
+            consistency: ConsistencySpec::Bsp,
+            seed: 1,
+            init_std: 0.0,
+            eval_every: 10,
+            straggler: None,
+        }
+    }
+}
+
+/// A consistency model that can be written down (JSON and command line: `bsp`, `ssp:S`,
+/// `async`, `throttle:K`); [`to_core`](Self::to_core) gives the engine's
+/// [`Consistency`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+#[non_exhaustive]
+pub enum ConsistencySpec {
+    /// Bulk synchronous.
+    #[default]
+    Bsp,
+    /// Stale synchronous with bound `staleness`.
+    Ssp {
+        /// The staleness bound.
+        staleness: u64,
+    },
+    /// Never wait.
+    Async,
+    /// ASYNC's throttled release: go when `min_ready` in-neighbours are ready.
+    Throttle {
+        /// Ready in-neighbours that release the barrier.
+        min_ready: usize,
+    },
+}
+
+impl ConsistencySpec {
+    /// The engine's consistency model.
+    pub fn to_core(self) -> Consistency {
+        match self {
+            ConsistencySpec::Bsp => Consistency::Bsp,
+            ConsistencySpec::Ssp { staleness } => Consistency::Ssp { staleness },
+            ConsistencySpec::Async => Consistency::Async,
+            ConsistencySpec::Throttle { min_ready } => {
+                Consistency::Custom(Arc::new(ThrottledRelease { min_ready }))
+            }
+        }
+    }
+}
+
+impl FromStr for ConsistencySpec {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let err = || Error::Consistency(s.to_string());
+        let lower = s.trim().to_ascii_lowercase();
+        match lower.split_once(':') {
+            None if lower == "bsp" => Ok(Self::Bsp),
+            None if lower == "async" => Ok(Self::Async),
+            Some(("ssp", a)) => Ok(Self::Ssp {
+                staleness: a.parse().map_err(|_| err())?,
+            }),
+            Some(("throttle" | "throttled", a)) => Ok(Self::Throttle {
+                min_ready: a.parse().map_err(|_| err())?,
+            }),
+            _ => Err(err()),
+        }
+    }
+}
+
+impl fmt::Display for ConsistencySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Bsp => write!(f, "bsp"),
+            Self::Ssp { staleness } => write!(f, "ssp:{staleness}"),
+            Self::Async => write!(f, "async"),
+            Self::Throttle { min_ready } => write!(f, "throttle:{min_ready}"),
+        }
+    }
+}
+
+impl TryFrom<String> for ConsistencySpec {
+    type Error = Error;
+    fn try_from(s: String) -> Result<Self> {
+        s.parse()
+    }
+}
+
+impl From<ConsistencySpec> for String {
+    fn from(c: ConsistencySpec) -> Self {
+        c.to_string()
+    }
+}
+
+/// Who straggles and by how much (JSON and command line: `PEER:MS` or `rotate:MS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+#[non_exhaustive]
+pub enum StragglerSpec {
+    /// `peer` is slowed by `delay_ms` at every step.
+    Peer {
+        /// The slow peer.
+        peer: u32,
+        /// Milliseconds added to each of its steps.
+        delay_ms: u64,
+    },
+    /// One peer per clock, a different (seeded) one each clock, is slowed by `delay_ms`.
+    Rotating {
+        /// Milliseconds added to the chosen peer's step.
+        delay_ms: u64,
+    },
+}
+
+impl StragglerSpec {
+    /// The delay.
+    pub fn delay(&self) -> Duration {
+        match *self {
+            Self::Peer { delay_ms, .. } | Self::Rotating { delay_ms } => {
+                Duration::from_millis(delay_ms)
+            }
+        }
+    }
+}
+
+impl FromStr for StragglerSpec {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let err = |reason| Error::Straggler {
+            spec: s.to_string(),
+            reason,
+        };
+        let (p, ms) = s.split_once(':').ok_or_else(|| err("no ':'"))?;
+        let delay_ms = ms
+            .parse()
+            .map_err(|_| err("the milliseconds are not a number"))?;
+        if p == "rotate" {
+            return Ok(Self::Rotating { delay_ms });
+        }
+        let peer = p
+            .parse()
+            .map_err(|_| err("the peer is not a peer number or \"rotate\""))?;
+        Ok(Self::Peer { peer, delay_ms })
+    }
+}
+
+impl fmt::Display for StragglerSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Peer { peer, delay_ms } => write!(f, "{peer}:{delay_ms}"),
+            Self::Rotating { delay_ms } => write!(f, "rotate:{delay_ms}"),
+        }
+    }
+}
+
+impl TryFrom<String> for StragglerSpec {
+    type Error = Error;
+    fn try_from(s: String) -> Result<Self> {
+        s.parse()
+    }
+}
+
+impl From<StragglerSpec> for String {
+    fn from(s: StragglerSpec) -> Self {
+        s.to_string()
+    }
+}
+
+/// How the topology is chosen (SFB backend).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopologyOptions {
+    /// Out-degree `Q`; `None` (the default) or `P − 1` is full broadcast.
+    pub out_degree: Option<usize>,
+    /// How a partial-broadcast topology is built. Default: optimized.
+    pub method: TopologyMethod,
+    /// Seconds the optimizer may spend when `Q < P − 1`. Default 5.
+    pub time_limit_s: f64,
+    /// Explicit out-neighbour lists, one per peer; overrides the fields above.
+    pub explicit: Option<Vec<Vec<usize>>>,
+}
+
+impl Default for TopologyOptions {
+    fn default() -> Self {
+        Self {
+            out_degree: None,
+            method: TopologyMethod::Optimal,
+            time_limit_s: 5.0,
+            explicit: None,
+        }
+    }
+}
+
+/// A partial-broadcast construction ([`sfb_topology::generate`]) or the optimizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum TopologyMethod {
+    /// Minimize Σ shortest-path lengths ([`sfb_topology::optimize`]).
+    #[default]
+    Optimal,
+    /// Generalized Kautz graph.
+    Kautz,
+    /// i → i + 2^k.
+    Exponential,
+    /// i → i+1, …, i+Q.
+    Ring,
+    /// Seeded random Q-out graph (seeded by `train.seed`).
+    Random,
+}
+
+/// Network options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetOptions {
+    /// In-memory transport: seconds a peer may wait without receiving anything before the
+    /// run fails. Default 30.
+    pub timeout_s: f64,
+    /// libp2p: seconds a peer may wait without progress before failing. Default 10.
+    pub peer_timeout_s: f64,
+    /// libp2p: seconds to wait for connections and handshakes at start-up. Default 30.
+    pub startup_timeout_s: f64,
+    /// libp2p: outbound bandwidth budget of each node, bytes per second (JSON: a number,
+    /// or a string such as `"1gbit"`). Default none.
+    #[serde(with = "rate_serde")]
+    pub bandwidth: Option<Rate>,
+    /// Burst size of the bandwidth budget, bytes. Default 256 KiB.
+    pub burst: usize,
+    /// Factor values on the wire (`f32` or `f16`; libp2p). Default f32.
+    #[serde(with = "dtype_serde")]
+    pub wire: Dtype,
+    /// libp2p, root only: every node in its own network namespace, sends shaped by the
+    /// kernel's tbf at `bandwidth` (burst `burst`) instead of the token bucket.
+    pub netns: bool,
+}
+
+impl Default for NetOptions {
+    fn default() -> Self {
+        Self {
+            timeout_s: 30.0,
+            peer_timeout_s: 10.0,
+            startup_timeout_s: 30.0,
+            bandwidth: None,
+            burst: 256 * 1024,
+            wire: Dtype::F32,
+            netns: false,
+        }
+    }
+}
+
+/// Files a run writes.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OutputOptions {
+    /// Per-clock records as JSON lines.
+    pub metrics: Option<PathBuf>,
+    /// The run's [`Summary`](sfb_core::metrics::Summary) as JSON.
+    pub summary: Option<PathBuf>,
+}
+
+fn check(field: &'static str, expected: &'static str, got: f64, ok: bool) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::OutOfRange {
+            field,
+            expected,
+            got,
+        })
+    }
+}
+
+fn positive_seconds(field: &'static str, v: f64) -> Result<()> {
+    check(
+        field,
+        "a positive number of seconds",
+        v,
+        v.is_finite() && v > 0.0,
+    )
+}
+
+impl RunSpec {
+    /// Reads a spec from JSON (absent fields take their defaults).
+    ///
+    /// # Errors
+    /// [`Error::Json`] for malformed JSON or unknown fields.
+    pub fn from_json(text: &str) -> Result<Self> {
+        Ok(serde_json::from_str(text)?)
+    }
+
+    /// The spec as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a RunSpec always serializes")
+    }
+
+    /// Checks every field before anything runs.
+    ///
+    /// # Errors
+    /// The first problem found, naming the field: [`Error::OutOfRange`],
+    /// [`Error::OutDegree`], [`Error::TopologyPeers`], [`Error::Unsupported`] or
+    /// [`Error::Requires`].
+    pub fn validate(&self) -> Result<()> {
+        let p = self.peers;
+        check("peers", "at least 1", p as f64, p >= 1)?;
+        let t = &self.train;
+        check("train.batch", "at least 1", t.batch as f64, t.batch >= 1)?;
+        check(
+            "train.lr",
+            "a positive number",
+            t.lr.into(),
+            t.lr.is_finite() && t.lr > 0.0,
+        )?;
+        check(
+            "train.init_std",
+            "a non-negative number",
+            t.init_std.into(),
+            t.init_std.is_finite() && t.init_std >= 0.0,
+        )?;
+        if let Some(StragglerSpec::Peer { peer, .. }) = t.straggler {
+            let ok = (peer as usize) < p;
+            check("train.straggler", "a peer below `peers`", peer.into(), ok)?;
+        }
+        self.model.validate()?;
+        if let DataSource::Files {
+            test: None,
+            holdout,
+            ..
+        } = self.data
+        {
+            let ok = holdout > 0.0 && holdout < 1.0;
+            check("data.holdout", "in (0, 1)", holdout, ok)?;
+        }
+        let topo = &self.topology;
+        check(
+            "topology.time_limit_s",
+            "a non-negative number of seconds",
+            topo.time_limit_s,
+            topo.time_limit_s.is_finite() && topo.time_limit_s >= 0.0,
+        )?;
+        if self.backend == Backend::Sfb {
+            if let Some(out) = &topo.explicit {
+                if out.len() != p {
+                    return Err(Error::TopologyPeers {
+                        peers: p,
+                        got: out.len(),
+                    });
+                }
+            } else if let Some(q) = topo.out_degree
+                && p >= 2
+                && !(1..p).contains(&q)
+            {
+                return Err(Error::OutDegree { peers: p, got: q });
+            }
+        }
+        let n = &self.net;
+        positive_seconds("net.timeout_s", n.timeout_s)?;
+        positive_seconds("net.peer_timeout_s", n.peer_timeout_s)?;
+        positive_seconds("net.startup_timeout_s", n.startup_timeout_s)?;
+        if self.transport == Transport::Mem {
+            let set = [
+                ("net.bandwidth", n.bandwidth.is_some()),
+                ("net.wire", n.wire != Dtype::F32),
+                ("net.netns", n.netns),
+            ];
+            if let Some(&(field, _)) = set.iter().find(|(_, set)| *set) {
+                return Err(Error::Unsupported {
+                    field,
+                    transport: Transport::Libp2p.name(),
+                });
+            }
+        }
+        if n.netns && n.bandwidth.is_none() {
+            return Err(Error::Requires {
+                field: "net.netns",
+                requires: "net.bandwidth",
+                why: "the rate the kernel shapes each node's sends to",
+            });
+        }
+        Ok(())
+    }
+
+    /// The descriptive part of this run's summary (`out_degree` as resolved: `Q`, or
+    /// `P − 1` for full broadcast, 1 for FMS).
+    pub fn run_info(&self) -> RunInfo {
+        let p = self.peers;
+        let out_degree = match (self.backend, &self.topology.explicit) {
+            (Backend::Fms, _) => 1,
+            (Backend::Sfb, Some(out)) => out.first().map_or(0, Vec::len),
+            (Backend::Sfb, None) if p < 2 => 0,
+            (Backend::Sfb, None) => self.topology.out_degree.unwrap_or(p - 1),
+        };
+        RunInfo {
+            backend: self.backend.name().into(),
+            transport: self.transport.name().into(),
+            model: self.model.name().into(),
+            consistency: self.train.consistency.to_core().to_string(),
+            peers: p,
+            out_degree,
+            clocks: self.train.clocks,
+            batch: self.train.batch,
+        }
+    }
+}
+
+mod rate_serde {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use sfb_net::bandwidth::Rate;
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Given {
+        BytesPerS(f64),
+        Text(String),
+    }
+
+    pub(super) fn serialize<S: Serializer>(r: &Option<Rate>, s: S) -> Result<S::Ok, S::Error> {
+        r.map(|r| r.0).serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Rate>, D::Error> {
+        match Option::<Given>::deserialize(d)? {
+            None => Ok(None),
+            Some(Given::BytesPerS(b)) if b.is_finite() && b > 0.0 => Ok(Some(Rate(b))),
+            Some(Given::BytesPerS(b)) => Err(serde::de::Error::custom(format!(
+                "bandwidth {b} must be a positive number of bytes per second"
+            ))),
+            Some(Given::Text(t)) => t.parse().map(Some).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+mod dtype_serde {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use sfb_core::wire::Dtype;
+
+    pub(super) fn serialize<S: Serializer>(d: &Dtype, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(d)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Dtype, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trip_keeps_every_field() {
+        let spec = RunSpec {
+            peers: 6,
+            backend: Backend::Fms,
+            transport: Transport::Libp2p,
+            model: ModelChoice::Sc {
+                atoms: 16,
+                lambda: 0.2,
+                sweeps: 5,
+                decay: 10.0,
+            },
+            data: DataSource::Files {
+                train: "a.svm".into(),
+                test: Some("b.svm".into()),
+                holdout: 0.3,
+                features: Some(7),
+            },
+            train: TrainOptions {
+                consistency: ConsistencySpec::Throttle { min_ready: 2 },
+                straggler: Some(StragglerSpec::Rotating { delay_ms: 5 }),
+                ..TrainOptions::default()
+            },
+            topology: TopologyOptions {
+                out_degree: Some(2),
+                method: TopologyMethod::Kautz,
+                ..TopologyOptions::default()
+            },
+            fms_push: Push::Dense,
+            net: NetOptions {
+                bandwidth: Some(Rate(1e6)),
+                wire: Dtype::F16,
+                netns: true,
+                ..NetOptions::default()
+            },
+            output: OutputOptions {
+                metrics: Some("m.jsonl".into()),
+                summary: None,
+            },
+        };
+        assert_eq!(RunSpec::from_json(&spec.to_json()).unwrap(), spec);
+        assert_eq!(RunSpec::from_json("{}").unwrap(), RunSpec::default());
+        let s = RunSpec::from_json(r#"{"net": {"bandwidth": "8mbit"}}"#).unwrap();
+        assert_eq!(s.net.bandwidth, Some(Rate(1e6)));
+        assert!(RunSpec::from_json(r#"{"peerz": 3}"#).is_err());
+    }
+
+    #[test]
+    fn validate_names_the_field() {
+        let bad = |f: &dyn Fn(&mut RunSpec)| {
+            let mut s = RunSpec::default();
+            f(&mut s);
+            s.validate().unwrap_err().to_string()
+        };
+        assert!(bad(&|s| s.train.lr = f32::NAN).starts_with("train.lr must be a positive"));
+        assert!(bad(&|s| s.train.lr = -1.0).starts_with("train.lr"));
+        assert_eq!(
+            bad(&|s| s.train.batch = 0),
+            "train.batch must be at least 1, got 0"
+        );
+        assert!(bad(&|s| s.peers = 0).starts_with("peers"));
+        assert!(bad(&|s| s.net.timeout_s = f64::INFINITY).starts_with("net.timeout_s"));
+        assert!(bad(&|s| s.net.peer_timeout_s = 0.0).starts_with("net.peer_timeout_s"));
+        assert!(bad(&|s| s.topology.out_degree = Some(4)).starts_with("topology.out_degree"));
+        assert!(bad(&|s| s.model = ModelChoice::L2mlr { lambda: 0.0 }).starts_with("model.lambda"));
+        assert!(bad(&|s| s.net.bandwidth = Some(Rate(1.0))).starts_with("net.bandwidth"));
+        assert!(
+            bad(&|s| s.train.straggler = Some(StragglerSpec::Peer {
+                peer: 4,
+                delay_ms: 1
+            }))
+            .starts_with("train.straggler")
+        );
+        RunSpec::default().validate().unwrap();
+    }
+
+    #[test]
+    fn consistency_and_straggler_parse_like_the_command_line() {
+        for s in ["bsp", "ssp:3", "async", "throttle:2"] {
+            assert_eq!(s.parse::<ConsistencySpec>().unwrap().to_string(), s);
+        }
+        assert_eq!(
+            "THROTTLED:2".parse::<ConsistencySpec>().unwrap(),
+            ConsistencySpec::Throttle { min_ready: 2 }
+        );
+        assert!("ssp".parse::<ConsistencySpec>().is_err());
+        assert_eq!(
+            ConsistencySpec::Ssp { staleness: 2 }.to_core().to_string(),
+            "ssp:2"
+        );
+        assert_eq!(
+            "rotate:7".parse::<StragglerSpec>().unwrap(),
+            StragglerSpec::Rotating { delay_ms: 7 }
+        );
+        assert_eq!(
+            "3:20".parse::<StragglerSpec>().unwrap(),
+            StragglerSpec::Peer {
+                peer: 3,
+                delay_ms: 20
+            }
+        );
+        assert!("x:20".parse::<StragglerSpec>().is_err());
+        assert!("3".parse::<StragglerSpec>().is_err());
+    }
+}
