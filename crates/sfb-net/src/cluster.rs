@@ -23,6 +23,7 @@ use libp2p::identity::Keypair;
 use libp2p::{Multiaddr, PeerId as Libp2pId};
 use sfb_topology::{ClusterFile, Topology};
 
+use crate::error::ClusterError;
 use crate::{Error, Result};
 
 /// A validated cluster.
@@ -38,20 +39,31 @@ pub struct Cluster {
     addrs: Vec<Multiaddr>,
 }
 
-fn cfg_err(path: &Path, msg: impl std::fmt::Display) -> Error {
-    Error::Config(format!("{}: {msg}", path.display()))
+fn cfg_err(path: &Path, source: ClusterError) -> Error {
+    Error::Cluster {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |e| cfg_err(path, ClusterError::Io(e))
+}
+
+fn topo(path: &Path) -> impl FnOnce(sfb_topology::Error) -> Error + '_ {
+    move |e| cfg_err(path, ClusterError::Topology(e))
 }
 
 impl Cluster {
     /// Reads and validates a cluster file.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the file and the problem: unreadable, bad TOML, inconsistent
+    /// [`Error::Cluster`] naming the file and the problem: unreadable, bad TOML, inconsistent
     /// topology (unknown peer id, wrong degree, …), a missing or malformed `addr` or
     /// `peer_id`.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| cfg_err(path, e))?;
-        let file = ClusterFile::from_toml_str(&text).map_err(|e| cfg_err(path, e))?;
+        let text = std::fs::read_to_string(path).map_err(io(path))?;
+        let file = ClusterFile::from_toml_str(&text).map_err(topo(path))?;
         Self::from_file(file, path.to_path_buf())
     }
 
@@ -61,16 +73,16 @@ impl Cluster {
             Some(v) => Some(
                 v.as_integer()
                     .and_then(|x| usize::try_from(x).ok())
-                    .ok_or_else(|| cfg_err(&path, "`server` must be a peer id"))?,
+                    .ok_or_else(|| cfg_err(&path, ClusterError::ServerNotAnId))?,
             ),
         };
         let (topology, out) = match server {
             None => {
-                let t = file.topology().map_err(|e| cfg_err(&path, e))?;
+                let t = file.topology().map_err(topo(&path))?;
                 let out = t.out_lists();
                 (Some(t), out)
             }
-            Some(s) => (None, star_lists(&file, s).map_err(|m| cfg_err(&path, m))?),
+            Some(s) => (None, star_lists(&file, s).map_err(|e| cfg_err(&path, e))?),
         };
         let p = out.len();
         let mut inn = vec![Vec::new(); p];
@@ -86,22 +98,39 @@ impl Cluster {
                 .extra
                 .get("peer_id")
                 .and_then(|v| v.as_str())
-                .ok_or_else(|| cfg_err(&path, format!("peer {} has no peer_id", e.id)))?;
-            let pid: Libp2pId = pid.parse().map_err(|err| {
-                cfg_err(&path, format!("peer {}: bad peer_id {pid:?}: {err}", e.id))
+                .ok_or_else(|| cfg_err(&path, ClusterError::MissingPeerId { peer: e.id }))?;
+            let pid: Libp2pId = pid.parse().map_err(|source| {
+                cfg_err(
+                    &path,
+                    ClusterError::BadPeerId {
+                        peer: e.id,
+                        value: pid.to_string(),
+                        source,
+                    },
+                )
             })?;
             if ids.contains(&Some(pid)) {
                 return Err(cfg_err(
                     &path,
-                    format!("peer {}: peer_id {pid} listed twice", e.id),
+                    ClusterError::DuplicatePeerId {
+                        peer: e.id,
+                        peer_id: pid,
+                    },
                 ));
             }
             let addr = e
                 .addr
                 .as_deref()
-                .ok_or_else(|| cfg_err(&path, format!("peer {} has no addr", e.id)))?;
-            let addr: Multiaddr = addr.parse().map_err(|err| {
-                cfg_err(&path, format!("peer {}: bad addr {addr:?}: {err}", e.id))
+                .ok_or_else(|| cfg_err(&path, ClusterError::MissingAddr { peer: e.id }))?;
+            let addr: Multiaddr = addr.parse().map_err(|source| {
+                cfg_err(
+                    &path,
+                    ClusterError::BadAddr {
+                        peer: e.id,
+                        value: addr.to_string(),
+                        source,
+                    },
+                )
             })?;
             ids[e.id] = Some(pid);
             addrs[e.id] = Some(addr);
@@ -129,7 +158,7 @@ impl Cluster {
     /// robin), and `topology`. Returns the loaded cluster.
     ///
     /// # Errors
-    /// [`Error::Config`] for IO errors or an empty host list.
+    /// [`Error::Cluster`] for IO errors or an empty host list.
     pub fn init(
         path: &Path,
         topology: &Topology,
@@ -143,13 +172,12 @@ impl Cluster {
     /// `clients`), keys and addresses as [`init`](Self::init).
     ///
     /// # Errors
-    /// As [`init`](Self::init); [`Error::Config`] for zero clients.
+    /// As [`init`](Self::init); [`Error::Cluster`] for zero clients.
     pub fn init_fms(path: &Path, clients: usize, hosts: &[String], base_port: u16) -> Result<Self> {
         if clients == 0 {
-            return Err(cfg_err(path, "an FMS cluster needs at least one client"));
+            return Err(cfg_err(path, ClusterError::NoClients));
         }
-        let mut file =
-            ClusterFile::from_topology(&sfb_topology::full(2).map_err(|e| cfg_err(path, e))?);
+        let mut file = ClusterFile::from_topology(&sfb_topology::full(2).map_err(topo(path))?);
         file.out_degree = None;
         file.peers = (0..=clients)
             .map(|i| {
@@ -168,7 +196,7 @@ impl Cluster {
 
     fn write(path: &Path, mut file: ClusterFile, hosts: &[String], base_port: u16) -> Result<Self> {
         if hosts.is_empty() {
-            return Err(cfg_err(path, "no hosts given"));
+            return Err(cfg_err(path, ClusterError::NoHosts));
         }
         let dir = path
             .parent()
@@ -179,21 +207,22 @@ impl Cluster {
             .and_then(|s| s.to_str())
             .unwrap_or("cluster");
         let keys_rel = format!("{stem}-keys");
-        std::fs::create_dir_all(dir.join(&keys_rel)).map_err(|e| cfg_err(path, e))?;
+        std::fs::create_dir_all(dir.join(&keys_rel)).map_err(io(path))?;
         for e in &mut file.peers {
             let key = Keypair::generate_ed25519();
             let rel = format!("{keys_rel}/peer-{}.key", e.id);
             let bytes = key
                 .to_protobuf_encoding()
-                .map_err(|err| cfg_err(path, err))?;
-            write_private(&dir.join(&rel), &bytes).map_err(|err| cfg_err(path, err))?;
+                .map_err(|err| cfg_err(path, ClusterError::KeyEncoding(err)))?;
+            let key_path = dir.join(&rel);
+            write_private(&key_path, &bytes).map_err(io(&key_path))?;
             let host = &hosts[e.id % hosts.len()];
             let port = if base_port == 0 {
                 0
             } else {
                 base_port
                     .checked_add(e.id as u16)
-                    .ok_or_else(|| cfg_err(path, "ports run past 65535"))?
+                    .ok_or_else(|| cfg_err(path, ClusterError::PortOverflow))?
             };
             e.addr = Some(format!("/ip4/{host}/tcp/{port}"));
             e.extra.insert(
@@ -202,8 +231,8 @@ impl Cluster {
             );
             e.extra.insert("key".into(), toml::Value::String(rel));
         }
-        let text = file.to_toml_string().map_err(|e| cfg_err(path, e))?;
-        std::fs::write(path, text).map_err(|e| cfg_err(path, e))?;
+        let text = file.to_toml_string().map_err(topo(path))?;
+        std::fs::write(path, text).map_err(io(path))?;
         Self::from_file(file, path.to_path_buf())
     }
 
@@ -273,12 +302,15 @@ impl Cluster {
     /// Replaces the listen addresses (after a start-up exchange).
     ///
     /// # Errors
-    /// [`Error::Config`] if the count differs from the number of peers.
+    /// [`Error::Cluster`] if the count differs from the number of peers.
     pub fn set_addrs(&mut self, addrs: Vec<Multiaddr>) -> Result<()> {
         if addrs.len() != self.peers() {
             return Err(cfg_err(
                 &self.path,
-                format!("{} addresses for {} peers", addrs.len(), self.peers()),
+                ClusterError::AddrCount {
+                    given: addrs.len(),
+                    peers: self.peers(),
+                },
             ));
         }
         self.addrs = addrs;
@@ -288,7 +320,7 @@ impl Cluster {
     /// Reads peer `i`'s private key and checks it matches its `peer_id`.
     ///
     /// # Errors
-    /// [`Error::Config`] for a missing `key` entry, an unreadable or malformed key file, or
+    /// [`Error::Cluster`] for a missing `key` entry, an unreadable or malformed key file, or
     /// a key whose identity is not the listed `peer_id`.
     pub fn keypair(&self, i: usize) -> Result<Keypair> {
         let e = self
@@ -296,25 +328,28 @@ impl Cluster {
             .peers
             .iter()
             .find(|e| e.id == i)
-            .ok_or_else(|| cfg_err(&self.path, format!("no peer {i}")))?;
+            .ok_or_else(|| cfg_err(&self.path, ClusterError::NoPeer { peer: i }))?;
         let rel = e
             .extra
             .get("key")
             .and_then(|v| v.as_str())
-            .ok_or_else(|| cfg_err(&self.path, format!("peer {i} has no key")))?;
+            .ok_or_else(|| cfg_err(&self.path, ClusterError::MissingKey { peer: i }))?;
         let dir = self
             .path
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         let kp = dir.join(rel);
-        let bytes = std::fs::read(&kp).map_err(|err| cfg_err(&kp, err))?;
+        let bytes = std::fs::read(&kp).map_err(io(&kp))?;
         let key = Keypair::from_protobuf_encoding(&bytes)
-            .map_err(|err| cfg_err(&kp, format!("not an ed25519 key file: {err}")))?;
+            .map_err(|err| cfg_err(&kp, ClusterError::BadKey(err)))?;
         if key.public().to_peer_id() != self.ids[i] {
             return Err(cfg_err(
                 &kp,
-                format!("key does not match peer {i}'s peer_id {}", self.ids[i]),
+                ClusterError::KeyMismatch {
+                    peer: i,
+                    peer_id: self.ids[i],
+                },
             ));
         }
         Ok(key)
@@ -344,20 +379,21 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// The out-lists of an FMS star, checked: ids `0..n`, the server sends to every client, each
 /// client only to the server.
-fn star_lists(file: &ClusterFile, server: usize) -> std::result::Result<Vec<Vec<usize>>, String> {
+fn star_lists(
+    file: &ClusterFile,
+    server: usize,
+) -> std::result::Result<Vec<Vec<usize>>, ClusterError> {
     let n = file.peers.len();
     if server >= n {
-        return Err(format!(
-            "server {server} is not a peer id (there are {n} peers)"
-        ));
+        return Err(ClusterError::ServerOutOfRange { server, peers: n });
     }
     let mut out = vec![None; n];
     for e in &file.peers {
         if e.id >= n {
-            return Err(format!("peer id {} is not below {n}", e.id));
+            return Err(ClusterError::IdOutOfRange { id: e.id, peers: n });
         }
         if out[e.id].replace(e.out.clone()).is_some() {
-            return Err(format!("peer {} listed twice", e.id));
+            return Err(ClusterError::DuplicateId { id: e.id });
         }
     }
     let out: Vec<Vec<usize>> = out.into_iter().map(|o| o.expect("ids 0..n")).collect();
@@ -370,9 +406,11 @@ fn star_lists(file: &ClusterFile, server: usize) -> std::result::Result<Vec<Vec<
             vec![server]
         };
         if sorted != want {
-            return Err(format!(
-                "FMS star: peer {i} must send to {want:?}, the file says {list:?}"
-            ));
+            return Err(ClusterError::NotAStar {
+                peer: i,
+                want,
+                got: list.clone(),
+            });
         }
     }
     Ok(out)

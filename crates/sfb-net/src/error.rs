@@ -1,8 +1,16 @@
 //! The crate's error type.
+//!
+//! Transport-level errors of the libp2p driver name nodes by their index in the cluster
+//! file (`usize`, displayed `peer 3`); errors that come from a node's protocol name it by
+//! its sfb-core [`PeerId`] (displayed `p3`, or `server`).
 
+use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use sfb_core::PeerId;
+use libp2p::Multiaddr;
+use sfb_core::fms::Push;
+use sfb_core::{Consistency, PeerId};
 
 /// Errors raised by sfb-net.
 #[derive(Debug, thiserror::Error)]
@@ -17,46 +25,164 @@ pub enum Error {
         #[source]
         source: sfb_core::Error,
     },
-    /// A peer waited longer than the configured timeout without any message arriving.
+    /// A node went longer than the configured timeout without progress (nothing received
+    /// while blocked, or no room on a full link).
     #[error(
         "peer {peer} at clock {clock} waited {waited:?} without progress; still waiting on {waiting_on}"
     )]
     Timeout {
-        /// The waiting peer.
+        /// The waiting node.
         peer: PeerId,
         /// Its clock.
         clock: u64,
         /// How long it waited.
         waited: Duration,
-        /// The in-neighbours it was waiting on and what each had delivered.
-        waiting_on: String,
+        /// What it was waiting for.
+        waiting_on: Awaiting,
     },
-    /// Another peer failed, so this one stopped.
+    /// Another node failed, so this one stopped.
     #[error("peer {peer} stopped because peer {by} failed")]
     Aborted {
-        /// The stopped peer.
+        /// The stopped node.
         peer: PeerId,
-        /// The peer that failed first.
+        /// The node that failed first.
         by: PeerId,
     },
-    /// A peer's link to another closed before the run was complete.
+    /// A node's link to another closed before the run was complete.
     #[error("peer {peer}: link to {to} closed before the run completed")]
     Disconnected {
-        /// The peer that noticed.
+        /// The node that noticed.
         peer: PeerId,
         /// The other end.
         to: PeerId,
     },
-    /// A network operation failed (listen, dial, stream IO).
-    #[error("{0}")]
-    Net(String),
+    /// Every inbound link of a node is gone while it still waits for frames.
+    #[error("peer {peer}: every inbound link is gone while waiting")]
+    InboxClosed {
+        /// The waiting node.
+        peer: PeerId,
+    },
+    /// A node addressed a frame to a node it has no link to.
+    #[error("{peer} addressed a message to {to}, which is not one of its out-neighbours")]
+    UnknownDestination {
+        /// The sender.
+        peer: PeerId,
+        /// The destination.
+        to: PeerId,
+    },
+    /// The libp2p transport could not be built.
+    #[error("building the libp2p transport: {source}")]
+    Transport {
+        /// The noise (authentication) setup error.
+        #[source]
+        source: libp2p::noise::Error,
+    },
+    /// The node could not listen on its address.
+    #[error("listening on {addr}: {source}")]
+    Listen {
+        /// The address from the cluster file.
+        addr: Multiaddr,
+        /// The transport's error.
+        #[source]
+        source: libp2p::TransportError<std::io::Error>,
+    },
+    /// The node got no listen address within the start-up timeout.
+    #[error("no listen address on {addr} within {waited:?}")]
+    NoListenAddr {
+        /// The address from the cluster file.
+        addr: Multiaddr,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The stream protocol could not be registered for inbound streams.
+    #[error("accepting {}: {source}", crate::frame::PROTOCOL)]
+    Accept {
+        /// libp2p-stream's error.
+        #[source]
+        source: libp2p_stream::AlreadyRegistered,
+    },
+    /// A node could not open its stream to an out-neighbour and complete the handshake
+    /// within the start-up timeout.
+    #[error(
+        "peer {peer}: could not open a stream to peer {to} at {addr} within the start-up timeout ({last_problem})"
+    )]
+    Connect {
+        /// The dialing node (index in the cluster file).
+        peer: usize,
+        /// The out-neighbour (index in the cluster file).
+        to: usize,
+        /// Its address.
+        addr: Multiaddr,
+        /// What went wrong on the last attempt.
+        last_problem: ConnectProblem,
+    },
+    /// An out-neighbour accepted the stream but sent no handshake reply in time.
+    #[error("peer {peer} → peer {to}: no handshake reply within {waited:?}")]
+    NoAck {
+        /// The dialing node (index in the cluster file).
+        peer: usize,
+        /// The out-neighbour (index in the cluster file).
+        to: usize,
+        /// How long the dialer waited.
+        waited: Duration,
+    },
+    /// An out-neighbour's handshake reply could not be decoded.
+    #[error("peer {peer} → peer {to}: bad handshake reply: {reason}")]
+    BadAck {
+        /// The dialing node (index in the cluster file).
+        peer: usize,
+        /// The out-neighbour (index in the cluster file).
+        to: usize,
+        /// The decoder's complaint.
+        reason: String,
+    },
     /// A stream's handshake was refused.
     #[error("handshake with peer {peer} refused: {reason}")]
     Handshake {
         /// The other end.
         peer: PeerId,
-        /// Why.
+        /// Why (the refusing side's words).
         reason: String,
+    },
+    /// Writing to an out-neighbour's stream failed.
+    #[error("peer {peer} → peer {to}: {source}")]
+    Send {
+        /// The writing node (index in the cluster file).
+        peer: usize,
+        /// The out-neighbour (index in the cluster file).
+        to: usize,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An in-neighbour closed its stream before sending every clock.
+    #[error("peer {from} closed its stream to peer {to} after {frames} of {clocks} clocks")]
+    StreamClosed {
+        /// The in-neighbour (index in the cluster file).
+        from: usize,
+        /// The receiving node (index in the cluster file).
+        to: usize,
+        /// Frames received on the stream.
+        frames: u64,
+        /// Clocks of the run.
+        clocks: u64,
+    },
+    /// Reading an in-neighbour's stream failed.
+    #[error(
+        "stream from peer {from} to peer {to} broke after {frames} of {clocks} clocks: {source}"
+    )]
+    StreamBroken {
+        /// The in-neighbour (index in the cluster file).
+        from: usize,
+        /// The receiving node (index in the cluster file).
+        to: usize,
+        /// Frames received on the stream.
+        frames: u64,
+        /// Clocks of the run.
+        clocks: u64,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
     },
     /// A peer sent a frame that failed validation.
     #[error("bad frame from peer {peer}: {reason}")]
@@ -66,9 +192,288 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
-    /// The cluster is misconfigured.
-    #[error("invalid cluster: {0}")]
-    Config(String),
+    /// An out-neighbour did not finish reading this node's frames in time after the run.
+    #[error("peer {peer}: peer {to} did not finish reading within {waited:?}")]
+    Flush {
+        /// The finished node (index in the cluster file).
+        peer: usize,
+        /// The out-neighbour (index in the cluster file).
+        to: usize,
+        /// How long the node waited.
+        waited: Duration,
+    },
+    /// The engine thread or a writer task panicked or was cancelled.
+    #[error("peer {peer}: {task} task: {source}")]
+    Task {
+        /// The node (index in the cluster file).
+        peer: usize,
+        /// Which task: `engine` or `writer to peer N`.
+        task: String,
+        /// The runtime's error.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// The cluster file (or a key file it names) is unusable.
+    #[error("invalid cluster: {}: {source}", path.display())]
+    Cluster {
+        /// The file at fault (the cluster file, or a key file).
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: ClusterError,
+    },
+    /// An in-memory run was handed an engine at the wrong index or of another cluster size.
+    #[error(
+        "invalid cluster: engine at index {index} is {id} of {peers} peers; the run has {expected}"
+    )]
+    EngineMismatch {
+        /// Index in the engine list.
+        index: usize,
+        /// The engine's id.
+        id: PeerId,
+        /// The engine's cluster size.
+        peers: usize,
+        /// Engines given.
+        expected: usize,
+    },
+    /// An in-memory FMS run was handed a server for another number of clients.
+    #[error("invalid cluster: the server expects {expected} clients, {got} given")]
+    ServerClients {
+        /// The server's client count.
+        expected: usize,
+        /// Clients given.
+        got: usize,
+    },
+    /// An in-memory FMS run was handed a client that does not match the server.
+    #[error(
+        "invalid cluster: client at index {index} is {id} of {client}; the server runs {server}"
+    )]
+    ClientMismatch {
+        /// Index in the client list.
+        index: usize,
+        /// The client's id.
+        id: PeerId,
+        /// The client's setup.
+        client: FmsSetup,
+        /// The server's setup.
+        server: FmsSetup,
+    },
+}
+
+/// What a timed-out node was waiting for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Awaiting {
+    /// Frames from these nodes, with the clocks each had delivered (what the node's
+    /// [`waiting_on`](sfb_core::StateMachine::waiting_on) says; may be empty).
+    Peers(Vec<(PeerId, u64)>),
+    /// Room on its full link to `to`.
+    Room {
+        /// The destination of the full link.
+        to: PeerId,
+    },
+}
+
+impl fmt::Display for Awaiting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Awaiting::Peers(peers) if peers.is_empty() => f.write_str("nobody it can name"),
+            Awaiting::Peers(peers) => {
+                for (i, (q, d)) in peers.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{q} (delivered {d} clocks)")?;
+                }
+                Ok(())
+            }
+            Awaiting::Room { to } => write!(f, "room on the link to {to}"),
+        }
+    }
+}
+
+/// The last problem met while opening a stream to an out-neighbour.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectProblem {
+    /// The start-up deadline passed before the first attempt.
+    #[error("no attempt")]
+    NoAttempt,
+    /// libp2p-stream could not open the stream.
+    #[error("{0}")]
+    OpenStream(#[source] libp2p_stream::OpenStreamError),
+    /// The remote closed the stream before replying to the handshake.
+    #[error("stream closed before the handshake reply")]
+    ClosedBeforeReply,
+    /// The handshake exchange failed.
+    #[error("handshake: {0}")]
+    Handshake(#[source] std::io::Error),
+}
+
+/// What an FMS node is configured for (for [`Error::ClientMismatch`]).
+#[derive(Debug, Clone)]
+pub struct FmsSetup {
+    /// Clients.
+    pub clients: usize,
+    /// What clients push.
+    pub push: Push,
+    /// Clocks to run.
+    pub clocks: u64,
+    /// The consistency model.
+    pub consistency: Consistency,
+}
+
+impl From<&sfb_core::fms::Config> for FmsSetup {
+    fn from(c: &sfb_core::fms::Config) -> Self {
+        Self {
+            clients: c.clients,
+            push: c.push,
+            clocks: c.clocks,
+            consistency: c.consistency.clone(),
+        }
+    }
+}
+
+impl fmt::Display for FmsSetup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} clients ({} push, {} clocks, {})",
+            self.clients, self.push, self.clocks, self.consistency
+        )
+    }
+}
+
+/// What is wrong with a cluster file or a key file it names.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// The file could not be read or written (or its key directory created).
+    #[error("{0}")]
+    Io(#[source] std::io::Error),
+    /// Bad TOML, an inconsistent topology, or a file that cannot be written as TOML.
+    #[error("{0}")]
+    Topology(#[source] sfb_topology::Error),
+    /// `server` is not a non-negative integer.
+    #[error("`server` must be a peer id")]
+    ServerNotAnId,
+    /// `server` names no peer.
+    #[error("server {server} is not a peer id (there are {peers} peers)")]
+    ServerOutOfRange {
+        /// The `server` value.
+        server: usize,
+        /// Peers in the file.
+        peers: usize,
+    },
+    /// A peer id is not below the number of peers.
+    #[error("peer id {id} is not below {peers}")]
+    IdOutOfRange {
+        /// The id.
+        id: usize,
+        /// Peers in the file.
+        peers: usize,
+    },
+    /// A peer id appears twice.
+    #[error("peer {id} listed twice")]
+    DuplicateId {
+        /// The id.
+        id: usize,
+    },
+    /// An FMS file whose out-lists are not a star around the server.
+    #[error("FMS star: peer {peer} must send to {want:?}, the file says {got:?}")]
+    NotAStar {
+        /// The peer.
+        peer: usize,
+        /// The out-list a star needs.
+        want: Vec<usize>,
+        /// The file's out-list.
+        got: Vec<usize>,
+    },
+    /// A peer has no `peer_id`.
+    #[error("peer {peer} has no peer_id")]
+    MissingPeerId {
+        /// The peer.
+        peer: usize,
+    },
+    /// A `peer_id` does not parse.
+    #[error("peer {peer}: bad peer_id {value:?}: {source}")]
+    BadPeerId {
+        /// The peer.
+        peer: usize,
+        /// The text.
+        value: String,
+        /// The parser's error.
+        #[source]
+        source: libp2p::identity::ParseError,
+    },
+    /// Two peers share a `peer_id`.
+    #[error("peer {peer}: peer_id {peer_id} listed twice")]
+    DuplicatePeerId {
+        /// The second peer listing it.
+        peer: usize,
+        /// The identity.
+        peer_id: libp2p::PeerId,
+    },
+    /// A peer has no `addr`.
+    #[error("peer {peer} has no addr")]
+    MissingAddr {
+        /// The peer.
+        peer: usize,
+    },
+    /// An `addr` does not parse.
+    #[error("peer {peer}: bad addr {value:?}: {source}")]
+    BadAddr {
+        /// The peer.
+        peer: usize,
+        /// The text.
+        value: String,
+        /// The parser's error.
+        #[source]
+        source: libp2p::multiaddr::Error,
+    },
+    /// An FMS cluster was asked for zero clients.
+    #[error("an FMS cluster needs at least one client")]
+    NoClients,
+    /// No hosts to assign addresses from.
+    #[error("no hosts given")]
+    NoHosts,
+    /// `base_port + id` overflows.
+    #[error("ports run past 65535")]
+    PortOverflow,
+    /// Listen addresses given for another number of peers.
+    #[error("{given} addresses for {peers} peers")]
+    AddrCount {
+        /// Addresses given.
+        given: usize,
+        /// Peers in the cluster.
+        peers: usize,
+    },
+    /// A peer the file does not list.
+    #[error("no peer {peer}")]
+    NoPeer {
+        /// The peer asked for.
+        peer: usize,
+    },
+    /// A peer has no `key` entry.
+    #[error("peer {peer} has no key")]
+    MissingKey {
+        /// The peer.
+        peer: usize,
+    },
+    /// A key file does not hold an ed25519 key.
+    #[error("not an ed25519 key file: {0}")]
+    BadKey(#[source] libp2p::identity::DecodingError),
+    /// A fresh key could not be encoded for its key file.
+    #[error("encoding a key: {0}")]
+    KeyEncoding(#[source] libp2p::identity::DecodingError),
+    /// A key file's identity is not the `peer_id` listed for its peer.
+    #[error("key does not match peer {peer}'s peer_id {peer_id}")]
+    KeyMismatch {
+        /// The peer.
+        peer: usize,
+        /// The listed identity.
+        peer_id: libp2p::PeerId,
+    },
 }
 
 /// Result alias for sfb-net.

@@ -5,17 +5,21 @@
 //! - [`mem_fms`]: the FMS baseline in memory, a parameter server and P clients on threads;
 //! - [`p2p`]: one peer per process over libp2p (TCP, noise, yamux, one stream per edge),
 //!   authenticated against a [`cluster::Cluster`] file, with an optional outbound
-//!   [`bandwidth`] budget; [`frame`] holds the framing and handshake.
+//!   [`bandwidth`] budget; [`frame`] holds the framing and handshake;
+//! - [`virtual_time`]: a deterministic single-threaded network in virtual time (seeded
+//!   per-link delays, pauses, losses, modelled work costs; no threads, no sleeps).
 #![warn(missing_docs)]
 
 pub mod bandwidth;
 mod clock;
 pub mod cluster;
+pub mod driver;
 mod error;
 pub mod frame;
 pub mod mem;
 pub mod mem_fms;
 pub mod p2p;
+pub mod virtual_time;
 
 pub use clock::WallClock;
-pub use error::{Error, Result};
+pub use error::{Awaiting, ClusterError, ConnectProblem, Error, FmsSetup, Result};

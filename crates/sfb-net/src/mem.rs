@@ -5,19 +5,19 @@
 //! peers sending to each other can never deadlock) but does not compute: a slow receiver
 //! slows its senders. Every wait is bounded by [`Options::timeout`]; a peer that waits
 //! longer fails with [`Error::Timeout`] naming whom it was waiting on, and a failing peer
-//! tells the others to stop.
+//! tells the others to stop. The loop is the crate's one [`driver::drive`]; this module
+//! supplies its links (crossbeam channels).
 
-use std::collections::VecDeque;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TrySendError, bounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, Sender, TryRecvError, TrySendError};
 use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
-use sfb_core::{Engine, Event, Model, Output, PeerId, Progress, StateMachine, Stragglers};
+use sfb_core::{Engine, Model, Output, PeerId, StateMachine, Stragglers};
 
 use crate::clock::WallClock;
-
+use crate::driver::{self, DriveOptions, Links, ProgressFn, Sent, Wake};
 use crate::{Error, Result};
 
 /// Options of an in-memory run.
@@ -29,7 +29,7 @@ pub struct Options {
     pub timeout: Duration,
     /// Called on the peer's thread with each record as the peer emits it (e.g. to show
     /// progress).
-    pub progress: Option<crate::p2p::ProgressFn>,
+    pub progress: Option<ProgressFn>,
     /// Injected slowness: real delay after the slow nodes' compute. Default: none.
     pub stragglers: Stragglers,
 }
@@ -74,21 +74,22 @@ pub(crate) enum Envelope {
 /// Runs `engines` (peer `i` at index `i`) to completion.
 ///
 /// # Errors
-/// The first peer error (engine errors, timeouts); peers stopped because of it are not
+/// [`Error::EngineMismatch`] if an engine is not at its index or belongs to another cluster
+/// size; otherwise the first peer error (engine errors, timeouts); peers stopped because of it are not
 /// reported separately.
 pub fn run<M: Model>(engines: Vec<Engine<M>>, opts: &Options) -> Result<Vec<PeerRun<M>>> {
     let p = engines.len();
     for (i, e) in engines.iter().enumerate() {
         if e.config().id.index() != i || e.config().peers != p {
-            return Err(Error::Config(format!(
-                "engine at index {i} is {} of {} peers",
-                e.config().id,
-                e.config().peers
-            )));
+            return Err(Error::EngineMismatch {
+                index: i,
+                id: e.config().id,
+                peers: e.config().peers,
+                expected: p,
+            });
         }
     }
-    let (txs, rxs): (Vec<Sender<Envelope>>, Vec<Receiver<Envelope>>) =
-        (0..p).map(|_| bounded(opts.capacity.max(1))).unzip();
+    let (txs, rxs) = inboxes(p, opts);
     let results: Vec<Result<PeerRun<M>>> = thread::scope(|s| {
         let handles: Vec<_> = engines
             .into_iter()
@@ -111,12 +112,90 @@ pub fn run<M: Model>(engines: Vec<Engine<M>>, opts: &Options) -> Result<Vec<Peer
     first_error(results)
 }
 
+/// One bounded inbox per node.
+pub(crate) fn inboxes(
+    nodes: usize,
+    opts: &Options,
+) -> (Vec<Sender<Envelope>>, Vec<Receiver<Envelope>>) {
+    (0..nodes)
+        .map(|_| crossbeam_channel::bounded(opts.capacity.max(1)))
+        .unzip()
+}
+
 /// Where frames for a node go: the index of its inbox.
 pub(crate) type Slot = fn(PeerId, usize) -> usize;
 
 /// Peer `i`'s inbox is `txs[i]`.
 pub(crate) fn peer_slot(id: PeerId, _nodes: usize) -> usize {
     id.index()
+}
+
+/// A node's links in memory: its own bounded inbox and every node's inbox sender.
+struct ChannelLinks<'a> {
+    me: PeerId,
+    rx: Receiver<Envelope>,
+    txs: &'a [Sender<Envelope>],
+    slot: Slot,
+}
+
+impl ChannelLinks<'_> {
+    fn inbox(&self, to: PeerId) -> &Sender<Envelope> {
+        &self.txs[(self.slot)(to, self.txs.len())]
+    }
+
+    fn open(&self, env: Envelope) -> Result<(PeerId, Message)> {
+        match env {
+            Envelope::Frame(from, msg) => Ok((from, msg)),
+            Envelope::Abort(by) => Err(Error::Aborted { peer: self.me, by }),
+        }
+    }
+}
+
+impl Links for ChannelLinks<'_> {
+    fn try_recv(&mut self) -> Result<Option<(PeerId, Message)>> {
+        match self.rx.try_recv() {
+            Ok(env) => self.open(env).map(Some),
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => Ok(None),
+        }
+    }
+
+    fn try_send(&mut self, out: &Output) -> Result<Sent> {
+        match self
+            .inbox(out.to)
+            .try_send(Envelope::Frame(self.me, out.msg.clone()))
+        {
+            Ok(()) => Ok(Sent::Yes),
+            Err(TrySendError::Full(_)) => Ok(Sent::Full),
+            Err(TrySendError::Disconnected(_)) => Err(Error::Disconnected {
+                peer: self.me,
+                to: out.to,
+            }),
+        }
+    }
+
+    fn wait(&mut self, room_on: Option<PeerId>, deadline: Instant) -> Result<Wake> {
+        let closed = || Error::InboxClosed { peer: self.me };
+        let Some(to) = room_on else {
+            return match self.rx.recv_deadline(deadline) {
+                Ok(env) => self.open(env).map(|(from, msg)| Wake::Frame(from, msg)),
+                Err(RecvTimeoutError::Timeout) => Ok(Wake::TimedOut),
+                Err(RecvTimeoutError::Disconnected) => Err(closed()),
+            };
+        };
+        let mut sel = Select::new();
+        let r = sel.recv(&self.rx);
+        sel.send(self.inbox(to));
+        match sel.ready_deadline(deadline) {
+            Ok(i) if i == r => match self.rx.try_recv() {
+                Ok(env) => self.open(env).map(|(from, msg)| Wake::Frame(from, msg)),
+                // Taken by nobody else, so only a race with the ready signal: look again.
+                Err(TryRecvError::Empty) => Ok(Wake::Room),
+                Err(TryRecvError::Disconnected) => Err(closed()),
+            },
+            Ok(_) => Ok(Wake::Room),
+            Err(_) => Ok(Wake::TimedOut),
+        }
+    }
 }
 
 /// Drives one node on its thread until it is done or fails; on failure tells every other
@@ -132,7 +211,17 @@ pub(crate) fn drive<N: StateMachine>(
     let mine = slot(me, txs.len());
     let mut records = Vec::new();
     let mut time = WallClock::new(Instant::now(), opts.stragglers);
-    let r = drive_inner(&mut node, &rx, &txs, slot, opts, &mut records, &mut time);
+    let mut links = ChannelLinks {
+        me,
+        rx,
+        txs: &txs,
+        slot,
+    };
+    let drive_opts = DriveOptions {
+        timeout: opts.timeout,
+        progress: opts.progress.clone(),
+    };
+    let r = driver::drive(&mut node, &mut links, &mut time, &drive_opts, &mut records);
     if let Err(e) = &r
         && !matches!(e, Error::Aborted { .. })
     {
@@ -142,127 +231,7 @@ pub(crate) fn drive<N: StateMachine>(
             }
         }
     }
-    r?;
-    node.finish(&mut time);
-    drain_events(&mut node, &mut records, opts);
-    Ok((node, records))
-}
-
-fn drain_events<N: StateMachine>(node: &mut N, records: &mut Vec<ClockRecord>, opts: &Options) {
-    while let Some(ev) = node.poll_event() {
-        if let Event::Clock(r) = ev {
-            if let Some(f) = &opts.progress {
-                f(&r);
-            }
-            records.push(r);
-        }
-    }
-}
-
-fn receive<N: StateMachine>(node: &mut N, env: Envelope, time: &mut WallClock) -> Result<()> {
-    let me = node.id();
-    match env {
-        Envelope::Frame(from, msg) => node
-            .on_message(from, msg, time)
-            .map_err(|source| Error::Peer { peer: me, source }),
-        Envelope::Abort(by) => Err(Error::Aborted { peer: me, by }),
-    }
-}
-
-fn drive_inner<N: StateMachine>(
-    node: &mut N,
-    rx: &Receiver<Envelope>,
-    txs: &[Sender<Envelope>],
-    slot: Slot,
-    opts: &Options,
-    records: &mut Vec<ClockRecord>,
-    time: &mut WallClock,
-) -> Result<()> {
-    let me = node.id();
-    let inbox = |to: PeerId| &txs[slot(to, txs.len())];
-    let mut outbox: VecDeque<Output> = VecDeque::new();
-    let mut last_progress = Instant::now();
-    loop {
-        while let Ok(env) = rx.try_recv() {
-            receive(node, env, time)?;
-            last_progress = Instant::now();
-        }
-        while let Some(o) = outbox.pop_front() {
-            match inbox(o.to).try_send(Envelope::Frame(me, o.msg)) {
-                Ok(()) => last_progress = Instant::now(),
-                Err(TrySendError::Full(Envelope::Frame(_, msg))) => {
-                    outbox.push_front(Output { to: o.to, msg });
-                    break;
-                }
-                Err(_) => return Err(Error::Disconnected { peer: me, to: o.to }),
-            }
-        }
-        if let Some(head) = outbox.front() {
-            // Blocked on a full inbox: wait until it has room or a frame arrives for us.
-            let remaining = opts.timeout.saturating_sub(last_progress.elapsed());
-            let mut sel = Select::new();
-            let r = sel.recv(rx);
-            sel.send(inbox(head.to));
-            match sel.ready_timeout(remaining) {
-                Ok(i) if i == r => {
-                    if let Ok(env) = rx.try_recv() {
-                        receive(node, env, time)?;
-                        last_progress = Instant::now();
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => return Err(timeout(node, last_progress.elapsed())),
-            }
-            continue;
-        }
-        match node
-            .on_tick(time)
-            .map_err(|source| Error::Peer { peer: me, source })?
-        {
-            Progress::Stepped => {
-                last_progress = Instant::now();
-                while let Some(o) = node.poll_output() {
-                    outbox.push_back(o);
-                }
-                drain_events(node, records, opts);
-            }
-            Progress::Done => return Ok(()),
-            Progress::Blocked => {
-                let remaining = opts.timeout.saturating_sub(last_progress.elapsed());
-                match rx.recv_timeout(remaining) {
-                    Ok(env) => {
-                        receive(node, env, time)?;
-                        last_progress = Instant::now();
-                    }
-                    Err(RecvTimeoutError::Timeout) => {
-                        return Err(timeout(node, last_progress.elapsed()));
-                    }
-                    Err(RecvTimeoutError::Disconnected) => {
-                        return Err(Error::Disconnected { peer: me, to: me });
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn timeout<N: StateMachine>(node: &N, waited: Duration) -> Error {
-    let waiting_on = node
-        .waiting_on()
-        .iter()
-        .map(|(q, d)| format!("{q} (delivered {d} clocks)"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    Error::Timeout {
-        peer: node.id(),
-        clock: node.clock(),
-        waited,
-        waiting_on: if waiting_on.is_empty() {
-            "a full outbound link".into()
-        } else {
-            waiting_on
-        },
-    }
+    r.map(|()| (node, records))
 }
 
 /// Splits per-node results: the first real error wins over `Aborted` errors it caused.

@@ -5,12 +5,12 @@
 
 use std::thread;
 
-use crossbeam_channel::{Receiver, Sender, bounded};
 use sfb_core::fms::{Client, Server};
 use sfb_core::metrics::ClockRecord;
 use sfb_core::{Model, PeerId};
 
-use crate::mem::{Envelope, Options, drive, first_error};
+use crate::error::FmsSetup;
+use crate::mem::{Options, drive, first_error, inboxes};
 use crate::{Error, Result};
 
 /// One client after its run.
@@ -52,7 +52,8 @@ fn fms_slot(id: PeerId, nodes: usize) -> usize {
 /// Runs `server` and `clients` (client `i` at index `i`) to completion.
 ///
 /// # Errors
-/// [`Error::Config`] if the clients do not match the server's configuration; otherwise the
+/// [`Error::ServerClients`] or [`Error::ClientMismatch`] if the clients do not match the
+/// server's configuration; otherwise the
 /// first node error (refused messages, model failures, timeouts); nodes stopped because of
 /// it are not reported separately.
 pub fn run<M: Model, S: Model>(
@@ -63,10 +64,10 @@ pub fn run<M: Model, S: Model>(
     let p = clients.len();
     let scfg = server.config();
     if scfg.clients != p {
-        return Err(Error::Config(format!(
-            "the server expects {} clients, {p} given",
-            scfg.clients
-        )));
+        return Err(Error::ServerClients {
+            expected: scfg.clients,
+            got: p,
+        });
     }
     for (i, c) in clients.iter().enumerate() {
         let ccfg = c.config();
@@ -76,22 +77,15 @@ pub fn run<M: Model, S: Model>(
             || ccfg.clocks != scfg.clocks
             || ccfg.staleness() != scfg.staleness()
         {
-            return Err(Error::Config(format!(
-                "client at index {i} is {} of {} clients ({} push, {} clocks, {}); the server \
-                 runs {p} clients ({} push, {} clocks, {})",
-                c.id(),
-                ccfg.clients,
-                ccfg.push,
-                ccfg.clocks,
-                ccfg.consistency,
-                scfg.push,
-                scfg.clocks,
-                scfg.consistency
-            )));
+            return Err(Error::ClientMismatch {
+                index: i,
+                id: c.id(),
+                client: FmsSetup::from(ccfg),
+                server: FmsSetup::from(scfg),
+            });
         }
     }
-    let (txs, rxs): (Vec<Sender<Envelope>>, Vec<Receiver<Envelope>>) =
-        (0..=p).map(|_| bounded(opts.capacity.max(1))).unzip();
+    let (txs, rxs) = inboxes(p + 1, opts);
     let mut rxs = rxs.into_iter();
     let (client_results, server_result) = thread::scope(|s| {
         let handles: Vec<_> = clients

@@ -238,3 +238,108 @@ fn valid_frames_pass_and_oversized_lengths_are_refused_before_allocation() {
         "{r:?}"
     );
 }
+
+/// Three MLR engines with full broadcast under BSP on seeded synthetic data.
+fn mlr_engines(clocks: u64) -> Vec<sfb_core::Engine<sfb_models::Mlr>> {
+    use sfb_models::synthetic;
+    let spec: synthetic::ClassificationSpec = "classes=3,features=6,samples=120".parse().unwrap();
+    let (train, _) = synthetic::classification(&spec, 7);
+    (0..3u32)
+        .map(|i| {
+            let mut cfg = sfb_core::Config::full_broadcast(PeerId(i), 3);
+            cfg.clocks = clocks;
+            cfg.batch_size = 4;
+            cfg.eval_every = 0;
+            let mine = sfb_core::shard_indices(train.len(), 3, i as usize)
+                .map(|k| train[k].clone())
+                .collect();
+            sfb_core::Engine::new(
+                cfg,
+                sfb_models::Mlr::new(3, 6),
+                synthetic::init_w(3, 6, 0.01, 7),
+                sfb_core::Shard::new(mine, 11 + u64::from(i)),
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libp2p_and_in_memory_runs_give_the_same_replicas_and_frames() {
+    const CLOCKS: u64 = 6;
+    let dir = tempdir("equiv");
+    let topo = sfb_topology::full(3).unwrap();
+    let mut cluster =
+        Cluster::init(&dir.join("cluster.toml"), &topo, &["127.0.0.1".into()], 0).unwrap();
+    let shape = RunShape {
+        j: 3,
+        d: 6,
+        batch: 4,
+        clocks: CLOCKS,
+        full_w: false,
+        dtype: wire::Dtype::F32,
+    };
+    // Queues of one frame: the engines keep meeting full links.
+    let opts = Options {
+        queue_frames: 1,
+        ..Options::default()
+    };
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        nodes.push(Node::start(&cluster, i, &shape, &opts).await.unwrap());
+    }
+    cluster
+        .set_addrs(nodes.iter().map(|n| n.listen_addr().clone()).collect())
+        .unwrap();
+    let cluster = Arc::new(cluster);
+    let runs: Vec<_> = nodes
+        .into_iter()
+        .zip(mlr_engines(CLOCKS))
+        .map(|(node, engine)| {
+            let (cluster, opts, shape) = (Arc::clone(&cluster), opts.clone(), shape.clone());
+            tokio::spawn(async move { node.run(&cluster, engine, &shape, &opts).await })
+        })
+        .collect();
+    let mut p2p = Vec::new();
+    for r in runs {
+        let out = tokio::time::timeout(Duration::from_secs(60), r)
+            .await
+            .expect("the libp2p run finishes")
+            .unwrap()
+            .unwrap();
+        p2p.push(out);
+    }
+    let mem = sfb_net::mem::run(
+        mlr_engines(CLOCKS),
+        &sfb_net::mem::Options {
+            capacity: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for (a, b) in p2p.iter().zip(&mem) {
+        assert_eq!(a.node.replica().checksum(), b.engine.replica().checksum());
+        assert_eq!(a.records.len(), b.records.len());
+        assert_eq!(a.records.len() as u64, CLOCKS + 1);
+        // Every frame the engine counted went out, once, to both out-neighbours (sizes vary
+        // from run to run: the header carries the mean iteration time as a varint).
+        assert_eq!(
+            a.stats.total_sent(),
+            a.records.last().unwrap().bytes_sent + 2 * CLOCKS * 4
+        );
+        assert_eq!(
+            a.stats
+                .bad_frames
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+    }
+    let total =
+        |f: fn(&sfb_net::p2p::NetStats) -> u64| p2p.iter().map(|p| f(&p.stats)).sum::<u64>();
+    assert_eq!(
+        total(sfb_net::p2p::NetStats::total_sent),
+        total(sfb_net::p2p::NetStats::total_received)
+    );
+    let first = p2p[0].node.replica().checksum();
+    assert!(p2p.iter().all(|p| p.node.replica().checksum() == first));
+}

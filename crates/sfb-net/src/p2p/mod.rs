@@ -1,0 +1,232 @@
+//! Peers over libp2p: TCP + noise + yamux, one long-lived `libp2p-stream` stream per
+//! directed edge of the topology.
+//!
+//! A [`Node`] is started in two steps so that a launcher can use port 0 and exchange the
+//! real addresses: [`Node::start`] builds the swarm, listens and begins accepting streams;
+//! [`Node::run`] dials the out-neighbours and drives the engine to completion.
+//!
+//! Roles of the tasks, one module each:
+//! - `node`: the **swarm task** owns the swarm: it refuses connections from identities not
+//!   in the cluster file (allow list) and dials on request;
+//! - `writer`: one **writer** per out-neighbour opens the stream, sends a [`Hello`], waits
+//!   for the [`Ack`](crate::frame::Ack), then writes the engine's frames from a bounded
+//!   queue, paced by the optional bandwidth [`Bucket`] shared by all writers of the peer;
+//! - `reader`: one **reader** per accepted stream checks the sender (an in-neighbour, the
+//!   identity its Hello claims), validates every frame with [`sfb_core::wire::decode`]
+//!   (size limit, decode, known origin, shape, finite values) and forwards it to the
+//!   engine; a bad frame is counted, logged and dropped, and the stream closed with a fatal
+//!   error for the run;
+//! - `links`: the **engine thread** runs the sans-IO node in the crate's one
+//!   [driver loop](crate::driver::drive) over the writers' bounded queues and the readers'
+//!   inbox (no consistency logic lives here); it encodes each shared payload once for all
+//!   its destinations.
+//!
+//! Every wait is bounded: start-up by [`Options::startup_timeout`], the run by
+//! [`Options::timeout`] without progress. A peer that dies makes its neighbours fail with
+//! an error naming it (its streams end early) instead of hanging.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use libp2p::StreamProtocol;
+use sfb_core::metrics::ClockRecord;
+use sfb_core::wire::{self, Message};
+use sfb_core::{PeerId, Stragglers};
+
+use crate::Error;
+use crate::bandwidth::Bucket;
+use crate::cluster::Cluster;
+use crate::frame::{self, Hello};
+
+mod links;
+mod node;
+mod reader;
+mod writer;
+
+pub use crate::driver::ProgressFn;
+pub use node::{Behaviour, Node, build_swarm};
+
+/// Options of a libp2p peer.
+#[derive(Clone)]
+pub struct Options {
+    /// Longest the peer may go without progress (no frame received while blocked, or no
+    /// room on a link) before the run fails. Default: 10 s.
+    pub timeout: Duration,
+    /// Longest to wait for connections and handshakes at start-up. Default: 30 s.
+    pub startup_timeout: Duration,
+    /// Optional outbound budget shared by all sends of this peer.
+    pub bandwidth: Option<Arc<Bucket>>,
+    /// Frames queued per out-edge before the engine is held back (at least
+    /// [`FRAMES_PER_EDGE_PER_CLOCK`](wire::FRAMES_PER_EDGE_PER_CLOCK), one clock's worth).
+    /// Default: 4.
+    pub queue_frames: usize,
+    /// Called on the engine thread after every clock (e.g. to report progress).
+    pub progress: Option<ProgressFn>,
+    /// Injected slowness: real delay after the slow nodes' compute. Default: none.
+    pub stragglers: Stragglers,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("timeout", &self.timeout)
+            .field("startup_timeout", &self.startup_timeout)
+            .field("bandwidth", &self.bandwidth)
+            .field("queue_frames", &self.queue_frames)
+            .field("progress", &self.progress.is_some())
+            .field("stragglers", &self.stragglers)
+            .finish()
+    }
+}
+
+impl Options {
+    /// Frames queued per edge: [`queue_frames`](Self::queue_frames), but never less than one
+    /// clock's worth.
+    fn edge_queue(&self) -> usize {
+        self.queue_frames.max(wire::FRAMES_PER_EDGE_PER_CLOCK)
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(10),
+            startup_timeout: Duration::from_secs(30),
+            bandwidth: None,
+            queue_frames: 4,
+            progress: None,
+            stragglers: Stragglers::None,
+        }
+    }
+}
+
+/// Per-edge byte counters of a peer (frame bytes including the 4-byte length prefix;
+/// handshakes excluded).
+#[derive(Debug)]
+pub struct NetStats {
+    /// Bytes sent to each peer, by index.
+    pub sent: Vec<AtomicU64>,
+    /// Bytes received from each peer, by index.
+    pub received: Vec<AtomicU64>,
+    /// Frames that failed validation.
+    pub bad_frames: AtomicU64,
+    /// Streams refused (unknown or unexpected sender, handshake mismatch).
+    pub refused_streams: AtomicU64,
+    /// Microseconds from the first frame written to the last, over all writers.
+    first_write_us: AtomicU64,
+    last_write_us: AtomicU64,
+    epoch: Instant,
+}
+
+impl NetStats {
+    fn new(peers: usize) -> Self {
+        Self {
+            sent: (0..peers).map(|_| AtomicU64::new(0)).collect(),
+            received: (0..peers).map(|_| AtomicU64::new(0)).collect(),
+            bad_frames: AtomicU64::new(0),
+            refused_streams: AtomicU64::new(0),
+            first_write_us: AtomicU64::new(u64::MAX),
+            last_write_us: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn mark_write(&self, started: Instant) {
+        let s = started.saturating_duration_since(self.epoch).as_micros() as u64;
+        let e = self.epoch.elapsed().as_micros() as u64;
+        self.first_write_us.fetch_min(s, Ordering::Relaxed);
+        self.last_write_us.fetch_max(e, Ordering::Relaxed);
+    }
+
+    /// Total bytes sent.
+    pub fn total_sent(&self) -> u64 {
+        self.sent.iter().map(|x| x.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Total bytes received.
+    pub fn total_received(&self) -> u64 {
+        self.received
+            .iter()
+            .map(|x| x.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Seconds between the start of the first frame write and the end of the last.
+    pub fn send_span_s(&self) -> f64 {
+        let (a, b) = (
+            self.first_write_us.load(Ordering::Relaxed),
+            self.last_write_us.load(Ordering::Relaxed),
+        );
+        if a == u64::MAX || b <= a {
+            0.0
+        } else {
+            (b - a) as f64 * 1e-6
+        }
+    }
+}
+
+/// A finished node.
+#[derive(Debug)]
+pub struct Outcome<N> {
+    /// The node (SFB engine, FMS server or client) with its final state and metrics.
+    pub node: N,
+    /// Per-clock records.
+    pub records: Vec<ClockRecord>,
+    /// Network counters.
+    pub stats: Arc<NetStats>,
+}
+
+/// What the readers and writers hand the engine thread.
+enum Inbound {
+    /// A validated frame from an in-neighbour.
+    Frame(PeerId, Message),
+    /// A fatal condition noticed by a reader.
+    Fatal(Error),
+    /// The writer to this node index failed; its task holds the error.
+    WriterFailed(usize),
+}
+
+fn protocol() -> StreamProtocol {
+    StreamProtocol::new(frame::PROTOCOL)
+}
+
+/// The run-time facts every stream must agree on, from which handshakes and frame limits
+/// follow.
+#[derive(Debug, Clone)]
+pub struct RunShape {
+    /// Rows of W.
+    pub j: usize,
+    /// Columns of W.
+    pub d: usize,
+    /// Mini-batch size.
+    pub batch: usize,
+    /// Clocks of the run.
+    pub clocks: u64,
+    /// Whether full W frames (FMS) travel on the streams.
+    pub full_w: bool,
+    /// How factor values are encoded (every stream of a run must agree).
+    pub dtype: wire::Dtype,
+}
+
+impl RunShape {
+    fn hello(&self, peer: usize, cluster: &Cluster) -> Hello {
+        Hello {
+            version: frame::PROTOCOL_VERSION,
+            wire_version: wire::WIRE_VERSION,
+            peer: peer as u32,
+            j: self.j as u32,
+            d: self.d as u32,
+            batch: self.batch as u32,
+            clocks: self.clocks,
+            topology_hash: cluster.topology_hash(),
+            dtype: self.dtype.to_string(),
+        }
+    }
+
+    /// Largest valid frame: a batch of `batch` pairs with dense or fully dense sparse `v`,
+    /// or a full W when FMS frames are expected.
+    pub fn max_frame(&self) -> usize {
+        wire::max_frame_len(self.j, self.d, self.batch, self.full_w)
+    }
+}

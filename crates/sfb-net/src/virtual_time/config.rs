@@ -1,0 +1,209 @@
+//! What a virtual-time run models: link delays, the cost of work, stragglers, pauses and
+//! lost frames.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use sfb_core::{PeerId, Stragglers, Work};
+
+use super::Error;
+
+/// The delay of one frame on a link, drawn per frame from the link's own seeded stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Latency {
+    /// Shortest delay.
+    pub min: Duration,
+    /// Longest delay (inclusive).
+    pub max: Duration,
+}
+
+impl Latency {
+    /// Every frame takes `delay`.
+    pub fn fixed(delay: Duration) -> Self {
+        Self {
+            min: delay,
+            max: delay,
+        }
+    }
+
+    /// Delays uniform in `min..=max` (nanosecond resolution).
+    pub fn uniform(min: Duration, max: Duration) -> Self {
+        Self { min, max }
+    }
+}
+
+impl Default for Latency {
+    /// Uniform in 50 µs ..= 150 µs.
+    fn default() -> Self {
+        Self::uniform(Duration::from_micros(50), Duration::from_micros(150))
+    }
+}
+
+/// The modelled cost of each piece of [`Work`] a node reports through
+/// [`TimeSource::after`](sfb_core::TimeSource::after). Straggler delay is added on top of
+/// `Compute` (see [`Config::stragglers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Costs {
+    /// Per `compute_sv` call (one clock's mini-batch). Default: 100 µs.
+    pub compute_per_clock: Duration,
+    /// Per sample of the mini-batch. Default: 10 µs.
+    pub compute_per_sample: Duration,
+    /// Per batched apply (kernel launch and `prox`). Default: 10 µs.
+    pub apply_per_call: Duration,
+    /// Per rank-one pair applied. Default: 1 µs.
+    pub apply_per_pair: Duration,
+    /// Per element of a dense `J × D` matrix added, built or validated (FMS). Default: 1 ns.
+    pub per_element: Duration,
+    /// Per evaluation on held-out data. Default: 100 µs.
+    pub evaluate: Duration,
+}
+
+impl Default for Costs {
+    fn default() -> Self {
+        Self {
+            compute_per_clock: Duration::from_micros(100),
+            compute_per_sample: Duration::from_micros(10),
+            apply_per_call: Duration::from_micros(10),
+            apply_per_pair: Duration::from_micros(1),
+            per_element: Duration::from_nanos(1),
+            evaluate: Duration::from_micros(100),
+        }
+    }
+}
+
+impl Costs {
+    /// Work that takes no virtual time at all (only link delays and stragglers move the
+    /// clocks).
+    pub fn free() -> Self {
+        Self {
+            compute_per_clock: Duration::ZERO,
+            compute_per_sample: Duration::ZERO,
+            apply_per_call: Duration::ZERO,
+            apply_per_pair: Duration::ZERO,
+            per_element: Duration::ZERO,
+            evaluate: Duration::ZERO,
+        }
+    }
+
+    /// The modelled cost of `work` (without straggler delay). Kinds of work this version
+    /// does not know cost nothing.
+    pub fn of(&self, work: Work) -> Duration {
+        let times = |d: Duration, n: usize| d.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
+        match work {
+            Work::Compute { samples, .. } => {
+                self.compute_per_clock + times(self.compute_per_sample, samples)
+            }
+            Work::Apply { pairs, .. } => self.apply_per_call + times(self.apply_per_pair, pairs),
+            Work::Dense { matrices, j, d } => times(
+                self.per_element,
+                matrices.saturating_mul(j).saturating_mul(d),
+            ),
+            Work::CheckW { j, d } => times(self.per_element, j.saturating_mul(d)),
+            Work::Evaluate => self.evaluate,
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// Node `node` does nothing from virtual time `from` until `until`: it starts no step
+/// (a step already under way at `from` completes) and takes no frames; frames sent to it
+/// queue on their links and are handed over at `until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pause {
+    /// The paused node.
+    pub node: PeerId,
+    /// Start of the pause.
+    pub from: Duration,
+    /// End of the pause (exclusive).
+    pub until: Duration,
+}
+
+/// Frames number `frames` (0-based, counted per link in sending order) on the directed
+/// link `from → to` are lost: sent (and counted in the sender's bytes) but never
+/// delivered.
+///
+/// What the nodes then do, with today's engine (which expects every in-neighbour's
+/// clocks in order): losing the last frames of a link (`n..u64::MAX`, a link that breaks)
+/// leaves the receiver waiting for a clock that never comes, and the run ends with
+/// [`Error::Stalled`] naming whom it waits on; losing a frame in the middle of a stream
+/// makes the receiver refuse the next one as out of order ([`Error::Node`] with
+/// [`sfb_core::Error::BadClock`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loss {
+    /// Sender.
+    pub from: PeerId,
+    /// Receiver.
+    pub to: PeerId,
+    /// The lost frames' numbers on the link.
+    pub frames: Range<u64>,
+}
+
+/// Everything a [`Network`](super::Network) run models. Every field has a documented
+/// default; [`validate`](Self::validate) checks it before anything runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Seed of the links' delay streams (link `p → q` draws from its own ChaCha8 stream
+    /// seeded from `(seed, p, q)`). Default: 0.
+    pub seed: u64,
+    /// Per-frame link delay. Default: [`Latency::default`].
+    pub latency: Latency,
+    /// Modelled cost of work. Default: [`Costs::default`].
+    pub costs: Costs,
+    /// Extra virtual compute time of slow nodes. Default: none.
+    pub stragglers: Stragglers,
+    /// Pauses of nodes. Default: none.
+    pub pauses: Vec<Pause>,
+    /// Lost frames. Default: none.
+    pub losses: Vec<Loss>,
+    /// Most events (frame arrivals and node wake-ups) a run may process before it fails
+    /// with [`Error::EventLimit`]. Default: 10 000 000.
+    pub max_events: u64,
+    /// Whether each node's per-clock records are kept in the
+    /// [`Outcome`](super::Outcome) (O(clocks) memory per node; an
+    /// [`Observer`](super::Observer) sees them either way). Default: true.
+    pub keep_records: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            latency: Latency::default(),
+            costs: Costs::default(),
+            stragglers: Stragglers::None,
+            pauses: Vec::new(),
+            losses: Vec::new(),
+            max_events: 10_000_000,
+            keep_records: true,
+        }
+    }
+}
+
+impl Config {
+    /// Checks the configuration on its own (the nodes a pause or loss names are checked
+    /// when the run starts).
+    ///
+    /// # Errors
+    /// [`Error::InvalidLatency`] if `min > max`; [`Error::InvalidPause`] if a pause ends
+    /// before it starts; [`Error::EventLimit`] if `max_events` is 0.
+    pub fn validate(&self) -> Result<(), Error> {
+        let Latency { min, max } = self.latency;
+        if min > max {
+            return Err(Error::InvalidLatency { min, max });
+        }
+        if let Some(p) = self.pauses.iter().find(|p| p.from > p.until) {
+            return Err(Error::InvalidPause {
+                node: p.node,
+                from: p.from,
+                until: p.until,
+            });
+        }
+        if self.max_events == 0 {
+            return Err(Error::EventLimit {
+                limit: 0,
+                at: Duration::ZERO,
+            });
+        }
+        Ok(())
+    }
+}

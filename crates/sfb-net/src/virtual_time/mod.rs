@@ -1,0 +1,689 @@
+//! A deterministic virtual-time driver: P sans-IO nodes on one thread, joined by seeded
+//! FIFO links, with a virtual clock instead of a wall clock (raft-rs's test-network
+//! pattern). No threads, no sleeps, no wall clock: the same seed and nodes give bitwise
+//! the same run, records and virtual times included.
+//!
+//! # The model
+//! - **Nodes** are any [`StateMachine`] (an SFB [`Engine`](sfb_core::Engine), or an FMS
+//!   server and clients as [`FmsNode`]). Each node has its own virtual clock, a
+//!   [`VirtualClock`] the driver passes to every call: it reads the node's current
+//!   virtual time and, on [`TimeSource::after`], advances it by the modelled cost of the
+//!   work ([`Costs`]) plus any [`Stragglers`] delay on compute. So the nodes' own metrics
+//!   (`compute_s`, `apply_s`, `wait_s`, `wall_s`) are in virtual seconds.
+//! - **Links** are directed and FIFO. A frame sent at virtual time `t` on `p → q` arrives
+//!   at `max(t + δ, previous arrival on p → q)`, with `δ` drawn from [`Latency`] by the
+//!   link's own ChaCha8 stream (seeded from `(seed, p, q)`): delays are random, yet a
+//!   later frame never overtakes an earlier one.
+//! - **Events** are frame arrivals and node wake-ups in one priority queue ordered by
+//!   `(virtual time, sequence number)`; ties go to the event scheduled first.
+//! - **A node's step.** When a node wakes at `t` (its clock moves to `max(own, t)`), the
+//!   driver hands it every frame that has arrived, ticks it once and sends its outputs
+//!   stamped with its clock after the tick. [`Progress::Stepped`] schedules its next
+//!   wake-up at that time, so frames arriving while it computed are delivered before its
+//!   next step; [`Progress::Blocked`] leaves it idle until a frame arrives;
+//!   [`Progress::Done`] calls [`finish`](StateMachine::finish).
+//! - **Pauses** ([`Pause`]): a paused node starts no step and takes no frames; they queue
+//!   and are handed over when the pause ends. A step under way when a pause starts
+//!   completes (pauses act between steps).
+//! - **Losses** ([`Loss`]): lost frames are never delivered; see [`Loss`] for what the
+//!   nodes then do.
+//! - **No hang.** When no event is pending and some node is not done, every such node is
+//!   blocked and nothing can change: the run fails with [`Error::Stalled`], naming each
+//!   blocked node and whom it waits on. The number of events is capped
+//!   ([`Config::max_events`]).
+//!
+//! # Example: three least-squares peers, BSP, random delays, a slow peer
+//! ```
+//! use std::time::Duration;
+//! use ndarray::{Array2, ArrayView2};
+//! use sfb_core::{Config, Engine, Model, ModelError, PeerId, Shard, Stragglers, SvList};
+//! use sfb_net::virtual_time::{Latency, Network};
+//!
+//! /// Least squares with J = 1: u = w·x − y, v = x.
+//! struct Ls;
+//! impl Model for Ls {
+//!     type Sample = (Vec<f32>, f32);
+//!     fn compute_sv(&mut self, w: ArrayView2<'_, f32>, batch: &[&Self::Sample], sv: &mut SvList)
+//!         -> Result<(), ModelError> {
+//!         for (x, y) in batch {
+//!             let pred: f32 = w.row(0).iter().zip(x).map(|(a, b)| a * b).sum();
+//!             sv.push_dense(&[pred - y], x)?;
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let data = |p: usize| Shard::new(vec![(vec![1.0, p as f32], 1.0); 4], p as u64);
+//! let engines: Vec<_> = (0..3)
+//!     .map(|p| {
+//!         let mut cfg = Config::full_broadcast(PeerId(p as u32), 3);
+//!         cfg.clocks = 5;
+//!         Engine::new(cfg, Ls, Array2::zeros((1, 2)), data(p)).unwrap()
+//!     })
+//!     .collect();
+//! let slow = Duration::from_millis(10);
+//! let run = Network::new(engines)
+//!     .seed(7)
+//!     .latency(Latency::uniform(Duration::from_micros(10), Duration::from_millis(2)))
+//!     .stragglers(Stragglers::Fixed { peer: PeerId(2), delay: slow })
+//!     .run()?;
+//! // BSP with full broadcast: every replica is bitwise the same, whatever the delays.
+//! let sums: Vec<String> = run.nodes.iter().map(|n| n.node.replica().checksum()).collect();
+//! assert!(sums.iter().all(|s| *s == sums[0]));
+//! // The run took at least 5 slow steps of virtual time, and the fast peers waited
+//! // (virtual seconds) for the slow one.
+//! assert!(run.end >= 5 * slow);
+//! assert!(run.nodes[0].node.metrics().wait_s > 0.03);
+//! assert_eq!(run.nodes[0].records.len(), 6); // one per clock and a final one
+//! # Ok::<(), sfb_net::virtual_time::Error>(())
+//! ```
+//!
+//! # Growing into `sfb sim` (many peers, bandwidth)
+//! The driver is written so a many-peer simulator can grow from it without a second loop:
+//! - *Scale*: memory is O(nodes + links in use + frames in flight) (links are created on
+//!   first use; records can be left to an [`Observer`] with
+//!   [`Config::keep_records`] off); each event costs O(log events in flight).
+//! - *Link model*: a frame's arrival time is computed in one place (`Link::transit`), from
+//!   the send time and the link's last arrival. A bandwidth model (serialization time
+//!   `bytes / rate`, with `bytes` from [`sfb_core::wire::encoded_len`], and a link busy
+//!   until its previous frame is out) or shared NIC queues replace that function and add
+//!   state to `Link`; FIFO is kept by the `max` with the previous arrival.
+//! - *Cost model*: [`Costs::of`] maps each [`Work`] to a duration; a calibrated model (e.g.
+//!   GEMM cost from `(pairs, j, d)`) slots in there or behind a trait taking its place.
+//! - *Faults*: pauses and losses are data in [`Config`]; node crashes and restarts,
+//!   scheduled link cuts or seeded random loss are more of the same.
+//! - *Observation*: an [`Observer`] sees every delivery, tick and record (for streaming
+//!   metrics or checking invariants) without the driver keeping anything.
+
+mod config;
+mod error;
+mod fms;
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use sfb_core::metrics::ClockRecord;
+use sfb_core::wire::Message;
+use sfb_core::{Event, PeerId, Progress, StateMachine, Stragglers, TimeSource, Work};
+
+pub use config::{Config, Costs, Latency, Loss, Pause};
+pub use error::{Blocked, Error};
+pub use fms::FmsNode;
+
+/// Result alias of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A node's virtual clock: reads its current virtual time and charges each piece of work
+/// its modelled cost ([`Costs::of`]) plus, after compute, the [`Stragglers`] delay.
+#[derive(Debug, Clone)]
+pub struct VirtualClock {
+    now: Duration,
+    costs: Costs,
+    stragglers: Stragglers,
+}
+
+impl VirtualClock {
+    /// A clock at virtual zero.
+    pub fn new(costs: Costs, stragglers: Stragglers) -> Self {
+        Self {
+            now: Duration::ZERO,
+            costs,
+            stragglers,
+        }
+    }
+
+    /// Moves the clock forward to `t` (never backwards).
+    pub fn advance_to(&mut self, t: Duration) {
+        self.now = self.now.max(t);
+    }
+
+    /// The current virtual time.
+    pub fn time(&self) -> Duration {
+        self.now
+    }
+}
+
+impl TimeSource for VirtualClock {
+    fn now(&mut self) -> Duration {
+        self.now
+    }
+
+    fn after(&mut self, work: Work) -> Duration {
+        let mut cost = self.costs.of(work);
+        if let Work::Compute { peer, clock, .. } = work {
+            cost += self.stragglers.delay(peer, clock);
+        }
+        self.now += cost;
+        self.now
+    }
+}
+
+/// Sees a run as it happens (to check invariants or stream metrics). Every method
+/// defaults to doing nothing; `()` observes nothing.
+pub trait Observer<N> {
+    /// A frame from `from` is about to be handed to `to` at `to`'s virtual time `at`.
+    fn on_deliver(&mut self, at: Duration, from: PeerId, to: PeerId, msg: &Message) {
+        let _ = (at, from, to, msg);
+    }
+
+    /// `nodes[index]` ticked with `progress`; `at` is its virtual time after the tick
+    /// (for [`Progress::Stepped`]: when the step it started completed).
+    ///
+    /// Every node's state can be read from `nodes`, as processed: the driver runs a step
+    /// when it starts, so another node's state (its `clock()`, say) may already include a
+    /// step that ends after `at` in virtual time. To compare nodes in virtual time, record
+    /// the `at` of their ticks.
+    fn on_tick(&mut self, at: Duration, index: usize, progress: Progress, nodes: &[N]) {
+        let _ = (at, index, progress, nodes);
+    }
+
+    /// A node emitted a record.
+    fn on_record(&mut self, record: &ClockRecord) {
+        let _ = record;
+    }
+}
+
+impl<N> Observer<N> for () {}
+
+/// One node after the run.
+#[derive(Debug)]
+pub struct NodeRun<N> {
+    /// The node, with its final state and metrics.
+    pub node: N,
+    /// Its records, in order (empty with [`Config::keep_records`] off).
+    pub records: Vec<ClockRecord>,
+    /// Virtual time when it finished (after its final record).
+    pub finished_at: Duration,
+}
+
+/// Counts of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Frames handed to their receivers.
+    pub delivered: u64,
+    /// Frames lost ([`Loss`]).
+    pub dropped: u64,
+    /// Events processed (arrivals and wake-ups).
+    pub events: u64,
+    /// `on_tick` calls.
+    pub ticks: u64,
+}
+
+/// A completed run.
+#[derive(Debug)]
+pub struct Outcome<N> {
+    /// The nodes, in the order given.
+    pub nodes: Vec<NodeRun<N>>,
+    /// Virtual time when the last node finished.
+    pub end: Duration,
+    /// Counts.
+    pub stats: Stats,
+}
+
+/// P nodes and the [`Config`] of their virtual network; a builder for one run. See the
+/// [module docs](self).
+pub struct Network<N> {
+    nodes: Vec<N>,
+    cfg: Config,
+}
+
+impl<N> std::fmt::Debug for Network<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Network")
+            .field("nodes", &self.nodes.len())
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl<N: StateMachine> Network<N> {
+    /// `nodes` (any order; ids must be distinct) with the default [`Config`].
+    pub fn new(nodes: Vec<N>) -> Self {
+        Self::with_config(nodes, Config::default())
+    }
+
+    /// `nodes` with `cfg`.
+    pub fn with_config(nodes: Vec<N>, cfg: Config) -> Self {
+        Self { nodes, cfg }
+    }
+
+    /// The configuration so far.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Sets [`Config::seed`].
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.cfg.seed = seed;
+        self
+    }
+
+    /// Sets [`Config::latency`].
+    pub fn latency(mut self, latency: Latency) -> Self {
+        self.cfg.latency = latency;
+        self
+    }
+
+    /// Sets [`Config::costs`].
+    pub fn costs(mut self, costs: Costs) -> Self {
+        self.cfg.costs = costs;
+        self
+    }
+
+    /// Sets [`Config::stragglers`].
+    pub fn stragglers(mut self, stragglers: Stragglers) -> Self {
+        self.cfg.stragglers = stragglers;
+        self
+    }
+
+    /// Adds a [`Pause`] of `node` from `from` until `until`.
+    pub fn pause(mut self, node: PeerId, from: Duration, until: Duration) -> Self {
+        self.cfg.pauses.push(Pause { node, from, until });
+        self
+    }
+
+    /// Adds a [`Loss`] of frames `frames` on `from → to`.
+    pub fn lose(mut self, from: PeerId, to: PeerId, frames: std::ops::Range<u64>) -> Self {
+        self.cfg.losses.push(Loss { from, to, frames });
+        self
+    }
+
+    /// Sets [`Config::max_events`].
+    pub fn max_events(mut self, max_events: u64) -> Self {
+        self.cfg.max_events = max_events;
+        self
+    }
+
+    /// Sets [`Config::keep_records`].
+    pub fn keep_records(mut self, keep: bool) -> Self {
+        self.cfg.keep_records = keep;
+        self
+    }
+
+    /// Runs every node to completion.
+    ///
+    /// # Errors
+    /// See [`run_with`](Self::run_with).
+    pub fn run(self) -> Result<Outcome<N>> {
+        self.run_with(&mut ())
+    }
+
+    /// Runs every node to completion, showing everything to `observer`.
+    ///
+    /// # Errors
+    /// Configuration errors ([`Config::validate`], [`Error::NoNodes`],
+    /// [`Error::DuplicateNode`], [`Error::UnknownNode`]) before anything runs; then the
+    /// first [`Error::Node`] or [`Error::UnknownDestination`], [`Error::Stalled`] when
+    /// nothing can happen any more, or [`Error::EventLimit`].
+    ///
+    /// # Complexity
+    /// O(E log E) for E events (about one per frame and one per step).
+    pub fn run_with<O: Observer<N>>(self, observer: &mut O) -> Result<Outcome<N>> {
+        Sim::new(self.nodes, self.cfg, observer)?.run()
+    }
+}
+
+/// What the event queue holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The node at this index should step.
+    Wake,
+    /// The head frame of the link from the node at this index arrives.
+    Arrive { from: usize },
+}
+
+#[derive(Debug)]
+struct Scheduled {
+    at: Duration,
+    seq: u64,
+    node: usize,
+    kind: Kind,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// One directed link.
+struct Link {
+    rng: ChaCha8Rng,
+    /// Frames sent so far (lost ones included): the next frame's number.
+    sent: u64,
+    /// Arrival time of the latest frame put on the link.
+    last_arrival: Duration,
+    /// Frames in flight, in order.
+    queue: VecDeque<Message>,
+    /// Frame numbers to lose.
+    lost: Vec<std::ops::Range<u64>>,
+}
+
+impl Link {
+    fn new(seed: u64, from: PeerId, to: PeerId, lost: Vec<std::ops::Range<u64>>) -> Self {
+        let key = mix(mix(seed, u64::from(from.0)), u64::from(to.0));
+        Self {
+            rng: ChaCha8Rng::seed_from_u64(key),
+            sent: 0,
+            last_arrival: Duration::ZERO,
+            queue: VecDeque::new(),
+            lost,
+        }
+    }
+
+    /// When a frame sent at `sent` arrives: a fresh delay, never before the previous
+    /// frame (FIFO). The one place a bandwidth model would change.
+    fn transit(&mut self, sent: Duration, latency: Latency) -> Duration {
+        let (lo, hi) = (nanos(latency.min), nanos(latency.max));
+        let delay = Duration::from_nanos(if lo == hi {
+            lo
+        } else {
+            self.rng.random_range(lo..=hi)
+        });
+        self.last_arrival = self.last_arrival.max(sent + delay);
+        self.last_arrival
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// SplitMix64 step of `(a, b)`.
+fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b
+        .wrapping_add(0x9e37_79b9_7f4a_7c15)
+        .wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The driver's view of one node.
+struct Slot {
+    id: PeerId,
+    clock: VirtualClock,
+    /// Frames that arrived and wait to be handed over, with their senders.
+    inbox: VecDeque<(PeerId, Message)>,
+    /// A wake-up is queued (the node is stepping or paused); arrivals just queue.
+    wake_pending: bool,
+    done: bool,
+    /// `(from, until)`, sorted.
+    pauses: Vec<(Duration, Duration)>,
+    records: Vec<ClockRecord>,
+    finished_at: Duration,
+}
+
+impl Slot {
+    /// The end of the pause covering `t`, if any.
+    fn paused_until(&self, t: Duration) -> Option<Duration> {
+        self.pauses
+            .iter()
+            .find(|&&(from, until)| from <= t && t < until)
+            .map(|&(_, until)| until)
+    }
+}
+
+struct Sim<'o, N, O> {
+    nodes: Vec<N>,
+    slots: Vec<Slot>,
+    index: BTreeMap<PeerId, usize>,
+    links: BTreeMap<(usize, usize), Link>,
+    losses: BTreeMap<(usize, usize), Vec<std::ops::Range<u64>>>,
+    queue: BinaryHeap<Reverse<Scheduled>>,
+    seq: u64,
+    now: Duration,
+    cfg: Config,
+    stats: Stats,
+    observer: &'o mut O,
+}
+
+impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
+    fn new(nodes: Vec<N>, cfg: Config, observer: &'o mut O) -> Result<Self> {
+        cfg.validate()?;
+        if nodes.is_empty() {
+            return Err(Error::NoNodes);
+        }
+        let mut index = BTreeMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            if index.insert(n.id(), i).is_some() {
+                return Err(Error::DuplicateNode { node: n.id() });
+            }
+        }
+        let find = |node: PeerId, what| {
+            index
+                .get(&node)
+                .copied()
+                .ok_or(Error::UnknownNode { node, what })
+        };
+        let mut slots: Vec<Slot> = nodes
+            .iter()
+            .map(|n| Slot {
+                id: n.id(),
+                clock: VirtualClock::new(cfg.costs, cfg.stragglers),
+                inbox: VecDeque::new(),
+                wake_pending: false,
+                done: false,
+                pauses: Vec::new(),
+                records: Vec::new(),
+                finished_at: Duration::ZERO,
+            })
+            .collect();
+        for p in &cfg.pauses {
+            slots[find(p.node, "pause")?].pauses.push((p.from, p.until));
+        }
+        for s in &mut slots {
+            s.pauses.sort_unstable();
+        }
+        let mut losses: BTreeMap<(usize, usize), Vec<_>> = BTreeMap::new();
+        for l in &cfg.losses {
+            let key = (find(l.from, "loss")?, find(l.to, "loss")?);
+            losses.entry(key).or_default().push(l.frames.clone());
+        }
+        let mut sim = Self {
+            nodes,
+            slots,
+            index,
+            links: BTreeMap::new(),
+            losses,
+            queue: BinaryHeap::new(),
+            seq: 0,
+            now: Duration::ZERO,
+            cfg,
+            stats: Stats::default(),
+            observer,
+        };
+        for i in 0..sim.nodes.len() {
+            sim.wake(i, Duration::ZERO);
+        }
+        Ok(sim)
+    }
+
+    fn schedule(&mut self, at: Duration, node: usize, kind: Kind) {
+        self.seq += 1;
+        self.queue.push(Reverse(Scheduled {
+            at,
+            seq: self.seq,
+            node,
+            kind,
+        }));
+    }
+
+    /// Queues a wake-up of node `i` at `at` unless one is queued.
+    fn wake(&mut self, i: usize, at: Duration) {
+        if !self.slots[i].wake_pending {
+            self.slots[i].wake_pending = true;
+            self.schedule(at, i, Kind::Wake);
+        }
+    }
+
+    fn run(mut self) -> Result<Outcome<N>> {
+        while let Some(Reverse(ev)) = self.queue.pop() {
+            self.stats.events += 1;
+            self.now = ev.at;
+            if self.stats.events > self.cfg.max_events {
+                return Err(Error::EventLimit {
+                    limit: self.cfg.max_events,
+                    at: ev.at,
+                });
+            }
+            match ev.kind {
+                Kind::Arrive { from } => {
+                    let msg = self
+                        .links
+                        .get_mut(&(from, ev.node))
+                        .and_then(|l| l.queue.pop_front())
+                        .expect("an arrival event for every frame on the link");
+                    let sender = self.slots[from].id;
+                    self.slots[ev.node].inbox.push_back((sender, msg));
+                    self.wake(ev.node, ev.at);
+                }
+                Kind::Wake => {
+                    self.slots[ev.node].wake_pending = false;
+                    self.step(ev.node, ev.at)?;
+                }
+            }
+        }
+        if self.slots.iter().any(|s| !s.done) {
+            let blocked = self
+                .nodes
+                .iter()
+                .zip(&self.slots)
+                .filter(|(_, s)| !s.done)
+                .map(|(n, s)| Blocked {
+                    node: s.id,
+                    clock: n.clock(),
+                    waiting_on: n.waiting_on(),
+                })
+                .collect();
+            return Err(Error::Stalled {
+                at: self.now,
+                blocked,
+            });
+        }
+        let end = self
+            .slots
+            .iter()
+            .map(|s| s.finished_at)
+            .max()
+            .unwrap_or_default();
+        let nodes = self
+            .nodes
+            .into_iter()
+            .zip(self.slots)
+            .map(|(node, s)| NodeRun {
+                node,
+                records: s.records,
+                finished_at: s.finished_at,
+            })
+            .collect();
+        Ok(Outcome {
+            nodes,
+            end,
+            stats: self.stats,
+        })
+    }
+
+    /// Node `i` wakes at `t`: unless paused, takes what has arrived and ticks once.
+    fn step(&mut self, i: usize, t: Duration) -> Result<()> {
+        let slot = &mut self.slots[i];
+        slot.clock.advance_to(t);
+        let now = slot.clock.time();
+        if let Some(until) = slot.paused_until(now) {
+            self.wake(i, until);
+            return Ok(());
+        }
+        let id = slot.id;
+        let node_err = |at, source| Error::Node {
+            node: id,
+            at,
+            source,
+        };
+        while let Some((from, msg)) = self.slots[i].inbox.pop_front() {
+            let slot = &mut self.slots[i];
+            self.observer.on_deliver(slot.clock.time(), from, id, &msg);
+            self.stats.delivered += 1;
+            self.nodes[i]
+                .on_message(from, msg, &mut slot.clock)
+                .map_err(|e| node_err(slot.clock.time(), e))?;
+        }
+        if self.slots[i].done {
+            // Frames after the end were handed over (a node may refuse them); nothing
+            // more to do.
+            return Ok(());
+        }
+        self.stats.ticks += 1;
+        let slot = &mut self.slots[i];
+        let progress = self.nodes[i]
+            .on_tick(&mut slot.clock)
+            .map_err(|e| node_err(slot.clock.time(), e))?;
+        let at = slot.clock.time();
+        self.observer.on_tick(at, i, progress, &self.nodes);
+        while let Some(out) = self.nodes[i].poll_output() {
+            self.send(i, out.to, out.msg, at)?;
+        }
+        match progress {
+            Progress::Stepped => self.wake(i, at),
+            Progress::Blocked => {}
+            Progress::Done => {
+                let slot = &mut self.slots[i];
+                self.nodes[i].finish(&mut slot.clock);
+                slot.done = true;
+                slot.finished_at = slot.clock.time();
+            }
+        }
+        self.drain_events(i);
+        Ok(())
+    }
+
+    fn drain_events(&mut self, i: usize) {
+        while let Some(ev) = self.nodes[i].poll_event() {
+            if let Event::Clock(r) = ev {
+                self.observer.on_record(&r);
+                if self.cfg.keep_records {
+                    self.slots[i].records.push(r);
+                }
+            }
+        }
+    }
+
+    /// Puts a frame from node `i` on its link to `to`, sent at `at`.
+    fn send(&mut self, i: usize, to: PeerId, msg: Message, at: Duration) -> Result<()> {
+        let from = self.slots[i].id;
+        let Some(&j) = self.index.get(&to) else {
+            return Err(Error::UnknownDestination { from, to, at });
+        };
+        let (seed, latency) = (self.cfg.seed, self.cfg.latency);
+        let losses = &mut self.losses;
+        let link = self.links.entry((i, j)).or_insert_with(|| {
+            Link::new(seed, from, to, losses.remove(&(i, j)).unwrap_or_default())
+        });
+        let number = link.sent;
+        link.sent += 1;
+        if link.lost.iter().any(|r| r.contains(&number)) {
+            self.stats.dropped += 1;
+            return Ok(());
+        }
+        let arrival = link.transit(at, latency);
+        link.queue.push_back(msg);
+        self.schedule(arrival, j, Kind::Arrive { from: i });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

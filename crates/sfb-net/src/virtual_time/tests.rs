@@ -1,0 +1,242 @@
+use std::time::Duration;
+
+use ndarray::{Array2, ArrayView2};
+use sfb_core::{Consistency, Engine, Model, ModelError, Shard, SvList};
+
+use super::*;
+
+/// Least squares with J = 1: u = w·x − y, v = x.
+struct Ls;
+
+impl Model for Ls {
+    type Sample = (Vec<f32>, f32);
+    fn compute_sv(
+        &mut self,
+        w: ArrayView2<'_, f32>,
+        batch: &[&Self::Sample],
+        sv: &mut SvList,
+    ) -> std::result::Result<(), ModelError> {
+        for (x, y) in batch {
+            let pred: f32 = w.row(0).iter().zip(x).map(|(a, b)| a * b).sum();
+            sv.push_dense(&[pred - y], x)?;
+        }
+        Ok(())
+    }
+}
+
+fn engines(peers: usize, consistency: Consistency, clocks: u64) -> Vec<Engine<Ls>> {
+    (0..peers)
+        .map(|p| {
+            let mut cfg = sfb_core::Config::full_broadcast(PeerId(p as u32), peers);
+            cfg.clocks = clocks;
+            cfg.batch_size = 2;
+            cfg.consistency = consistency.clone();
+            let data = (0..6)
+                .map(|i| (vec![1.0, (p + i) as f32 * 0.1], (i % 3) as f32))
+                .collect();
+            Engine::new(cfg, Ls, Array2::zeros((1, 2)), Shard::new(data, p as u64)).unwrap()
+        })
+        .collect()
+}
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Records the batch clocks delivered on each link and the ticks of each node.
+#[derive(Default)]
+struct Log {
+    delivered: BTreeMap<(PeerId, PeerId), Vec<u64>>,
+    deliveries_at: Vec<(PeerId, Duration)>,
+    ticks: Vec<(usize, Duration)>,
+}
+
+impl<N> Observer<N> for Log {
+    fn on_deliver(&mut self, at: Duration, from: PeerId, to: PeerId, msg: &Message) {
+        if let Message::Factors { batch, .. } = msg {
+            self.delivered
+                .entry((from, to))
+                .or_default()
+                .push(batch.clock);
+        }
+        self.deliveries_at.push((to, at));
+    }
+    fn on_tick(&mut self, at: Duration, index: usize, _: Progress, _: &[N]) {
+        self.ticks.push((index, at));
+    }
+}
+
+#[test]
+fn links_are_fifo_under_random_delays() {
+    let mut log = Log::default();
+    let run = Network::new(engines(4, Consistency::Async, 6))
+        .seed(1)
+        .costs(Costs::free())
+        .latency(Latency::uniform(Duration::ZERO, 10 * MS))
+        .run_with(&mut log)
+        .unwrap();
+    assert_eq!(run.stats.delivered, 4 * 3 * 6);
+    assert_eq!(run.stats.dropped, 0);
+    assert_eq!(log.delivered.len(), 12);
+    for (link, clocks) in &log.delivered {
+        assert_eq!(clocks, &(0..6).collect::<Vec<_>>(), "link {link:?}");
+    }
+    for n in &run.nodes {
+        assert!(n.node.is_done());
+        assert_eq!(n.node.metrics().batches_applied, 4 * 6);
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_run_and_another_seed_another() {
+    let go = |seed| {
+        Network::new(engines(3, Consistency::Ssp { staleness: 1 }, 8))
+            .seed(seed)
+            .latency(Latency::uniform(Duration::ZERO, 5 * MS))
+            .run()
+            .unwrap()
+    };
+    let (a, b, c) = (go(5), go(5), go(6));
+    assert_eq!(a.end, b.end);
+    assert_eq!(a.stats, b.stats);
+    for (x, y) in a.nodes.iter().zip(&b.nodes) {
+        assert_eq!(x.records, y.records);
+        assert_eq!(x.node.replica().checksum(), y.node.replica().checksum());
+        assert_eq!(x.finished_at, y.finished_at);
+    }
+    assert_ne!(a.end, c.end, "the seed should change the link delays");
+}
+
+#[test]
+fn a_broken_link_stalls_the_run_naming_who_waits_on_whom() {
+    let err = Network::new(engines(3, Consistency::Bsp, 5))
+        .lose(PeerId(0), PeerId(1), 2..u64::MAX)
+        .run()
+        .unwrap_err();
+    let Error::Stalled { blocked, .. } = &err else {
+        panic!("expected a stall, got {err}");
+    };
+    let p1 = blocked
+        .iter()
+        .find(|b| b.node == PeerId(1))
+        .expect("p1 blocked");
+    assert_eq!(p1.waiting_on, vec![(PeerId(0), 2)]);
+    assert_eq!(p1.clock, 3); // BSP: clock t needs t delivered, so it completed clock 2
+    // p1 stops after clock 2, so p0 and p2 are stuck too, each waiting on p1.
+    assert_eq!(blocked.len(), 3, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("p1 at clock 3 waits on p0 (delivered 2 clocks)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_lost_frame_mid_stream_makes_the_receiver_refuse_the_next() {
+    let err = Network::new(engines(2, Consistency::Async, 4))
+        .lose(PeerId(0), PeerId(1), 1..2)
+        .run()
+        .unwrap_err();
+    match err {
+        Error::Node {
+            node,
+            source: sfb_core::Error::BadClock { origin, clock, .. },
+            ..
+        } => assert_eq!((node, origin, clock), (PeerId(1), PeerId(0), 2)),
+        other => panic!("expected a refused frame, got {other}"),
+    }
+}
+
+#[test]
+fn a_paused_node_does_nothing_and_the_others_wait_for_it() {
+    let (from, until) = (MS, 40 * MS);
+    let mut log = Log::default();
+    let run = Network::new(engines(3, Consistency::Bsp, 20))
+        .latency(Latency::fixed(Duration::from_micros(100)))
+        .pause(PeerId(1), from, until)
+        .run_with(&mut log)
+        .unwrap();
+    // No frame handed to p1 and no tick of p1 during the pause.
+    assert!(
+        log.deliveries_at
+            .iter()
+            .all(|&(to, at)| to != PeerId(1) || at < from || at >= until)
+    );
+    assert!(
+        log.ticks
+            .iter()
+            .all(|&(i, at)| i != 1 || at < from + MS || at >= until)
+    );
+    assert!(run.end > until);
+    // BSP: p0 waited (in virtual seconds) for most of the pause, in the middle of the run.
+    let m = run.nodes[0].node.metrics();
+    assert!(m.wait_s > 0.035, "{m:?}");
+    assert!(m.flush_s < 0.001, "{m:?}");
+}
+
+#[test]
+fn the_event_cap_ends_a_run() {
+    let err = Network::new(engines(2, Consistency::Bsp, 50))
+        .max_events(10)
+        .run()
+        .unwrap_err();
+    assert!(matches!(err, Error::EventLimit { limit: 10, .. }), "{err}");
+}
+
+#[test]
+fn configuration_errors_come_before_anything_runs() {
+    let bad_latency = Network::new(engines(2, Consistency::Bsp, 2))
+        .latency(Latency::uniform(2 * MS, MS))
+        .run();
+    assert!(matches!(bad_latency, Err(Error::InvalidLatency { .. })));
+    let bad_pause = Network::new(engines(2, Consistency::Bsp, 2))
+        .pause(PeerId(0), 2 * MS, MS)
+        .run();
+    assert!(matches!(bad_pause, Err(Error::InvalidPause { .. })));
+    let unknown = Network::new(engines(2, Consistency::Bsp, 2))
+        .pause(PeerId(5), MS, 2 * MS)
+        .run();
+    assert!(matches!(
+        unknown,
+        Err(Error::UnknownNode {
+            node: PeerId(5),
+            what: "pause"
+        })
+    ));
+    let mut twice = engines(2, Consistency::Bsp, 2);
+    twice.extend(engines(2, Consistency::Bsp, 2));
+    assert!(matches!(
+        Network::new(twice).run(),
+        Err(Error::DuplicateNode { node: PeerId(0) })
+    ));
+    assert!(matches!(
+        Network::<Engine<Ls>>::new(Vec::new()).run(),
+        Err(Error::NoNodes)
+    ));
+}
+
+#[test]
+fn the_virtual_clock_charges_costs_and_straggler_delay() {
+    let costs = Costs::default();
+    let slow = Stragglers::Fixed {
+        peer: PeerId(1),
+        delay: 7 * MS,
+    };
+    let mut c = VirtualClock::new(costs, slow);
+    let compute = |peer| Work::Compute {
+        peer: PeerId(peer),
+        clock: 0,
+        samples: 4,
+    };
+    assert_eq!(c.after(compute(0)), Duration::from_micros(140));
+    assert_eq!(c.after(compute(1)), Duration::from_micros(280) + 7 * MS);
+    let t = c.now();
+    assert_eq!(
+        c.after(Work::Apply {
+            pairs: 5,
+            j: 1,
+            d: 2
+        }) - t,
+        Duration::from_micros(15)
+    );
+    c.advance_to(Duration::ZERO);
+    assert_eq!(c.time(), t + Duration::from_micros(15), "never backwards");
+}
