@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate the test fixtures and golden values of sfb-models (tests/fixtures/).
+"""Generate the test fixtures and golden values of sfb-models (crates/sfb-models/tests/fixtures/).
 
 Run once from the workspace root; the outputs are committed, tests never download:
 
@@ -11,7 +11,7 @@ Handwritten Digits" test set (sklearn.datasets.load_digits: 1,797 images of 8x8 
 values 0..16, 10 classes). It ships inside the scikit-learn package, so nothing is
 fetched from the network.
 
-Outputs (all in tests/fixtures/):
+Outputs (all in crates/sfb-models/tests/fixtures/):
 - digits_train.libsvm, digits_test.libsvm: an 80/20 stratified split
   (train_test_split(test_size=0.2, random_state=0, stratify=y)), pixel values divided
   by 16 (so features are in [0, 1]; every value k/16 is exact in decimal and binary),
@@ -39,7 +39,7 @@ from sklearn.decomposition import MiniBatchDictionaryLearning, sparse_encode
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import train_test_split
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", "sfb-models", "tests", "fixtures")
 
 
 def write_libsvm(path, x, y):

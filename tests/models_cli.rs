@@ -6,7 +6,7 @@ use std::process::Command;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+        .join("crates/sfb-models/tests/fixtures")
         .join(name)
 }
 

@@ -135,13 +135,18 @@ pub enum Dtype {
     F16,
 }
 
+/// Error parsing a wire dtype name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown wire dtype {0:?} (f32 or f16)")]
+pub struct ParseDtypeError(pub String);
+
 impl std::str::FromStr for Dtype {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+    type Err = ParseDtypeError;
+    fn from_str(s: &str) -> std::result::Result<Self, ParseDtypeError> {
         match s.to_ascii_lowercase().as_str() {
             "f32" => Ok(Dtype::F32),
             "f16" => Ok(Dtype::F16),
-            other => Err(format!("unknown wire dtype {other:?} (f32 or f16)")),
+            _ => Err(ParseDtypeError(s.to_string())),
         }
     }
 }

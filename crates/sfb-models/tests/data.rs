@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use sfb::models::data::{
+use sfb_models::data::{
     self, CsvOptions, IndexBase, LibsvmOptions, parse_csv, parse_libsvm, read_libsvm,
 };
-use sfb::models::{Error, Features};
+use sfb_models::{Error, Features};
 
-fn libsvm(text: &str, opts: &LibsvmOptions) -> sfb::models::Result<data::Dataset> {
+fn libsvm(text: &str, opts: &LibsvmOptions) -> sfb_models::Result<data::Dataset> {
     parse_libsvm(text.as_bytes(), Path::new("mem.svm"), opts)
 }
 
@@ -193,7 +193,7 @@ fn bad_input_names_file_and_line() {
 
 #[test]
 fn low_rank_teacher_labels_by_a_times_b_and_spreads_classes() {
-    use sfb::models::synthetic::{ClassificationSpec, classification};
+    use sfb_models::synthetic::{ClassificationSpec, classification};
     let spec: ClassificationSpec = "classes=50,features=40,samples=2000,test=10,rank=4,noise=0"
         .parse()
         .unwrap();

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use sfb::core::Consistency;
+use sfb_core::Consistency;
 
 #[test]
 fn four_peer_mlr_matches_single_process_accuracy() {
@@ -19,7 +19,7 @@ fn four_peer_mlr_matches_single_process_accuracy() {
             seed: 21,
             straggler: None,
         };
-        let runs = sfb::net::mem::run(engines(&prob, &spec), &opts()).unwrap();
+        let runs = sfb_net::mem::run(engines(&prob, &spec), &opts()).unwrap();
         runs[0].engine.last_evaluation().unwrap().accuracy.unwrap()
     };
     let single = run(1, 1200);

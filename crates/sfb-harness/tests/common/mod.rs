@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sfb::core::{Consistency, Engine, Shard};
-use sfb::harness::{Cluster, StragglerSpec};
-use sfb::models::{ClassificationSpec, Example, Mlr, MlrEvaluator, Straggler, synthetic};
+use sfb_core::{Consistency, Engine, Shard};
+use sfb_harness::{Cluster, StragglerSpec};
+use sfb_models::{ClassificationSpec, Example, Mlr, MlrEvaluator, Straggler, synthetic};
 
 pub struct Problem {
     pub train: Arc<Vec<Example>>,
@@ -29,7 +29,7 @@ pub fn problem(spec: &str, seed: u64) -> Problem {
 
 /// Peer `id`'s shard, as the builder gives it.
 pub fn shard(p: &Problem, peers: usize, id: usize, seed: u64) -> Shard<Example> {
-    sfb::harness::shard(&p.train, peers, id as u32, seed)
+    sfb_harness::shard(&p.train, peers, id as u32, seed)
 }
 
 pub struct ClusterSpec {
@@ -46,7 +46,7 @@ pub struct ClusterSpec {
 fn builder(
     p: &Problem,
     c: &ClusterSpec,
-) -> sfb::harness::Builder<impl sfb::harness::ModelSource<Model = Mlr>> {
+) -> sfb_harness::Builder<impl sfb_harness::ModelSource<Model = Mlr>> {
     let (j, d, test) = (p.j, p.d, Arc::clone(&p.test));
     let mut b = Cluster::builder()
         .peers(c.peers)
@@ -73,8 +73,8 @@ pub fn engines(p: &Problem, c: &ClusterSpec) -> Vec<Engine<Straggler<Mlr>>> {
     builder(p, c).build_engines().unwrap()
 }
 
-pub fn opts() -> sfb::net::mem::Options {
-    sfb::net::mem::Options {
+pub fn opts() -> sfb_net::mem::Options {
+    sfb_net::mem::Options {
         timeout: Duration::from_secs(60),
         ..Default::default()
     }
@@ -85,14 +85,14 @@ pub fn opts() -> sfb::net::mem::Options {
 pub fn fms_nodes(
     p: &Problem,
     c: &ClusterSpec,
-    push: sfb::core::fms::Push,
+    push: sfb_core::fms::Push,
 ) -> (
-    sfb::core::fms::Server<Straggler<Mlr>>,
-    Vec<sfb::core::fms::Client<Straggler<Mlr>>>,
+    sfb_core::fms::Server<Straggler<Mlr>>,
+    Vec<sfb_core::fms::Client<Straggler<Mlr>>>,
 ) {
     let push = match push {
-        sfb::core::fms::Push::Dense => sfb::harness::Push::Dense,
-        _ => sfb::harness::Push::Factors,
+        sfb_core::fms::Push::Dense => sfb_harness::Push::Dense,
+        _ => sfb_harness::Push::Factors,
     };
     builder(p, c).build_fms(push).unwrap()
 }

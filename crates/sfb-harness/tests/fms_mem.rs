@@ -6,9 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use sfb::core::fms::Push;
-use sfb::core::wire::{self, Message};
-use sfb::core::{Consistency, PeerId};
+use sfb_core::fms::Push;
+use sfb_core::wire::{self, Message};
+use sfb_core::{Consistency, PeerId};
 
 fn spec(consistency: Consistency) -> ClusterSpec {
     ClusterSpec {
@@ -38,7 +38,7 @@ fn rel_diff(a: ndarray::ArrayView2<'_, f32>, b: ndarray::ArrayView2<'_, f32>) ->
 fn fms_factor_push_is_bitwise_identical_to_sfb_full_broadcast_and_dense_push_is_close() {
     let prob = problem(DATA, 11);
     let c = spec(Consistency::Bsp);
-    let sfb_runs = sfb::net::mem::run(engines(&prob, &c), &opts()).unwrap();
+    let sfb_runs = sfb_net::mem::run(engines(&prob, &c), &opts()).unwrap();
     let sfb_sum = sfb_runs[0].engine.replica().checksum();
     assert!(
         sfb_runs
@@ -47,7 +47,7 @@ fn fms_factor_push_is_bitwise_identical_to_sfb_full_broadcast_and_dense_push_is_
     );
 
     let (server, clients) = fms_nodes(&prob, &c, Push::Factors);
-    let fms = sfb::net::mem_fms::run(server, clients, &opts()).unwrap();
+    let fms = sfb_net::mem_fms::run(server, clients, &opts()).unwrap();
     assert_eq!(
         fms.server.server.replica().checksum(),
         sfb_sum,
@@ -85,7 +85,7 @@ fn fms_factor_push_is_bitwise_identical_to_sfb_full_broadcast_and_dense_push_is_
 
     // Dense ΔW push: same W up to float rounding.
     let (server, clients) = fms_nodes(&prob, &c, Push::Dense);
-    let dense = sfb::net::mem_fms::run(server, clients, &opts()).unwrap();
+    let dense = sfb_net::mem_fms::run(server, clients, &opts()).unwrap();
     let sfb_w = sfb_runs[0].engine.replica().w();
     let rel = rel_diff(dense.server.server.replica().w(), sfb_w);
     assert!(
@@ -118,14 +118,14 @@ fn fms_ssp_with_a_straggler_respects_the_bound_and_tiny_inboxes_do_not_deadlock(
         seed: 3,
         straggler: Some((3, Duration::from_millis(5))),
     };
-    let opts = sfb::net::mem::Options {
+    let opts = sfb_net::mem::Options {
         capacity: 1,
         timeout: Duration::from_secs(60),
         ..Default::default()
     };
     for push in [Push::Factors, Push::Dense] {
         let (server, clients) = fms_nodes(&prob, &c, push);
-        let run = sfb::net::mem_fms::run(server, clients, &opts).unwrap();
+        let run = sfb_net::mem_fms::run(server, clients, &opts).unwrap();
         let server_sum = run.server.server.replica().checksum();
         for r in &run.clients {
             let m = r.client.metrics();

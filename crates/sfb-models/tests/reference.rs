@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ndarray::Array2;
-use sfb::core::{
+use sfb_core::{
     Config, Engine, FactorBatch, ManualTime, Model, PeerId, Progress, Replica, Shard, SvList,
 };
-use sfb::models::data::{self, LibsvmOptions, read_libsvm};
-use sfb::models::sdca::primal_dual;
-use sfb::models::{
+use sfb_models::data::{self, LibsvmOptions, read_libsvm};
+use sfb_models::sdca::primal_dual;
+use sfb_models::{
     AnyModel, ClusterSpec, Example, Mlr, ModelSpec, Problem, mlr, sparse_coding, synthetic,
 };
 
@@ -90,8 +90,8 @@ fn engines(
         .collect()
 }
 
-fn opts() -> sfb::net::mem::Options {
-    sfb::net::mem::Options {
+fn opts() -> sfb_net::mem::Options {
+    sfb_net::mem::Options {
         timeout: Duration::from_secs(60),
         ..Default::default()
     }
@@ -168,7 +168,7 @@ fn sdca_closes_the_gap_at_the_sklearn_optimum() {
         features: 64,
     };
     let spec = ModelSpec::L2Mlr { lambda };
-    let runs = sfb::net::mem::run(engines(&spec, &problem, 4, 250, 16, 1.0, 3), &opts()).unwrap();
+    let runs = sfb_net::mem::run(engines(&spec, &problem, 4, 250, 16, 1.0, 3), &opts()).unwrap();
     let ev = runs[0].engine.last_evaluation().unwrap();
     let (primal, dual, gap) = (
         ev.extra.get("primal_objective").unwrap(),
@@ -362,7 +362,7 @@ fn dml_beats_euclidean_nearest_neighbour() {
     };
     let mut before = model.evaluator(&problem, 9);
     let initial = before.evaluate(model.init_w(&problem, 0.0, 9).view());
-    let runs = sfb::net::mem::run(engines(&model, &problem, 4, 300, 16, 0.01, 9), &opts()).unwrap();
+    let runs = sfb_net::mem::run(engines(&model, &problem, 4, 300, 16, 0.01, 9), &opts()).unwrap();
     let ev = runs[0].engine.last_evaluation().unwrap();
     let learned = ev.accuracy.unwrap();
     let euclid = ev.extra.get("knn_accuracy_euclidean").unwrap();

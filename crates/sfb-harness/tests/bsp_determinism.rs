@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use sfb::core::{Consistency, FactorBatch, Model, PeerId, Replica, SvList};
-use sfb::models::{Mlr, synthetic};
+use sfb_core::{Consistency, FactorBatch, Model, PeerId, Replica, SvList};
+use sfb_models::{Mlr, synthetic};
 
 #[test]
 fn four_peers_bsp_replicas_are_bitwise_equal_and_match_single_process() {
@@ -19,7 +19,7 @@ fn four_peers_bsp_replicas_are_bitwise_equal_and_match_single_process() {
         seed: 11,
         straggler: None,
     };
-    let runs = sfb::net::mem::run(engines(&prob, &spec), &opts()).unwrap();
+    let runs = sfb_net::mem::run(engines(&prob, &spec), &opts()).unwrap();
     let sums: Vec<String> = runs.iter().map(|r| r.engine.replica().checksum()).collect();
     assert!(
         sums.iter().all(|s| s == &sums[0]),
