@@ -361,7 +361,7 @@ fn kernel(args: &BenchArgs) -> Result<()> {
             );
         }
         std::fs::write(dir.join("kernel.csv"), csv)?;
-        let machine = super::experiment::Machine::this();
+        let machine = sfb_harness::experiment::Machine::this();
         let cats: Vec<String> = report.rows.iter().map(|r| format!("R={}", r.r)).collect();
         sfb_plot::bar_chart(
             &dir.join("kernel.png"),
@@ -391,7 +391,7 @@ fn kernel(args: &BenchArgs) -> Result<()> {
             "## `kernel` — the apply kernel vs plain GEMM, the naive loop and memory bandwidth
 
 Command: `{}`  \nMachine: {}\n\nW {j}×{d} f32, {threads} threads; copy {copy_gb_s:.1} GB/s, read-modify-write {rmw_gb_s:.1} GB/s (same buffer size, all threads).\n\n| R | kernel ms | GEMM ms | naive ms | kernel ÷ GEMM speed | kernel ÷ RMW bandwidth | × naive |\n|---:|---:|---:|---:|---:|---:|---:|\n",
-            super::experiment::invocation(),
+            sfb_harness::experiment::invocation(),
             machine.line()
         );
         for r in &report.rows {

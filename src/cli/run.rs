@@ -55,6 +55,10 @@ pub struct RunArgs {
     /// at --bandwidth (burst --burst) instead of the built-in token bucket.
     #[arg(long)]
     pub netns: bool,
+    /// Run the serialized run description (RunSpec JSON) in FILE; the other options of
+    /// this command are not read.
+    #[arg(long, value_name = "FILE")]
+    pub spec: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub net: super::p2p::NetArgs,
     #[command(flatten)]
@@ -97,8 +101,17 @@ impl From<Backend> for sfb_harness::Backend {
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
-    let spec = args.to_spec();
-    let (summary, records) = execute(&spec, &super::p2p::run_argv(), None)?;
+    let (spec, argv) = match &args.spec {
+        Some(file) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let spec = RunSpec::from_json(&text).with_context(|| file.display().to_string())?;
+            let argv = sfb_harness::experiment::run_args(&spec).unwrap_or_default();
+            (spec, argv)
+        }
+        None => (args.to_spec(), super::p2p::run_argv()),
+    };
+    let (summary, records) = execute(&spec, &argv, None)?;
     if let Some(path) = &spec.output.metrics {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,

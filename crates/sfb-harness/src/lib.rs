@@ -10,7 +10,9 @@
 //!   another driver;
 //! - [`summarize`]: one [`Summary`](sfb_core::metrics::Summary) for every backend and
 //!   transport;
-//! - [`run`]: a whole [`RunSpec`] in one call.
+//! - [`run`]: a whole [`RunSpec`] in one call;
+//! - [`experiment`]: paired arms, learning curves, time to target, reports (JSON, CSV,
+//!   Markdown, PNG) and the scenarios of `sfb demo` and `sfb bench`.
 //!
 //! # Example: your own model on 4 peers, full then partial broadcast
 //! ```
@@ -69,6 +71,7 @@
 mod cluster;
 mod data;
 mod error;
+pub mod experiment;
 mod run;
 mod spec;
 mod summary;

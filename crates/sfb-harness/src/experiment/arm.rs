@@ -1,0 +1,246 @@
+//! Arms: a run description with a name and an environment, and its `sfb run` command.
+
+use crate::spec::{
+    Backend, ConsistencySpec, DataSource, ModelChoice, Push, RunSpec, TopologyMethod,
+};
+
+/// One arm of an experiment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arm {
+    /// Name in tables and legends.
+    pub name: String,
+    /// The run.
+    pub spec: RunSpec,
+    /// Environment of the run. An arm with any runs as a child `sfb run --spec FILE`
+    /// process (and so do its peers), e.g. `RAYON_NUM_THREADS=1` for one core per peer.
+    pub env: Vec<(String, String)>,
+}
+
+impl Arm {
+    /// An arm named `name` carrying out `spec`.
+    pub fn new(name: impl Into<String>, spec: RunSpec) -> Self {
+        Self {
+            name: name.into(),
+            spec,
+            env: Vec::new(),
+        }
+    }
+
+    /// The same arm with an environment variable set.
+    pub fn with_env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// The shell command that reproduces this arm alone: `KEY=VALUE… sfb run ARGS…`, or,
+    /// when the spec has fields `sfb run` has no flag for, `sfb run --spec FILE` with
+    /// `spec_file` the name [`Report::write`](super::Report::write) writes the spec to.
+    pub fn command(&self) -> String {
+        let mut words: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        words.extend(["sfb".into(), "run".into()]);
+        match run_args(&self.spec) {
+            Some(args) => words.extend(args),
+            None => words.extend(["--spec".into(), self.spec_file()]),
+        }
+        words
+            .iter()
+            .map(|w| match w.split_once('=') {
+                // Keep `KEY=VALUE` prefixes readable: quote the value only.
+                Some((k, v)) if self.env.iter().any(|(e, _)| e == k) => {
+                    format!("{k}={}", quote(v))
+                }
+                _ => quote(w),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Whether the spec needs a file to be reproduced (see [`Arm::command`]).
+    pub fn needs_spec_file(&self) -> bool {
+        run_args(&self.spec).is_none()
+    }
+
+    /// The file name of this arm's spec next to a report: the name, made file-safe.
+    pub fn spec_file(&self) -> String {
+        let slug: String = self
+            .name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        format!("arm-{}.json", slug.trim_matches('-'))
+    }
+}
+
+fn quote(w: &str) -> String {
+    shlex::try_quote(w).map_or_else(|_| format!("{w:?}"), |q| q.into_owned())
+}
+
+/// `spec` as the arguments of `sfb run` (options at their defaults left out), or `None`
+/// when it has a field `sfb run` has no flag for (a topology method other than the
+/// optimizer, an explicit topology).
+pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
+    let d = RunSpec::default();
+    if spec.topology.method != TopologyMethod::Optimal || spec.topology.explicit.is_some() {
+        return None;
+    }
+    let mut a: Vec<String> = Vec::new();
+    let mut put = |flag: &str, value: String| {
+        a.push(format!("--{flag}"));
+        a.push(value);
+    };
+    // Model and data first: they read best at the front of the line.
+    match &spec.model {
+        ModelChoice::Mlr => put("model", "mlr".into()),
+        ModelChoice::L2mlr { lambda } => {
+            put("model", "l2mlr".into());
+            put("lambda", lambda.to_string());
+        }
+        ModelChoice::Dml { latent, margin } => {
+            put("model", "dml".into());
+            put("latent", latent.to_string());
+            put("margin", margin.to_string());
+        }
+        ModelChoice::Sc {
+            atoms,
+            lambda,
+            sweeps,
+            decay,
+        } => {
+            put("model", "sc".into());
+            put("dict-size", atoms.to_string());
+            put("lambda", lambda.to_string());
+            put("sweeps", sweeps.to_string());
+            put("decay", decay.to_string());
+        }
+        _ => return None,
+    }
+    match &spec.data {
+        DataSource::Synthetic(s) => put("synthetic", s.clone()),
+        DataSource::Files {
+            train,
+            test,
+            holdout,
+            features,
+        } => {
+            put("data", train.display().to_string());
+            if let Some(t) = test {
+                put("test-data", t.display().to_string());
+            }
+            put("holdout", holdout.to_string());
+            if let Some(f) = features {
+                put("features", f.to_string());
+            }
+        }
+        _ => return None,
+    }
+    let (t, dt) = (&spec.train, &d.train);
+    put("batch", t.batch.to_string());
+    put("lr", t.lr.to_string());
+    put("seed", t.seed.to_string());
+    if t.init_std != dt.init_std {
+        put("init-std", t.init_std.to_string());
+    }
+    put("transport", spec.transport.name().into());
+    put("peers", spec.peers.to_string());
+    put("clocks", t.clocks.to_string());
+    put("eval-every", t.eval_every.to_string());
+    if let Some(b) = spec.net.bandwidth {
+        put("bandwidth", rate_text(b.0));
+    }
+    let (n, dn) = (&spec.net, &d.net);
+    if n.burst != dn.burst {
+        put("burst", n.burst.to_string());
+    }
+    if n.timeout_s != dn.timeout_s {
+        put("timeout", n.timeout_s.to_string());
+    }
+    if n.peer_timeout_s != dn.peer_timeout_s {
+        put("peer-timeout", n.peer_timeout_s.to_string());
+    }
+    if n.startup_timeout_s != dn.startup_timeout_s {
+        put("startup-timeout", n.startup_timeout_s.to_string());
+    }
+    if n.wire != dn.wire {
+        put("wire", n.wire.to_string());
+    }
+    if let Some(q) = spec.topology.out_degree {
+        put("out-degree", q.to_string());
+    }
+    if spec.topology.time_limit_s != d.topology.time_limit_s {
+        put("topology-time-limit", spec.topology.time_limit_s.to_string());
+    }
+    match spec.backend {
+        Backend::Sfb => {}
+        Backend::Fms => put("backend", "fms".into()),
+    }
+    if spec.fms_push == Push::Dense {
+        put("fms-push", "dense".into());
+    }
+    if t.consistency != ConsistencySpec::Bsp {
+        put("consistency", t.consistency.to_string());
+    }
+    if let Some(s) = t.straggler {
+        put("straggler", s.to_string());
+    }
+    if let Some(m) = &spec.output.metrics {
+        put("metrics", m.display().to_string());
+    }
+    if let Some(s) = &spec.output.summary {
+        put("summary", s.display().to_string());
+    }
+    if n.netns {
+        a.push("--netns".into());
+    }
+    Some(a)
+}
+
+/// A rate in bytes/s as `sfb run --bandwidth` reads it back exactly: bits with a unit
+/// when that is exact, else plain bytes per second.
+pub(super) fn rate_text(bytes_per_s: f64) -> String {
+    let bits = bytes_per_s * 8.0;
+    for (unit, scale) in [("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)] {
+        let n = bits / scale;
+        if n >= 1.0 && n.fract() == 0.0 && n * scale / 8.0 == bytes_per_s {
+            return format!("{n}{unit}");
+        }
+    }
+    bytes_per_s.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_read_back_exactly() {
+        for text in ["1gbit", "100mbit", "200mbit", "12kbit", "1234", "2.5mbit"] {
+            let r: sfb_net::bandwidth::Rate = text.parse().unwrap();
+            let back: sfb_net::bandwidth::Rate = rate_text(r.0).parse().unwrap();
+            assert_eq!(back.0, r.0, "{text} -> {}", rate_text(r.0));
+        }
+        assert_eq!(rate_text(1.25e8), "1gbit");
+        assert_eq!(rate_text(1.25e7), "100mbit");
+    }
+
+    #[test]
+    fn commands_quote_what_the_shell_would_split_and_fall_back_to_a_spec_file() {
+        let mut spec = RunSpec::default();
+        spec.data = DataSource::Synthetic("classes=3, features=4".into());
+        spec.train.clocks = 7;
+        let arm = Arm::new("P=2 arm", spec.clone()).with_env("RAYON_NUM_THREADS", "1");
+        let cmd = arm.command();
+        assert!(
+            cmd.starts_with("RAYON_NUM_THREADS=1 sfb run --model mlr --synthetic 'classes=3, features=4' "),
+            "{cmd}"
+        );
+        assert!(cmd.contains(" --clocks 7 "), "{cmd}");
+        assert_eq!(
+            shlex::split(&cmd).unwrap()[4..6],
+            ["--synthetic".to_string(), "classes=3, features=4".into()]
+        );
+        spec.topology.method = TopologyMethod::Kautz;
+        let arm = Arm::new("P=2 arm", spec);
+        assert!(arm.needs_spec_file());
+        assert_eq!(arm.command(), "sfb run --spec arm-P-2-arm.json");
+    }
+}

@@ -1,0 +1,136 @@
+//! Paired experiments: the arms of `sfb demo` and `sfb bench`, their learning curves,
+//! times to a common target, and reports (JSON, CSV, Markdown, PNG).
+//!
+//! An [`Arm`] is a [`RunSpec`](crate::RunSpec) with a name and an environment. A scenario
+//! runs its arms one after another through a [`Runner`] (so they share the machine's state
+//! and are compared within one run), turns each arm's per-clock records into a
+//! [`curve`] of held-out objective against training time and samples, reads a target
+//! objective off a reference arm's curve ([`target_at`]), and reports every arm's
+//! [`time_to_target`] next to its throughput, traffic and time split in a [`Report`].
+//!
+//! Training time at a clock is the peer's wall time minus the time it spent evaluating, so
+//! the cost of measuring the objective is not charged to any arm; an arm's time at a clock
+//! is the largest over its peers (the clock is done when every peer has done it), and its
+//! objective the mean over peers (replicas differ under partial broadcast).
+//!
+//! # Example: two in-memory arms compared
+//! ```
+//! use sfb_harness::experiment::{Arm, Report, Runner, run_arms};
+//! let mut spec = sfb_harness::RunSpec::default();
+//! spec.data = sfb_harness::DataSource::Synthetic("classes=3,features=8,samples=400".into());
+//! spec.train.clocks = 6;
+//! spec.train.eval_every = 2;
+//! let mut partial = spec.clone();
+//! partial.topology.out_degree = Some(1);
+//! let arms = [Arm::new("full", spec), Arm::new("partial", partial)];
+//! let mut report = Report::new("example", "full vs partial");
+//! run_arms(&Runner::new(), &mut report, &arms, 0, 0.5)?;
+//! assert!(report.arm("full").unwrap().time_to_target_s.is_some());
+//! assert!(report.arms[1].command.starts_with("sfb run "));
+//! # Ok::<(), sfb_harness::experiment::Error>(())
+//! ```
+
+mod arm;
+mod budget;
+mod curve;
+mod report;
+mod runner;
+mod scenarios;
+
+pub use arm::{Arm, run_args};
+pub use budget::{BUDGET_CHECK, BudgetCheck, budget_check};
+pub use curve::{
+    CurvePoint, clock_ends, clock_times, curve, median, slow_clocks, target_at, time_to_target,
+};
+pub use report::{ArmReport, Machine, Report, human_bytes, invocation};
+pub use runner::{Exec, Observer, Quiet, Runner};
+pub use scenarios::{
+    Demo, Options, SCENARIOS, demo, fms_vs_sfb, mlr, model_size, q_sweep, run_arms, scaling,
+    scenario, staleness,
+};
+
+use std::path::PathBuf;
+
+/// Errors of an experiment.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An arm's spec failed validation before anything ran.
+    #[error("arm {arm:?}: {source}")]
+    Spec {
+        /// The arm's name.
+        arm: String,
+        /// What is wrong with its spec.
+        source: crate::Error,
+    },
+    /// An arm failed while running.
+    #[error("arm {arm:?} ({command}): {source}")]
+    Run {
+        /// The arm's name.
+        arm: String,
+        /// The command that reproduces it.
+        command: String,
+        /// What went wrong (the executor's error).
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// An arm run as a child process failed.
+    #[error("arm {arm:?}: `sfb run` exited with {status}:\n{stderr}")]
+    Child {
+        /// The arm's name.
+        arm: String,
+        /// The exit status.
+        status: std::process::ExitStatus,
+        /// The last lines of its standard error.
+        stderr: String,
+    },
+    /// Reading or writing a file.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// A child's summary or metrics could not be read.
+    #[error("{path}: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// Writing a CSV file.
+    #[error("{path}: {source}")]
+    Csv {
+        /// The file.
+        path: PathBuf,
+        /// The CSV error.
+        source: csv::Error,
+    },
+    /// Drawing a chart.
+    #[error(transparent)]
+    Plot(#[from] sfb_plot::Error),
+    /// A scenario option is out of range.
+    #[error("{option} must be {expected}, got {got}")]
+    Option {
+        /// The option.
+        option: &'static str,
+        /// What it must be.
+        expected: &'static str,
+        /// What was given.
+        got: String,
+    },
+    /// No scenario of this name.
+    #[error("unknown training scenario {0:?}")]
+    UnknownScenario(String),
+}
+
+/// The experiment module's result.
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}

@@ -1,0 +1,708 @@
+//! The training scenarios of `sfb bench` and the arms of `sfb demo`, as functions from
+//! options to a [`Report`].
+
+use std::fmt::Write as _;
+
+use sfb_core::metrics::ClockRecord;
+use sfb_net::bandwidth::Rate;
+use sfb_plot::{BarChart, LineChart, Series};
+
+use super::report::Chart;
+use super::{Arm, ArmReport, Error, Report, Result, Runner, curve, human_bytes, target_at};
+use crate::spec::{Backend, ConsistencySpec, DataSource, ModelChoice, RunSpec, StragglerSpec, Transport};
+
+/// The training scenarios.
+pub const SCENARIOS: &[&str] = &["fms-vs-sfb", "q-sweep", "staleness", "scaling", "model-size"];
+
+/// Options of the training scenarios (`None`: the scenario's default).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Transport of the arms (mem has no bandwidth budget). Default libp2p.
+    pub transport: Transport,
+    /// Peers (fms-vs-sfb 8, q-sweep 12, staleness 4, scaling up to 8, model-size 4).
+    pub peers: Option<usize>,
+    /// J = D of the MLR model (fms-vs-sfb 4096, others 1024).
+    pub size: Option<usize>,
+    /// model-size: the J = D values (256, 512, 1024, 2048).
+    pub sizes: Option<Vec<usize>>,
+    /// Clocks per arm (scaling: clocks at P = 1; P peers run clocks/P).
+    pub clocks: Option<u64>,
+    /// The target is the reference arm's held-out objective at this fraction of its clocks.
+    pub target_frac: Option<f64>,
+    /// staleness: the straggler's extra milliseconds per step (40).
+    pub straggler_ms: Option<u64>,
+    /// Bandwidth budget per node over libp2p, e.g. `1gbit` (the default); `none` for none.
+    pub bandwidth: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            transport: Transport::Libp2p,
+            peers: None,
+            size: None,
+            sizes: None,
+            clocks: None,
+            target_frac: None,
+            straggler_ms: None,
+            bandwidth: None,
+        }
+    }
+}
+
+impl Options {
+    /// The budget in words: `bandwidth`, or 1gbit.
+    pub fn bandwidth(&self) -> &str {
+        self.bandwidth.as_deref().unwrap_or("1gbit")
+    }
+
+    fn rate(&self) -> Result<Option<Rate>> {
+        let bw = self.bandwidth();
+        if self.transport != Transport::Libp2p || bw.is_empty() || bw == "none" {
+            return Ok(None);
+        }
+        bw.parse().map(Some).map_err(|e: String| Error::Option {
+            option: "bandwidth",
+            expected: "a rate such as 1gbit or none",
+            got: e,
+        })
+    }
+
+    fn frac(&self, default: f64) -> f64 {
+        self.target_frac.unwrap_or(default)
+    }
+
+    /// Transport, budget, clocks and evaluation cadence set on `spec`.
+    fn common(&self, mut spec: RunSpec, peers: usize, clocks: u64, eval_every: u64) -> Result<RunSpec> {
+        spec.transport = self.transport;
+        spec.net.bandwidth = self.rate()?;
+        spec.peers = peers;
+        spec.train.clocks = clocks;
+        spec.train.eval_every = eval_every;
+        Ok(spec)
+    }
+}
+
+/// A synthetic MLR problem of `j` classes and `d` features and its run options: batch
+/// `K=16`, a low-rank teacher so generating the data stays cheap at large sizes, and a
+/// learning rate `0.3·(256/d)^0.4` rounded to 3 decimals, fitted to short in-memory runs
+/// at J = D = 256…4096 (256: 0.3, 1024: 0.17, 4096: 0.1; larger rates diverged at 4096).
+pub fn mlr(j: usize, d: usize, samples: usize, test: usize) -> RunSpec {
+    let lr = 0.3 * (256.0 / d as f64).powf(0.4);
+    let mut spec = RunSpec {
+        model: ModelChoice::Mlr,
+        data: DataSource::Synthetic(format!(
+            "classes={j},features={d},samples={samples},test={test},rank=16"
+        )),
+        ..RunSpec::default()
+    };
+    spec.train.batch = 16;
+    spec.train.lr = format!("{lr:.3}").parse().expect("a formatted number");
+    spec.train.seed = 2016;
+    spec
+}
+
+/// Runs the training scenario `name`.
+///
+/// # Errors
+/// [`Error::UnknownScenario`], then the scenario's.
+pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
+    let mut report = match name {
+        "fms-vs-sfb" => fms_vs_sfb(opts, runner)?,
+        "q-sweep" => q_sweep(opts, runner)?,
+        "staleness" => staleness(opts, runner)?,
+        "scaling" => scaling(opts, runner)?,
+        "model-size" => model_size(opts, runner)?,
+        other => return Err(Error::UnknownScenario(other.into())),
+    };
+    report.notes.push(
+        "All peers (and the FMS server) share this machine's cores; the bandwidth budget is per node (--bandwidth, token bucket on each node's sends). Compute-bound parts are therefore slower than on a cluster with a machine per peer, communication-bound parts are not."
+            .into(),
+    );
+    Ok(report)
+}
+
+/// Runs `arms`, takes the target from `reference` (an index into `arms`) at `frac` of its
+/// clocks, and fills `report`'s target and arms; returns every arm's per-clock records.
+///
+/// # Errors
+/// The first arm that fails, by name.
+pub fn run_arms(
+    runner: &Runner,
+    report: &mut Report,
+    arms: &[Arm],
+    reference: usize,
+    frac: f64,
+) -> Result<Vec<Vec<ClockRecord>>> {
+    let mut runs = Vec::new();
+    for (i, a) in arms.iter().enumerate() {
+        runner.say(&format!("[{}/{}] {}: {}", i + 1, arms.len(), a.name, a.command()));
+        runs.push(runner.run(a)?);
+    }
+    let (ref_summary, ref_records) = &runs[reference];
+    let ref_curve = curve(ref_records, ref_summary.peers);
+    let target = target_at(&ref_curve, ref_summary.clocks, frac);
+    if let Some((t, clock)) = target {
+        report.target_objective = Some(t);
+        report.target_rule = format!(
+            "the held-out objective arm \"{}\" reached at clock {clock}, the first evaluation at or after {:.0}% of its {} clocks",
+            arms[reference].name,
+            frac * 100.0,
+            ref_summary.clocks
+        );
+    }
+    let mut all = Vec::new();
+    for (arm, (summary, records)) in arms.iter().zip(runs) {
+        report
+            .arms
+            .push(ArmReport::new(arm, summary, &records, target.map(|t| t.0)));
+        all.push(records);
+    }
+    Ok(all)
+}
+
+/// `sfb demo`'s options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Demo {
+    /// Peers P (≥ 2).
+    pub peers: usize,
+    /// Out-degree Q of the partial-broadcast arm (1 ..= P − 2).
+    pub out_degree: usize,
+    /// Clocks per arm (≥ 4).
+    pub clocks: u64,
+    /// Bandwidth budget of every node over libp2p.
+    pub bandwidth: Rate,
+    /// Transport.
+    pub transport: Transport,
+}
+
+impl Demo {
+    /// The arms: SFB full broadcast, SFB partial broadcast, FMS.
+    ///
+    /// # Errors
+    /// [`Error::Option`] for peers, out-degree or clocks out of range.
+    pub fn arms(&self) -> Result<Vec<Arm>> {
+        let p = self.peers;
+        let bad = |option, expected, got: String| Err(Error::Option { option, expected, got });
+        if p < 2 {
+            return bad("peers", "at least 2 for a cluster", p.to_string());
+        }
+        if self.out_degree == 0 || self.out_degree >= p - 1 {
+            return bad(
+                "out_degree",
+                "between 1 and P−2 for a partial broadcast",
+                self.out_degree.to_string(),
+            );
+        }
+        if self.clocks < 4 {
+            return bad("clocks", "at least 4", self.clocks.to_string());
+        }
+        let mut base = RunSpec {
+            model: ModelChoice::Mlr,
+            data: DataSource::Synthetic(
+                "classes=256,features=1024,samples=24000,test=1000,rank=16".into(),
+            ),
+            transport: self.transport,
+            peers: p,
+            ..RunSpec::default()
+        };
+        base.train.batch = 16;
+        base.train.lr = 0.05;
+        base.train.seed = 2016;
+        base.train.clocks = self.clocks;
+        base.train.eval_every = (self.clocks / 20).max(1);
+        if self.transport == Transport::Libp2p {
+            base.net.bandwidth = Some(self.bandwidth);
+        }
+        let mut partial = base.clone();
+        partial.topology.out_degree = Some(self.out_degree);
+        let mut fms = base.clone();
+        fms.backend = Backend::Fms;
+        Ok(vec![
+            Arm::new(format!("SFB full broadcast (Q={})", p - 1), base),
+            Arm::new(format!("SFB partial (Q={}, optimized)", self.out_degree), partial),
+            Arm::new("FMS parameter server", fms),
+        ])
+    }
+
+    /// The budget in words.
+    pub fn budget(&self) -> String {
+        if self.transport == Transport::Libp2p {
+            format!("{} per node", super::arm::rate_text(self.bandwidth.0))
+        } else {
+            "no bandwidth budget (in-memory)".into()
+        }
+    }
+}
+
+/// `sfb demo`: SFB full vs partial broadcast vs FMS on built-in data, same model, seed
+/// and budget; the target is full broadcast's objective at 40% of its clocks.
+///
+/// # Errors
+/// [`Demo::arms`]' errors, then the first arm that fails.
+pub fn demo(opts: &Demo, runner: &Runner) -> Result<Report> {
+    let arms = opts.arms()?;
+    let mut report = Report::new(
+        "demo",
+        &format!(
+            "P={}, MLR J=256 D=1024, K=16, BSP, {}: SFB full vs partial (Q={}) vs FMS",
+            opts.peers,
+            opts.budget(),
+            opts.out_degree
+        ),
+    );
+    run_arms(runner, &mut report, &arms, 0, 0.4)?;
+    report.speedup = report.speedup_of(&arms[0].name, &arms[2].name);
+    report.notes.push(
+        "Under BSP, SFB full broadcast and FMS apply the same updates in the same order: their objective-vs-samples curves coincide (checksums equal); only their time differs."
+            .into(),
+    );
+    report.notes.push(
+        "Partial broadcast does not relay: each replica gets its own and its in-neighbours' updates only, so it needs more samples per unit of progress but sends fewer bytes per clock."
+            .into(),
+    );
+    Ok(report)
+}
+
+/// SFB full vs SFB partial (Q = 3) vs FMS at J = D = 4096: the paper's headline speedup.
+///
+/// # Errors
+/// The first arm that fails.
+pub fn fms_vs_sfb(opts: &Options, runner: &Runner) -> Result<Report> {
+    let p = opts.peers.unwrap_or(8);
+    let n = opts.size.unwrap_or(4096);
+    let q = 3.min(p.saturating_sub(2)).max(1);
+    let mut report = Report::new(
+        "fms-vs-sfb",
+        &format!(
+            "P={p}, MLR J=D={n}, K=16, BSP, {} per node: SFB full vs SFB partial (Q={q}) vs FMS",
+            opts.bandwidth()
+        ),
+    );
+    let base = opts.common(mlr(n, n, 8192, 256), p, opts.clocks.unwrap_or(40), 4)?;
+    let full = format!("SFB full (Q={})", p - 1);
+    let mut partial = base.clone();
+    partial.topology.out_degree = Some(q);
+    let mut fms = base.clone();
+    fms.backend = Backend::Fms;
+    let arms = [
+        Arm::new(&full, base),
+        Arm::new(format!("SFB partial (Q={q})"), partial),
+        Arm::new("FMS", fms),
+    ];
+    run_arms(runner, &mut report, &arms, 0, opts.frac(0.3))?;
+    report.speedup = report.speedup_of(&full, "FMS");
+    let rate = opts.rate()?;
+    report.sections.push((
+        "Where the time goes".into(),
+        breakdown(&report, rate, n, n, p, 16),
+    ));
+    report.notes.push(match report.speedup {
+        Some(s) if s >= 5.0 => format!(
+            "SFB full broadcast reached the target {s:.2}× sooner than FMS (goal ≥ 5×; the paper reports 4.4× on 28 machines)."
+        ),
+        Some(s) => format!(
+            "SFB full broadcast reached the target only {s:.2}× sooner than FMS (goal ≥ 5×); see the breakdown."
+        ),
+        None => "an arm did not reach the target: no speedup measured".into(),
+    });
+    Ok(report)
+}
+
+/// Per clock and peer: where the time goes, and what the budget alone would cost.
+fn breakdown(report: &Report, rate: Option<Rate>, j: usize, d: usize, p: usize, k: usize) -> String {
+    let mut m = String::from(
+        "| arm | ms per clock | compute | apply | wait | other | eval (excluded) | bytes sent per clock by the busiest node | at the budget |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for a in &report.arms {
+        let s = &a.summary;
+        let c = s.clocks.max(1) as f64;
+        let [comp, app, wait, other] = a.split_per_clock();
+        // The busiest sender: the FMS server sends W to every client; an SFB peer sends its
+        // factors to Q peers.
+        let busiest = if s.backend == "fms" {
+            (p * j * d * 4) as f64
+        } else {
+            (s.out_degree * k * (j + d) * 4) as f64
+        };
+        let _ = writeln!(
+            m,
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} |",
+            a.name,
+            a.train_s / c * 1e3,
+            comp * 1e3,
+            app * 1e3,
+            wait * 1e3,
+            other * 1e3,
+            s.eval_s / c * 1e3,
+            human_bytes(busiest),
+            rate.map_or("-".into(), |r| format!("{:.0} ms", busiest / r.0 * 1e3)),
+        );
+    }
+    m += "\ncompute/apply/wait/other are means over peers (FMS: over clients); `other` is training time not in the three (framing, queues, decoding W on FMS clients). \"at the budget\" is the busiest node's bytes per clock divided by the bandwidth budget: a lower bound on a clock's duration set by the network alone.\n";
+    m
+}
+
+fn line(title: String, x_label: &str, y_label: &str, series: Vec<Series>, log: bool, hline: Option<(f64, String)>) -> Chart {
+    Chart::Line(LineChart {
+        title,
+        x_label: x_label.into(),
+        y_label: y_label.into(),
+        series,
+        log_x: log,
+        log_y: log,
+        hline,
+        markers: true,
+    })
+}
+
+fn one(name: &str, points: Vec<(f64, f64)>) -> Vec<Series> {
+    vec![Series { name: name.into(), points }]
+}
+
+/// SFB with every out-degree Q = 1 … P − 1: time to target and final objective vs Q.
+///
+/// # Errors
+/// The first arm that fails.
+pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
+    let p = opts.peers.unwrap_or(12);
+    let n = opts.size.unwrap_or(1024);
+    let clocks = opts.clocks.unwrap_or(60);
+    let mut report = Report::new(
+        "q-sweep",
+        &format!("P={p}, Q=1..{}, MLR J=D={n}, K=16, BSP, {} per peer", p - 1, opts.bandwidth()),
+    );
+    let base = opts.common(mlr(n, n, 24000, 500), p, clocks, 5)?;
+    // Full broadcast first: it is the reference.
+    let arms: Vec<Arm> = (1..p)
+        .rev()
+        .map(|q| {
+            let mut s = base.clone();
+            s.topology.out_degree = Some(q);
+            Arm::new(format!("Q={q}"), s)
+        })
+        .collect();
+    run_arms(runner, &mut report, &arms, 0, opts.frac(0.25))?;
+    report.arms.reverse();
+    let pts = |f: &dyn Fn(&ArmReport) -> Option<f64>| -> Vec<(f64, f64)> {
+        report
+            .arms
+            .iter()
+            .filter_map(|a| f(a).map(|y| (a.summary.out_degree as f64, y)))
+            .collect()
+    };
+    let (ttt, fin) = (pts(&|a| a.time_to_target_s), pts(&|a| a.final_objective));
+    let hline = report.target_objective.map(|t| (t, format!("target {t:.4}")));
+    report.add_chart(
+        "q-sweep-time-to-target.png",
+        "time to target vs Q",
+        line(format!("q-sweep: time to target vs out-degree Q (P={p})"), "out-degree Q", "time to target (s)", one("time to target", ttt), false, None),
+    );
+    report.add_chart(
+        "q-sweep-final-objective.png",
+        "final objective vs Q",
+        line(
+            format!("q-sweep: final held-out objective vs Q (P={p}, {clocks} clocks)"),
+            "out-degree Q",
+            "final held-out objective",
+            one("final objective (mean over peers)", fin),
+            false,
+            hline,
+        ),
+    );
+    if let Some(f) = report.arms.last().and_then(|a| a.final_objective) {
+        let close: Vec<String> = report
+            .arms
+            .iter()
+            .filter(|a| a.final_objective.is_some_and(|o| (o - f).abs() <= 0.01 * f.abs()))
+            .map(|a| a.name.clone())
+            .collect();
+        report.notes.push(format!("final objective within 1% of full broadcast: {}", close.join(", ")));
+    }
+    report.notes.push("Partial broadcast does not relay: each replica applies its own updates and its in-neighbours' only, so replicas drift apart (max divergence in the JSON) and the objective is the mean over peers.".into());
+    Ok(report)
+}
+
+/// One straggling peer (rotating or fixed), SSP staleness s ∈ {0, 1, 2, 4, 8}, SFB full vs
+/// FMS.
+///
+/// # Errors
+/// The first arm that fails.
+pub fn staleness(opts: &Options, runner: &Runner) -> Result<Report> {
+    let p = opts.peers.unwrap_or(4);
+    let n = opts.size.unwrap_or(1024);
+    let delay = opts.straggler_ms.unwrap_or(40);
+    let mut report = Report::new(
+        "staleness",
+        &format!(
+            "P={p}, MLR J=D={n}, K=16, {} per node, one straggling peer (+{delay} ms per step): SSP staleness s ∈ {{0,1,2,4,8}}, SFB full vs FMS",
+            opts.bandwidth()
+        ),
+    );
+    let base = opts.common(mlr(n, n, 24000, 500), p, opts.clocks.unwrap_or(80), 5)?;
+    let mut arms = Vec::new();
+    // Rotating: one peer per clock is slow, a different (seeded) one each clock.
+    // Fixed: the last peer is slow at every clock.
+    for (mode, straggler) in [
+        ("rotating", StragglerSpec::Rotating { delay_ms: delay }),
+        ("fixed", StragglerSpec::Peer { peer: (p - 1) as u32, delay_ms: delay }),
+    ] {
+        for backend in [Backend::Sfb, Backend::Fms] {
+            for s in [0u64, 1, 2, 4, 8] {
+                let mut spec = base.clone();
+                spec.backend = backend;
+                spec.train.consistency = if s == 0 { ConsistencySpec::Bsp } else { ConsistencySpec::Ssp { staleness: s } };
+                spec.train.straggler = Some(straggler);
+                let name = format!("{} s={s} {mode}", backend.name().to_uppercase());
+                arms.push(Arm::new(name, spec));
+            }
+        }
+    }
+    run_arms(runner, &mut report, &arms, 0, opts.frac(0.5))?;
+    let group = |b: &str, m: &str| -> Vec<&ArmReport> {
+        report.arms.iter().filter(|a| a.name.starts_with(b) && a.name.ends_with(m)).collect()
+    };
+    let bound = |a: &ArmReport| -> Option<f64> { a.name.split("s=").nth(1)?.split(' ').next()?.parse().ok() };
+    let series: Vec<Series> = ["SFB", "FMS"]
+        .iter()
+        .flat_map(|b| ["rotating", "fixed"].map(|m| (b, m)))
+        .map(|(b, m)| Series {
+            name: format!("{b}, {m} straggler"),
+            points: group(b, m).into_iter().filter_map(|a| Some((bound(a)?, a.time_to_target_s?))).collect(),
+        })
+        .collect();
+    let c = |a: &ArmReport| a.summary.clocks.max(1) as f64;
+    let wait = |a: &ArmReport| (a.summary.wait_s + a.summary.flush_s) / c(a) * 1e3;
+    let compute: Vec<f64> = report.arms.iter().map(|a| (a.summary.compute_s + a.summary.apply_s) / c(a) * 1e3).collect();
+    let waits: Vec<f64> = report.arms.iter().map(wait).collect();
+    let mut notes = Vec::new();
+    for b in ["SFB", "FMS"] {
+        for m in ["rotating", "fixed"] {
+            let g = group(b, m);
+            let best = g
+                .iter()
+                .filter(|a| a.time_to_target_s.is_some())
+                .min_by(|x, y| x.time_to_target_s.partial_cmp(&y.time_to_target_s).unwrap_or(std::cmp::Ordering::Equal));
+            let (Some(bsp), Some(best)) = (g.first(), best) else { continue };
+            let t = |a: &ArmReport| a.time_to_target_s.map_or("-".into(), |t| format!("{t:.2} s"));
+            notes.push(format!(
+                "{b}, {m} straggler: BSP waits {:.1} ms per clock and reaches the target in {}; the best bound, {}, waits {:.1} ms and reaches it in {}.",
+                wait(bsp), t(bsp), best.name.split(' ').nth(1).unwrap_or("?"), wait(best), t(best),
+            ));
+        }
+    }
+    let cats = report.arms.iter().map(|a| a.name.clone()).collect();
+    report.add_chart(
+        "staleness-time-to-target.png",
+        "time to target vs s",
+        line("staleness: time to target vs staleness bound s".into(), "staleness bound s (clocks)", "time to target (s)", series, false, None),
+    );
+    report.add_chart(
+        "staleness-compute-vs-wait.png",
+        "compute vs wait per clock",
+        Chart::Bar(BarChart {
+            title: "staleness: compute vs wait per clock (mean peer)".into(),
+            y_label: "ms per clock".into(),
+            categories: cats,
+            stacks: vec![("compute + apply".into(), compute), ("wait".into(), waits)],
+            stacked: true,
+            log_y: false,
+        }),
+    );
+    report.notes.extend(notes);
+    Ok(report)
+}
+
+/// SFB full broadcast at P ∈ {1, 2, 4, 8, 16} (up to `peers`), one core per peer, equal
+/// samples per arm: speedup over P = 1.
+///
+/// # Errors
+/// The first arm that fails.
+pub fn scaling(opts: &Options, runner: &Runner) -> Result<Report> {
+    let n = opts.size.unwrap_or(1024);
+    let max_p = opts.peers.unwrap_or(8);
+    let ps: Vec<usize> = [1, 2, 4, 8, 16].into_iter().filter(|&x| x <= max_p).collect();
+    // Equal samples for every arm: P peers run (clocks at P=1) / P clocks.
+    let clocks1 = opts.clocks.unwrap_or(640);
+    let mut report = Report::new(
+        "scaling",
+        &format!(
+            "SFB full broadcast, P ∈ {ps:?}, MLR J=D={n}, K=16, BSP, {} per peer, equal samples per arm",
+            opts.bandwidth()
+        ),
+    );
+    let mut arms = Vec::new();
+    for &p in &ps {
+        let clocks = (clocks1 / p as u64).max(1);
+        let mut spec = opts.common(mlr(n, n, 24000, 500), p, clocks, (clocks / 10).max(1))?;
+        if p == 1 {
+            // One peer sends nothing; the libp2p launcher needs a cluster of two.
+            spec.transport = Transport::Mem;
+            spec.net.bandwidth = None;
+        }
+        // One core per peer, as on a cluster of single-core machines.
+        arms.push(Arm::new(format!("P={p}"), spec).with_env("RAYON_NUM_THREADS", "1"));
+    }
+    run_arms(runner, &mut report, &arms, 0, opts.frac(0.5))?;
+    let base_tps = report.arms.first().map(|a| a.samples_per_s);
+    let base_ttt = report.arms.first().and_then(|a| a.time_to_target_s);
+    let mut table = String::from(
+        "| P | samples/s | throughput speedup | time to target (s) | time-to-target speedup |\n|---:|---:|---:|---:|---:|\n",
+    );
+    let (mut thr, mut ttt) = (Vec::new(), Vec::new());
+    for a in &report.arms {
+        let p = a.summary.peers as f64;
+        let s1 = base_tps.map(|b| a.samples_per_s / b);
+        let s2 = match (base_ttt, a.time_to_target_s) {
+            (Some(b), Some(t)) if t > 0.0 => Some(b / t),
+            _ => None,
+        };
+        thr.extend(s1.map(|s| (p, s)));
+        ttt.extend(s2.map(|s| (p, s)));
+        let x = |s: Option<f64>| s.map_or("-".into(), |s| format!("{s:.2}×"));
+        let _ = writeln!(
+            table,
+            "| {} | {:.0} | {} | {} | {} |",
+            a.summary.peers,
+            a.samples_per_s,
+            x(s1),
+            a.time_to_target_s.map_or("not reached".into(), |t| format!("{t:.2}")),
+            x(s2),
+        );
+    }
+    report.sections.push(("Speedup over P=1".into(), table));
+    let series = vec![
+        Series { name: "throughput (samples/s)".into(), points: thr },
+        Series { name: "time to target".into(), points: ttt },
+        Series { name: "linear".into(), points: ps.iter().map(|&p| (p as f64, p as f64)).collect() },
+    ];
+    report.add_chart(
+        "scaling-speedup.png",
+        "speedup over P=1",
+        line("scaling: speedup over P=1".into(), "peers P", "speedup over P=1 (×)", series, true, None),
+    );
+    report.notes.push(format!(
+        "Every peer runs its kernels on one thread (RAYON_NUM_THREADS=1), as on a cluster of single-core machines; P=1 runs in-memory (a single peer sends nothing). This machine has {} cores: peers beyond that share cores, so compute cannot scale past it here, and every SFB peer applies all P·K updates per clock, so per-peer apply work grows with P.",
+        report.machine.cores
+    ));
+    Ok(report)
+}
+
+/// SFB full vs SFB partial (Q = P/2) vs FMS at each J = D: bytes per clock against the
+/// cost formulas, and time to target against model size.
+///
+/// # Errors
+/// The first arm that fails.
+pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
+    let p = opts.peers.unwrap_or(4);
+    let q = 1usize.max(p / 2);
+    let clocks = opts.clocks.unwrap_or(40);
+    let sizes = opts.sizes.clone().unwrap_or_else(|| vec![256, 512, 1024, 2048]);
+    let k = 16usize;
+    let mut report = Report::new(
+        "model-size",
+        &format!(
+            "P={p}, MLR J=D ∈ {sizes:?}, K=16, BSP, {} per node: SFB full vs SFB partial (Q={q}) vs FMS",
+            opts.bandwidth()
+        ),
+    );
+    let mut rules = Vec::new();
+    let mut formula_rows = String::from(
+        "| J=D | arm | measured bytes/clock | formula | measured ÷ formula |\n|---:|---|---:|---:|---:|\n",
+    );
+    let (mut measured, mut formula, mut cats) = (Vec::new(), Vec::new(), Vec::new());
+    for &n in &sizes {
+        let base = opts.common(mlr(n, n, 8192, 256), p, clocks, 4)?;
+        let mut partial = base.clone();
+        partial.topology.out_degree = Some(q);
+        let mut fms = base.clone();
+        fms.backend = Backend::Fms;
+        let arms = [
+            Arm::new(format!("{n}² SFB full"), base),
+            Arm::new(format!("{n}² SFB Q={q}"), partial),
+            Arm::new(format!("{n}² FMS"), fms),
+        ];
+        let mut sub = Report::new("model-size", "");
+        run_arms(runner, &mut sub, &arms, 0, opts.frac(0.4))?;
+        rules.push(format!("J=D={n}: target {:.4}", sub.target_objective.unwrap_or(f64::NAN)));
+        for a in &sub.arms {
+            let f = (n + n) as f64 * k as f64 * 4.0 * p as f64;
+            let expect = if a.name.ends_with("FMS") {
+                f + (p * n * n * 4) as f64
+            } else if a.name.ends_with("full") {
+                f * (p - 1) as f64
+            } else {
+                f * q as f64
+            };
+            let _ = writeln!(
+                formula_rows,
+                "| {n} | {} | {} | {} | {:.3} |",
+                a.name,
+                human_bytes(a.bytes_per_clock),
+                human_bytes(expect),
+                a.bytes_per_clock / expect
+            );
+            measured.push(a.bytes_per_clock);
+            formula.push(expect);
+            cats.push(a.name.clone());
+        }
+        report.arms.extend(sub.arms);
+    }
+    let mut speed = String::from(
+        "| J=D | SFB full time to target (s) | FMS time to target (s) | FMS ÷ SFB |\n|---:|---:|---:|---:|\n",
+    );
+    for &n in &sizes {
+        let t = |kind: &str| report.arm(&format!("{n}² {kind}")).and_then(|a| a.time_to_target_s);
+        let (s, f) = (t("SFB full"), t("FMS"));
+        let x = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}"));
+        let ratio = match (s, f) {
+            (Some(s), Some(f)) if s > 0.0 => format!("{:.1}×", f / s),
+            _ => "-".into(),
+        };
+        let _ = writeln!(speed, "| {n} | {} | {} | {ratio} |", x(s), x(f));
+    }
+    report.sections.push(("SFB vs FMS by model size".into(), speed));
+    report.target_rule = format!(
+        "one target per size: the held-out objective SFB full reached at the first evaluation at or after {:.0}% of its clocks ({})",
+        opts.frac(0.4) * 100.0,
+        rules.join("; ")
+    );
+    report.sections.push((
+        "Bytes per clock vs the cost formulas".into(),
+        formula_rows
+            + "\nFormulas (4-byte floats): SFB full P(P−1)·K(J+D), SFB partial P·Q·K(J+D), FMS P·K(J+D) up + P·J·D down. Measured bytes include framing (headers, length prefixes) and every frame the run sent.\n",
+    ));
+    report.add_chart(
+        "model-size-bytes-vs-formula.png",
+        "bytes per clock vs formula",
+        Chart::Bar(BarChart {
+            title: "model-size: bytes per clock, measured vs formula".into(),
+            y_label: "bytes per clock".into(),
+            categories: cats,
+            stacks: vec![("measured".into(), measured), ("formula".into(), formula)],
+            stacked: false,
+            log_y: true,
+        }),
+    );
+    let series: Vec<Series> = ["SFB full", &format!("SFB Q={q}"), "FMS"]
+        .iter()
+        .map(|kind| Series {
+            name: kind.to_string(),
+            points: report
+                .arms
+                .iter()
+                .filter(|a| a.name.ends_with(kind))
+                .filter_map(|a| {
+                    let n: f64 = a.name.split('²').next()?.parse().ok()?;
+                    a.time_to_target_s.map(|t| (n * n, t))
+                })
+                .collect(),
+        })
+        .collect();
+    report.add_chart(
+        "model-size-time-to-target.png",
+        "time to target vs model size",
+        line(format!("model-size: time to target vs J·D (P={p})"), "parameters J·D", "time to target (s)", series, true, None),
+    );
+    Ok(report)
+}
