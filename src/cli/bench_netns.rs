@@ -18,7 +18,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         return Ok(());
     }
     if args.transport != "libp2p" {
-        bail!("{NAME} compares libp2p links; drop --transport {}", args.transport);
+        bail!(
+            "{NAME} compares libp2p links; drop --transport {}",
+            args.transport
+        );
     }
     let rate = args
         .bandwidth_or("200mbit")

@@ -43,5 +43,7 @@ pub fn run(name: &str, args: &BenchArgs) -> Result<()> {
 
 /// `args.out`, or `sfb-bench`.
 pub fn out_dir(args: &BenchArgs) -> PathBuf {
-    args.out.clone().unwrap_or_else(|| PathBuf::from("sfb-bench"))
+    args.out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("sfb-bench"))
 }

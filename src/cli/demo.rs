@@ -46,8 +46,15 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     };
     // Options named by their flags.
     let flagged = |e: Error| match e {
-        Error::Option { option, expected, got } => {
-            anyhow::anyhow!("--{} must be {expected}, got {got}", option.replace('_', "-"))
+        Error::Option {
+            option,
+            expected,
+            got,
+        } => {
+            anyhow::anyhow!(
+                "--{} must be {expected}, got {got}",
+                option.replace('_', "-")
+            )
         }
         e => e.into(),
     };

@@ -59,24 +59,43 @@ impl Observer for Bars {
         );
         bar.set_prefix(arm.name.clone());
         bar.enable_steady_tick(std::time::Duration::from_millis(250));
-        self.bars.lock().unwrap().push((arm.name.clone(), bar.clone()));
+        self.bars
+            .lock()
+            .unwrap()
+            .push((arm.name.clone(), bar.clone()));
         // Position: the clock every peer has completed (the slowest peer's).
         let done: Vec<AtomicU64> = (0..arm.spec.peers).map(|_| AtomicU64::new(0)).collect();
         Some(Arc::new(move |node: usize, clock: u64| {
             if let Some(c) = done.get(node) {
                 c.fetch_max(clock, Ordering::Relaxed);
-                bar.set_position(done.iter().map(|c| c.load(Ordering::Relaxed)).min().unwrap_or(0));
+                bar.set_position(
+                    done.iter()
+                        .map(|c| c.load(Ordering::Relaxed))
+                        .min()
+                        .unwrap_or(0),
+                );
             }
         }))
     }
 
     fn finish(&self, arm: &Arm, result: Result<&Summary, String>) {
-        let bar = self.bars.lock().unwrap().iter().rev().find(|(n, _)| *n == arm.name).map(|(_, b)| b.clone());
+        let bar = self
+            .bars
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == arm.name)
+            .map(|(_, b)| b.clone());
         let obj = |s: &Summary| s.objective.map_or("-".into(), |o| format!("{o:.4}"));
         match (&result, bar) {
             (Ok(s), Some(bar)) => {
                 bar.set_position(arm.spec.train.clocks);
-                bar.finish_with_message(format!("objective {}  {:.0} samples/s", obj(s), s.samples_per_s));
+                bar.finish_with_message(format!(
+                    "objective {}  {:.0} samples/s",
+                    obj(s),
+                    s.samples_per_s
+                ));
             }
             (Err(_), Some(bar)) => bar.abandon_with_message("failed"),
             _ => {}
@@ -84,7 +103,13 @@ impl Observer for Bars {
         if self.multi.is_hidden()
             && let Ok(s) = result
         {
-            eprintln!("  {}: {} clocks in {:.1}s, objective {}", arm.name, s.clocks, s.wall_s, obj(s));
+            eprintln!(
+                "  {}: {} clocks in {:.1}s, objective {}",
+                arm.name,
+                s.clocks,
+                s.wall_s,
+                obj(s)
+            );
         }
     }
 }
@@ -133,15 +158,21 @@ mod tests {
         s.train.straggler = Some("rotate:40".parse().unwrap());
         s.train.init_std = 0.01;
         specs.push(s);
-        let mut files = sfb_harness::RunSpec::default();
-        files.data = sfb_harness::DataSource::Files {
-            train: "a b.svm".into(),
-            test: Some("t.svm".into()),
-            holdout: 0.25,
-            features: Some(7),
-        };
-        files.model = sfb_harness::ModelChoice::Sc { atoms: 9, lambda: 0.3, sweeps: 4, decay: 2.5 };
-        specs.push(files);
+        specs.push(sfb_harness::RunSpec {
+            data: sfb_harness::DataSource::Files {
+                train: "a b.svm".into(),
+                test: Some("t.svm".into()),
+                holdout: 0.25,
+                features: Some(7),
+            },
+            model: sfb_harness::ModelChoice::Sc {
+                atoms: 9,
+                lambda: 0.3,
+                sweeps: 4,
+                decay: 2.5,
+            },
+            ..sfb_harness::RunSpec::default()
+        });
         for spec in specs {
             let args = run_args(&spec).expect("expressible");
             assert_eq!(parsed(&args), spec, "{args:?}");
@@ -162,7 +193,11 @@ mod tests {
         .arms()
         .unwrap();
         let base = "--model mlr --synthetic classes=256,features=1024,samples=24000,test=1000,rank=16 --batch 16 --lr 0.05 --seed 2016 --transport mem --peers 6 --clocks 40 --eval-every 2";
-        let want = [base.to_string(), format!("{base} --out-degree 2"), format!("{base} --backend fms")];
+        let want = [
+            base.to_string(),
+            format!("{base} --out-degree 2"),
+            format!("{base} --backend fms"),
+        ];
         for (arm, w) in arms.iter().zip(want) {
             let w: Vec<String> = w.split(' ').map(String::from).collect();
             assert_eq!(arm.spec, parsed(&w), "{}", arm.name);

@@ -112,7 +112,6 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
             put("sweeps", sweeps.to_string());
             put("decay", decay.to_string());
         }
-        _ => return None,
     }
     match &spec.data {
         DataSource::Synthetic(s) => put("synthetic", s.clone()),
@@ -131,7 +130,6 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
                 put("features", f.to_string());
             }
         }
-        _ => return None,
     }
     let (t, dt) = (&spec.train, &d.train);
     put("batch", t.batch.to_string());
@@ -167,7 +165,10 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
         put("out-degree", q.to_string());
     }
     if spec.topology.time_limit_s != d.topology.time_limit_s {
-        put("topology-time-limit", spec.topology.time_limit_s.to_string());
+        put(
+            "topology-time-limit",
+            spec.topology.time_limit_s.to_string(),
+        );
     }
     match spec.backend {
         Backend::Sfb => {}
@@ -224,18 +225,22 @@ mod tests {
 
     #[test]
     fn commands_quote_what_the_shell_would_split_and_fall_back_to_a_spec_file() {
-        let mut spec = RunSpec::default();
-        spec.data = DataSource::Synthetic("classes=3, features=4".into());
+        let mut spec = RunSpec {
+            data: DataSource::Synthetic("classes=3, features=4".into()),
+            ..RunSpec::default()
+        };
         spec.train.clocks = 7;
         let arm = Arm::new("P=2 arm", spec.clone()).with_env("RAYON_NUM_THREADS", "1");
         let cmd = arm.command();
         assert!(
-            cmd.starts_with("RAYON_NUM_THREADS=1 sfb run --model mlr --synthetic 'classes=3, features=4' "),
+            cmd.starts_with(
+                "RAYON_NUM_THREADS=1 sfb run --model mlr --synthetic 'classes=3, features=4' "
+            ),
             "{cmd}"
         );
         assert!(cmd.contains(" --clocks 7 "), "{cmd}");
         assert_eq!(
-            shlex::split(&cmd).unwrap()[4..6],
+            shlex::split(&cmd).unwrap()[5..7],
             ["--synthetic".to_string(), "classes=3, features=4".into()]
         );
         spec.topology.method = TopologyMethod::Kautz;

@@ -229,4 +229,3 @@ fn compare(
     );
     (t, notes)
 }
-

@@ -60,8 +60,8 @@ pub enum Error {
     Spec {
         /// The arm's name.
         arm: String,
-        /// What is wrong with its spec.
-        source: crate::Error,
+        /// What is wrong with its spec (boxed: the harness error is large and rare).
+        source: Box<crate::Error>,
     },
     /// An arm failed while running.
     #[error("arm {arm:?} ({command}): {source}")]

@@ -247,7 +247,11 @@ impl Report {
     pub fn text(&self) -> String {
         let mut s = format!("\n## {} — {}\n\n", self.scenario, self.title);
         if let Some(t) = self.target_objective {
-            let _ = writeln!(s, "target: held-out objective {t:.4} ({})\n", self.target_rule);
+            let _ = writeln!(
+                s,
+                "target: held-out objective {t:.4} ({})\n",
+                self.target_rule
+            );
         }
         s += &self.table();
         for (title, body) in &self.sections {
@@ -294,10 +298,25 @@ impl Report {
         let path = dir.join(format!("{name}.csv"));
         let mut rows = vec![
             [
-                "name", "time_to_target_s", "clocks_to_target", "samples_per_s",
-                "bytes_per_clock", "final_objective", "final_accuracy", "train_s", "wall_s",
-                "compute_s", "apply_s", "wait_s", "flush_s", "eval_s", "peers", "out_degree",
-                "backend", "consistency", "max_staleness",
+                "name",
+                "time_to_target_s",
+                "clocks_to_target",
+                "samples_per_s",
+                "bytes_per_clock",
+                "final_objective",
+                "final_accuracy",
+                "train_s",
+                "wall_s",
+                "compute_s",
+                "apply_s",
+                "wait_s",
+                "flush_s",
+                "eval_s",
+                "peers",
+                "out_degree",
+                "backend",
+                "consistency",
+                "max_staleness",
             ]
             .map(String::from)
             .to_vec(),
@@ -331,9 +350,16 @@ impl Report {
 
         let path = dir.join(format!("{name}-curves.csv"));
         let mut rows = vec![
-            ["arm", "clock", "train_s", "samples", "objective", "accuracy"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "arm",
+                "clock",
+                "train_s",
+                "samples",
+                "objective",
+                "accuracy",
+            ]
+            .map(String::from)
+            .to_vec(),
         ];
         for a in &self.arms {
             for p in &a.curve {

@@ -48,7 +48,9 @@ pub struct Runner {
 
 impl std::fmt::Debug for Runner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runner").field("sfb", &self.sfb).finish_non_exhaustive()
+        f.debug_struct("Runner")
+            .field("sfb", &self.sfb)
+            .finish_non_exhaustive()
     }
 }
 
@@ -101,7 +103,7 @@ impl Runner {
     pub fn run(&self, arm: &Arm) -> Result<(Summary, Vec<ClockRecord>)> {
         arm.spec.validate().map_err(|source| Error::Spec {
             arm: arm.name.clone(),
-            source,
+            source: Box::new(source),
         })?;
         let r = if arm.env.is_empty() {
             let progress = self.observer.start(arm);
@@ -163,10 +165,8 @@ impl Runner {
             }
             let read = |path: &PathBuf| std::fs::read_to_string(path).map_err(io(path));
             let json = |path: &PathBuf| {
-                move |source| Error::Json {
-                    path: path.clone(),
-                    source,
-                }
+                let path = path.clone();
+                move |source| Error::Json { path, source }
             };
             let s: Summary = serde_json::from_str(&read(&summary)?).map_err(json(&summary))?;
             let records = read(&metrics)?
@@ -194,8 +194,10 @@ mod tests {
             e.to_string(),
             "arm \"bad arm\": train.lr must be a positive number, got -1"
         );
-        let mut spec = crate::RunSpec::default();
-        spec.transport = crate::Transport::Libp2p;
+        let spec = crate::RunSpec {
+            transport: crate::Transport::Libp2p,
+            ..crate::RunSpec::default()
+        };
         let e = Runner::new().run(&Arm::new("p2p", spec)).unwrap_err();
         let text = e.to_string();
         assert!(

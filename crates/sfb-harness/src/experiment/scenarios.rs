@@ -9,10 +9,18 @@ use sfb_plot::{BarChart, LineChart, Series};
 
 use super::report::Chart;
 use super::{Arm, ArmReport, Error, Report, Result, Runner, curve, human_bytes, target_at};
-use crate::spec::{Backend, ConsistencySpec, DataSource, ModelChoice, RunSpec, StragglerSpec, Transport};
+use crate::spec::{
+    Backend, ConsistencySpec, DataSource, ModelChoice, RunSpec, StragglerSpec, Transport,
+};
 
 /// The training scenarios.
-pub const SCENARIOS: &[&str] = &["fms-vs-sfb", "q-sweep", "staleness", "scaling", "model-size"];
+pub const SCENARIOS: &[&str] = &[
+    "fms-vs-sfb",
+    "q-sweep",
+    "staleness",
+    "scaling",
+    "model-size",
+];
 
 /// Options of the training scenarios (`None`: the scenario's default).
 #[derive(Debug, Clone, PartialEq)]
@@ -73,7 +81,13 @@ impl Options {
     }
 
     /// Transport, budget, clocks and evaluation cadence set on `spec`.
-    fn common(&self, mut spec: RunSpec, peers: usize, clocks: u64, eval_every: u64) -> Result<RunSpec> {
+    fn common(
+        &self,
+        mut spec: RunSpec,
+        peers: usize,
+        clocks: u64,
+        eval_every: u64,
+    ) -> Result<RunSpec> {
         spec.transport = self.transport;
         spec.net.bandwidth = self.rate()?;
         spec.peers = peers;
@@ -136,7 +150,13 @@ pub fn run_arms(
 ) -> Result<Vec<Vec<ClockRecord>>> {
     let mut runs = Vec::new();
     for (i, a) in arms.iter().enumerate() {
-        runner.say(&format!("[{}/{}] {}: {}", i + 1, arms.len(), a.name, a.command()));
+        runner.say(&format!(
+            "[{}/{}] {}: {}",
+            i + 1,
+            arms.len(),
+            a.name,
+            a.command()
+        ));
         runs.push(runner.run(a)?);
     }
     let (ref_summary, ref_records) = &runs[reference];
@@ -183,7 +203,13 @@ impl Demo {
     /// [`Error::Option`] for peers, out-degree or clocks out of range.
     pub fn arms(&self) -> Result<Vec<Arm>> {
         let p = self.peers;
-        let bad = |option, expected, got: String| Err(Error::Option { option, expected, got });
+        let bad = |option, expected, got: String| {
+            Err(Error::Option {
+                option,
+                expected,
+                got,
+            })
+        };
         if p < 2 {
             return bad("peers", "at least 2 for a cluster", p.to_string());
         }
@@ -220,7 +246,10 @@ impl Demo {
         fms.backend = Backend::Fms;
         Ok(vec![
             Arm::new(format!("SFB full broadcast (Q={})", p - 1), base),
-            Arm::new(format!("SFB partial (Q={}, optimized)", self.out_degree), partial),
+            Arm::new(
+                format!("SFB partial (Q={}, optimized)", self.out_degree),
+                partial,
+            ),
             Arm::new("FMS parameter server", fms),
         ])
     }
@@ -310,7 +339,14 @@ pub fn fms_vs_sfb(opts: &Options, runner: &Runner) -> Result<Report> {
 }
 
 /// Per clock and peer: where the time goes, and what the budget alone would cost.
-fn breakdown(report: &Report, rate: Option<Rate>, j: usize, d: usize, p: usize, k: usize) -> String {
+fn breakdown(
+    report: &Report,
+    rate: Option<Rate>,
+    j: usize,
+    d: usize,
+    p: usize,
+    k: usize,
+) -> String {
     let mut m = String::from(
         "| arm | ms per clock | compute | apply | wait | other | eval (excluded) | bytes sent per clock by the busiest node | at the budget |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
@@ -343,7 +379,14 @@ fn breakdown(report: &Report, rate: Option<Rate>, j: usize, d: usize, p: usize, 
     m
 }
 
-fn line(title: String, x_label: &str, y_label: &str, series: Vec<Series>, log: bool, hline: Option<(f64, String)>) -> Chart {
+fn line(
+    title: String,
+    x_label: &str,
+    y_label: &str,
+    series: Vec<Series>,
+    log: bool,
+    hline: Option<(f64, String)>,
+) -> Chart {
     Chart::Line(LineChart {
         title,
         x_label: x_label.into(),
@@ -357,7 +400,10 @@ fn line(title: String, x_label: &str, y_label: &str, series: Vec<Series>, log: b
 }
 
 fn one(name: &str, points: Vec<(f64, f64)>) -> Vec<Series> {
-    vec![Series { name: name.into(), points }]
+    vec![Series {
+        name: name.into(),
+        points,
+    }]
 }
 
 /// SFB with every out-degree Q = 1 … P − 1: time to target and final objective vs Q.
@@ -370,7 +416,11 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
     let clocks = opts.clocks.unwrap_or(60);
     let mut report = Report::new(
         "q-sweep",
-        &format!("P={p}, Q=1..{}, MLR J=D={n}, K=16, BSP, {} per peer", p - 1, opts.bandwidth()),
+        &format!(
+            "P={p}, Q=1..{}, MLR J=D={n}, K=16, BSP, {} per peer",
+            p - 1,
+            opts.bandwidth()
+        ),
     );
     let base = opts.common(mlr(n, n, 24000, 500), p, clocks, 5)?;
     // Full broadcast first: it is the reference.
@@ -392,11 +442,20 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
             .collect()
     };
     let (ttt, fin) = (pts(&|a| a.time_to_target_s), pts(&|a| a.final_objective));
-    let hline = report.target_objective.map(|t| (t, format!("target {t:.4}")));
+    let hline = report
+        .target_objective
+        .map(|t| (t, format!("target {t:.4}")));
     report.add_chart(
         "q-sweep-time-to-target.png",
         "time to target vs Q",
-        line(format!("q-sweep: time to target vs out-degree Q (P={p})"), "out-degree Q", "time to target (s)", one("time to target", ttt), false, None),
+        line(
+            format!("q-sweep: time to target vs out-degree Q (P={p})"),
+            "out-degree Q",
+            "time to target (s)",
+            one("time to target", ttt),
+            false,
+            None,
+        ),
     );
     report.add_chart(
         "q-sweep-final-objective.png",
@@ -414,10 +473,16 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
         let close: Vec<String> = report
             .arms
             .iter()
-            .filter(|a| a.final_objective.is_some_and(|o| (o - f).abs() <= 0.01 * f.abs()))
+            .filter(|a| {
+                a.final_objective
+                    .is_some_and(|o| (o - f).abs() <= 0.01 * f.abs())
+            })
             .map(|a| a.name.clone())
             .collect();
-        report.notes.push(format!("final objective within 1% of full broadcast: {}", close.join(", ")));
+        report.notes.push(format!(
+            "final objective within 1% of full broadcast: {}",
+            close.join(", ")
+        ));
     }
     report.notes.push("Partial broadcast does not relay: each replica applies its own updates and its in-neighbours' only, so replicas drift apart (max divergence in the JSON) and the objective is the mean over peers.".into());
     Ok(report)
@@ -445,13 +510,23 @@ pub fn staleness(opts: &Options, runner: &Runner) -> Result<Report> {
     // Fixed: the last peer is slow at every clock.
     for (mode, straggler) in [
         ("rotating", StragglerSpec::Rotating { delay_ms: delay }),
-        ("fixed", StragglerSpec::Peer { peer: (p - 1) as u32, delay_ms: delay }),
+        (
+            "fixed",
+            StragglerSpec::Peer {
+                peer: (p - 1) as u32,
+                delay_ms: delay,
+            },
+        ),
     ] {
         for backend in [Backend::Sfb, Backend::Fms] {
             for s in [0u64, 1, 2, 4, 8] {
                 let mut spec = base.clone();
                 spec.backend = backend;
-                spec.train.consistency = if s == 0 { ConsistencySpec::Bsp } else { ConsistencySpec::Ssp { staleness: s } };
+                spec.train.consistency = if s == 0 {
+                    ConsistencySpec::Bsp
+                } else {
+                    ConsistencySpec::Ssp { staleness: s }
+                };
                 spec.train.straggler = Some(straggler);
                 let name = format!("{} s={s} {mode}", backend.name().to_uppercase());
                 arms.push(Arm::new(name, spec));
@@ -460,20 +535,33 @@ pub fn staleness(opts: &Options, runner: &Runner) -> Result<Report> {
     }
     run_arms(runner, &mut report, &arms, 0, opts.frac(0.5))?;
     let group = |b: &str, m: &str| -> Vec<&ArmReport> {
-        report.arms.iter().filter(|a| a.name.starts_with(b) && a.name.ends_with(m)).collect()
+        report
+            .arms
+            .iter()
+            .filter(|a| a.name.starts_with(b) && a.name.ends_with(m))
+            .collect()
     };
-    let bound = |a: &ArmReport| -> Option<f64> { a.name.split("s=").nth(1)?.split(' ').next()?.parse().ok() };
+    let bound = |a: &ArmReport| -> Option<f64> {
+        a.name.split("s=").nth(1)?.split(' ').next()?.parse().ok()
+    };
     let series: Vec<Series> = ["SFB", "FMS"]
         .iter()
         .flat_map(|b| ["rotating", "fixed"].map(|m| (b, m)))
         .map(|(b, m)| Series {
             name: format!("{b}, {m} straggler"),
-            points: group(b, m).into_iter().filter_map(|a| Some((bound(a)?, a.time_to_target_s?))).collect(),
+            points: group(b, m)
+                .into_iter()
+                .filter_map(|a| Some((bound(a)?, a.time_to_target_s?)))
+                .collect(),
         })
         .collect();
     let c = |a: &ArmReport| a.summary.clocks.max(1) as f64;
     let wait = |a: &ArmReport| (a.summary.wait_s + a.summary.flush_s) / c(a) * 1e3;
-    let compute: Vec<f64> = report.arms.iter().map(|a| (a.summary.compute_s + a.summary.apply_s) / c(a) * 1e3).collect();
+    let compute: Vec<f64> = report
+        .arms
+        .iter()
+        .map(|a| (a.summary.compute_s + a.summary.apply_s) / c(a) * 1e3)
+        .collect();
     let waits: Vec<f64> = report.arms.iter().map(wait).collect();
     let mut notes = Vec::new();
     for b in ["SFB", "FMS"] {
@@ -482,9 +570,18 @@ pub fn staleness(opts: &Options, runner: &Runner) -> Result<Report> {
             let best = g
                 .iter()
                 .filter(|a| a.time_to_target_s.is_some())
-                .min_by(|x, y| x.time_to_target_s.partial_cmp(&y.time_to_target_s).unwrap_or(std::cmp::Ordering::Equal));
-            let (Some(bsp), Some(best)) = (g.first(), best) else { continue };
-            let t = |a: &ArmReport| a.time_to_target_s.map_or("-".into(), |t| format!("{t:.2} s"));
+                .min_by(|x, y| {
+                    x.time_to_target_s
+                        .partial_cmp(&y.time_to_target_s)
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                });
+            let (Some(bsp), Some(best)) = (g.first(), best) else {
+                continue;
+            };
+            let t = |a: &ArmReport| {
+                a.time_to_target_s
+                    .map_or("-".into(), |t| format!("{t:.2} s"))
+            };
             notes.push(format!(
                 "{b}, {m} straggler: BSP waits {:.1} ms per clock and reaches the target in {}; the best bound, {}, waits {:.1} ms and reaches it in {}.",
                 wait(bsp), t(bsp), best.name.split(' ').nth(1).unwrap_or("?"), wait(best), t(best),
@@ -495,7 +592,14 @@ pub fn staleness(opts: &Options, runner: &Runner) -> Result<Report> {
     report.add_chart(
         "staleness-time-to-target.png",
         "time to target vs s",
-        line("staleness: time to target vs staleness bound s".into(), "staleness bound s (clocks)", "time to target (s)", series, false, None),
+        line(
+            "staleness: time to target vs staleness bound s".into(),
+            "staleness bound s (clocks)",
+            "time to target (s)",
+            series,
+            false,
+            None,
+        ),
     );
     report.add_chart(
         "staleness-compute-vs-wait.png",
@@ -521,7 +625,10 @@ pub fn staleness(opts: &Options, runner: &Runner) -> Result<Report> {
 pub fn scaling(opts: &Options, runner: &Runner) -> Result<Report> {
     let n = opts.size.unwrap_or(1024);
     let max_p = opts.peers.unwrap_or(8);
-    let ps: Vec<usize> = [1, 2, 4, 8, 16].into_iter().filter(|&x| x <= max_p).collect();
+    let ps: Vec<usize> = [1, 2, 4, 8, 16]
+        .into_iter()
+        .filter(|&x| x <= max_p)
+        .collect();
     // Equal samples for every arm: P peers run (clocks at P=1) / P clocks.
     let clocks1 = opts.clocks.unwrap_or(640);
     let mut report = Report::new(
@@ -566,20 +673,37 @@ pub fn scaling(opts: &Options, runner: &Runner) -> Result<Report> {
             a.summary.peers,
             a.samples_per_s,
             x(s1),
-            a.time_to_target_s.map_or("not reached".into(), |t| format!("{t:.2}")),
+            a.time_to_target_s
+                .map_or("not reached".into(), |t| format!("{t:.2}")),
             x(s2),
         );
     }
     report.sections.push(("Speedup over P=1".into(), table));
     let series = vec![
-        Series { name: "throughput (samples/s)".into(), points: thr },
-        Series { name: "time to target".into(), points: ttt },
-        Series { name: "linear".into(), points: ps.iter().map(|&p| (p as f64, p as f64)).collect() },
+        Series {
+            name: "throughput (samples/s)".into(),
+            points: thr,
+        },
+        Series {
+            name: "time to target".into(),
+            points: ttt,
+        },
+        Series {
+            name: "linear".into(),
+            points: ps.iter().map(|&p| (p as f64, p as f64)).collect(),
+        },
     ];
     report.add_chart(
         "scaling-speedup.png",
         "speedup over P=1",
-        line("scaling: speedup over P=1".into(), "peers P", "speedup over P=1 (×)", series, true, None),
+        line(
+            "scaling: speedup over P=1".into(),
+            "peers P",
+            "speedup over P=1 (×)",
+            series,
+            true,
+            None,
+        ),
     );
     report.notes.push(format!(
         "Every peer runs its kernels on one thread (RAYON_NUM_THREADS=1), as on a cluster of single-core machines; P=1 runs in-memory (a single peer sends nothing). This machine has {} cores: peers beyond that share cores, so compute cannot scale past it here, and every SFB peer applies all P·K updates per clock, so per-peer apply work grows with P.",
@@ -597,7 +721,10 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
     let p = opts.peers.unwrap_or(4);
     let q = 1usize.max(p / 2);
     let clocks = opts.clocks.unwrap_or(40);
-    let sizes = opts.sizes.clone().unwrap_or_else(|| vec![256, 512, 1024, 2048]);
+    let sizes = opts
+        .sizes
+        .clone()
+        .unwrap_or_else(|| vec![256, 512, 1024, 2048]);
     let k = 16usize;
     let mut report = Report::new(
         "model-size",
@@ -624,7 +751,10 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
         ];
         let mut sub = Report::new("model-size", "");
         run_arms(runner, &mut sub, &arms, 0, opts.frac(0.4))?;
-        rules.push(format!("J=D={n}: target {:.4}", sub.target_objective.unwrap_or(f64::NAN)));
+        rules.push(format!(
+            "J=D={n}: target {:.4}",
+            sub.target_objective.unwrap_or(f64::NAN)
+        ));
         for a in &sub.arms {
             let f = (n + n) as f64 * k as f64 * 4.0 * p as f64;
             let expect = if a.name.ends_with("FMS") {
@@ -652,7 +782,11 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
         "| J=D | SFB full time to target (s) | FMS time to target (s) | FMS ÷ SFB |\n|---:|---:|---:|---:|\n",
     );
     for &n in &sizes {
-        let t = |kind: &str| report.arm(&format!("{n}² {kind}")).and_then(|a| a.time_to_target_s);
+        let t = |kind: &str| {
+            report
+                .arm(&format!("{n}² {kind}"))
+                .and_then(|a| a.time_to_target_s)
+        };
         let (s, f) = (t("SFB full"), t("FMS"));
         let x = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}"));
         let ratio = match (s, f) {
@@ -661,7 +795,9 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
         };
         let _ = writeln!(speed, "| {n} | {} | {} | {ratio} |", x(s), x(f));
     }
-    report.sections.push(("SFB vs FMS by model size".into(), speed));
+    report
+        .sections
+        .push(("SFB vs FMS by model size".into(), speed));
     report.target_rule = format!(
         "one target per size: the held-out objective SFB full reached at the first evaluation at or after {:.0}% of its clocks ({})",
         opts.frac(0.4) * 100.0,
@@ -702,7 +838,14 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
     report.add_chart(
         "model-size-time-to-target.png",
         "time to target vs model size",
-        line(format!("model-size: time to target vs J·D (P={p})"), "parameters J·D", "time to target (s)", series, true, None),
+        line(
+            format!("model-size: time to target vs J·D (P={p})"),
+            "parameters J·D",
+            "time to target (s)",
+            series,
+            true,
+            None,
+        ),
     );
     Ok(report)
 }
