@@ -10,16 +10,12 @@ use sfb_core::fms::{Client, Server};
 use sfb_core::metrics::{ClockRecord, RunInfo, Summary};
 use sfb_core::wire::Dtype;
 use sfb_core::{Config, Consistency, Engine, Evaluator, Model, PeerId, Shard, shard_indices};
-use sfb_models::{ModelSpec, Problem, Schedule, Straggler};
+use sfb_models::{ModelSpec, Problem};
 use sfb_topology::{Method, Topology};
 
 use crate::spec::{RunSpec, StragglerSpec, TopologyMethod};
 use crate::summary::{NodeOutcome, summarize};
 use crate::{Error, Result};
-
-/// The model a peer of a built cluster runs: the user's model, slowed down on the peer
-/// [`Builder::straggler`] picks (a zero delay elsewhere).
-pub type PeerModel<M> = Straggler<M>;
 
 /// A progress callback: `(node index, clocks completed)`; node `P` is the FMS server.
 pub type Progress = Arc<dyn Fn(usize, u64) + Send + Sync>;
@@ -157,23 +153,12 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// `model`, slowed down as [`Builder::straggler`] says for peer `id`.
-    fn straggle<M>(&self, model: M, id: u32) -> PeerModel<M> {
-        let (delay, schedule) = match self.straggler {
-            Some(s @ StragglerSpec::Rotating { .. }) => (
-                s.delay(),
-                Schedule::Rotating {
-                    id,
-                    peers: self.peers as u32,
-                    seed: self.seed,
-                },
-            ),
-            Some(s @ StragglerSpec::Peer { peer, .. }) if peer == id => {
-                (s.delay(), Schedule::Always)
-            }
-            _ => (Duration::ZERO, Schedule::Always),
-        };
-        Straggler::with_schedule(model, delay, schedule)
+    /// Who is slowed down when: a driver option (the drivers make the delay real, or
+    /// virtual), never a change to the model.
+    fn stragglers(&self) -> sfb_core::Stragglers {
+        self.straggler.map_or(sfb_core::Stragglers::None, |s| {
+            s.schedule(self.peers, self.seed)
+        })
     }
 
     fn check(&self) -> Result<()> {
@@ -522,16 +507,8 @@ impl Builder<Builtin> {
     }
 }
 
-/// Engines of a built cluster.
-pub type PeerEngine<M> = Engine<PeerModel<M>>;
-
 impl<K: Kind> Builder<K> {
-    fn engine(
-        &mut self,
-        id: u32,
-        out: Vec<PeerId>,
-        inn: Vec<PeerId>,
-    ) -> Result<PeerEngine<K::Model>> {
+    fn engine(&mut self, id: u32, out: Vec<PeerId>, inn: Vec<PeerId>) -> Result<Engine<K::Model>> {
         self.s.check()?;
         let peer = Peer {
             id: PeerId(id),
@@ -547,8 +524,7 @@ impl<K: Kind> Builder<K> {
         cfg.batch_size = self.s.batch;
         cfg.lr = self.s.lr;
         cfg.eval_every = self.s.eval_every;
-        let model = self.s.straggle(parts.model, id);
-        let engine = Engine::new(cfg, model, parts.w0, parts.shard)?;
+        let engine = Engine::new(cfg, parts.model, parts.w0, parts.shard)?;
         Ok(match parts.evaluator {
             Some(e) => engine.with_evaluator(e),
             None => engine,
@@ -605,7 +581,7 @@ impl<K: Kind> Builder<K> {
     ///
     /// # Errors
     /// Topology, data and engine errors ([`Error::EmptyShard`], [`Error::MissingData`], …).
-    pub fn build_peer(&mut self, id: u32) -> Result<PeerEngine<K::Model>> {
+    pub fn build_peer(&mut self, id: u32) -> Result<Engine<K::Model>> {
         let out = self.resolve_topology()?;
         let ids = |v: &mut dyn Iterator<Item = usize>| v.map(|x| PeerId(x as u32)).collect();
         let o = ids(&mut out[id as usize].iter().copied());
@@ -617,7 +593,7 @@ impl<K: Kind> Builder<K> {
     ///
     /// # Errors
     /// As [`build_peer`](Self::build_peer).
-    pub fn build_engines(&mut self) -> Result<Vec<PeerEngine<K::Model>>> {
+    pub fn build_engines(&mut self) -> Result<Vec<Engine<K::Model>>> {
         (0..self.s.peers as u32)
             .map(|id| self.build_peer(id))
             .collect()
@@ -628,11 +604,7 @@ impl<K: Kind> Builder<K> {
     ///
     /// # Errors
     /// As [`build_peer`](Self::build_peer).
-    pub fn build_client(
-        &mut self,
-        id: u32,
-        push: crate::Push,
-    ) -> Result<Client<PeerModel<K::Model>>> {
+    pub fn build_client(&mut self, id: u32, push: crate::Push) -> Result<Client<K::Model>> {
         let engine = self.engine(id, Vec::new(), Vec::new())?;
         Ok(Client::from_engine(engine, push.into())?)
     }
@@ -641,7 +613,7 @@ impl<K: Kind> Builder<K> {
     ///
     /// # Errors
     /// As [`build_peer`](Self::build_peer).
-    pub fn build_server(&mut self, push: crate::Push) -> Result<Server<PeerModel<K::Model>>> {
+    pub fn build_server(&mut self, push: crate::Push) -> Result<Server<K::Model>> {
         let engine = self.engine(0, Vec::new(), Vec::new())?;
         Ok(Server::from_engine(engine, push.into())?)
     }
@@ -654,10 +626,7 @@ impl<K: Kind> Builder<K> {
     pub fn build_fms(
         &mut self,
         push: crate::Push,
-    ) -> Result<(
-        Server<PeerModel<K::Model>>,
-        Vec<Client<PeerModel<K::Model>>>,
-    )> {
+    ) -> Result<(Server<K::Model>, Vec<Client<K::Model>>)> {
         let clients = (0..self.s.peers as u32)
             .map(|id| self.build_client(id, push))
             .collect::<Result<Vec<_>>>()?;
@@ -691,8 +660,15 @@ impl<K: Kind> Builder<K> {
                     f(node, r.clock);
                 }) as sfb_net::p2p::ProgressFn
             }),
+            stragglers: self.s.stragglers(),
             ..Default::default()
         }
+    }
+
+    /// Who the drivers slow down when ([`Builder::straggler`]): hand it to the driver of a
+    /// node built here (`sfb_net::p2p::Options::stragglers`, the virtual-time network).
+    pub fn stragglers(&self) -> sfb_core::Stragglers {
+        self.s.stragglers()
     }
 
     /// Runs the SFB peers to completion over the in-memory transport (a thread per peer).
@@ -734,7 +710,7 @@ pub struct Outcome {
 /// A finished in-memory SFB run.
 pub struct MemRun<M: Model> {
     /// Every peer's final engine and records, peer `i` at index `i`.
-    pub peers: Vec<sfb_net::mem::PeerRun<PeerModel<M>>>,
+    pub peers: Vec<sfb_net::mem::PeerRun<M>>,
     /// What the run was.
     pub info: RunInfo,
 }
@@ -770,7 +746,7 @@ impl<M: Model> MemRun<M> {
 /// A finished in-memory FMS run.
 pub struct FmsRun<M: Model> {
     /// The server and clients, with their records.
-    pub run: sfb_net::mem_fms::Run<PeerModel<M>, PeerModel<M>>,
+    pub run: sfb_net::mem_fms::Run<M, M>,
     /// What the run was.
     pub info: RunInfo,
 }

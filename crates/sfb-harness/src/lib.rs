@@ -78,7 +78,7 @@ mod summary;
 
 pub use cluster::{
     Builder, Builtin, Cluster, Custom, FmsRun, MemRun, ModelSource, NoModel, Outcome, Peer,
-    PeerEngine, PeerModel, Progress, peer_seed, shard,
+    Progress, peer_seed, shard,
 };
 pub use error::{Error, Result};
 pub use run::run;

@@ -424,6 +424,22 @@ impl StragglerSpec {
             }
         }
     }
+
+    /// The schedule the drivers apply (real delay on threads and processes, virtual delay
+    /// in a simulated network) for a cluster of `peers` with run seed `seed`.
+    pub fn schedule(&self, peers: usize, seed: u64) -> sfb_core::Stragglers {
+        match *self {
+            Self::Peer { peer, .. } => sfb_core::Stragglers::Fixed {
+                peer: sfb_core::PeerId(peer),
+                delay: self.delay(),
+            },
+            Self::Rotating { .. } => sfb_core::Stragglers::Rotating {
+                peers: peers as u32,
+                delay: self.delay(),
+                seed,
+            },
+        }
+    }
 }
 
 impl FromStr for StragglerSpec {

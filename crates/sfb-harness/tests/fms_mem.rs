@@ -120,9 +120,9 @@ fn fms_ssp_with_a_straggler_respects_the_bound_and_tiny_inboxes_do_not_deadlock(
     };
     let opts = sfb_net::mem::Options {
         capacity: 1,
-        timeout: Duration::from_secs(60),
-        ..Default::default()
+        ..opts_for(&prob, &c)
     };
+    assert!(!opts.stragglers.is_none());
     for push in [Push::Factors, Push::Dense] {
         let (server, clients) = fms_nodes(&prob, &c, push);
         let run = sfb_net::mem_fms::run(server, clients, &opts).unwrap();

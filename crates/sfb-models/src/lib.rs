@@ -34,7 +34,6 @@ pub mod mlr;
 mod sample;
 pub mod sdca;
 pub mod sparse_coding;
-mod straggler;
 pub mod synthetic;
 
 pub use any::{AnyModel, ModelSpec, Problem};
@@ -44,5 +43,4 @@ pub use mlr::{Mlr, MlrEvaluator};
 pub use sample::{Example, Features, dot};
 pub use sdca::{L2Mlr, L2MlrEvaluator};
 pub use sparse_coding::{SparseCoding, SparseCodingEvaluator};
-pub use straggler::{Schedule, Straggler};
 pub use synthetic::{ClassificationSpec, ClusterSpec, SignalSpec};

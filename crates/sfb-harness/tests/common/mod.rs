@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sfb_core::{Consistency, Engine, Shard};
 use sfb_harness::{Cluster, StragglerSpec};
-use sfb_models::{ClassificationSpec, Example, Mlr, MlrEvaluator, Straggler, synthetic};
+use sfb_models::{ClassificationSpec, Example, Mlr, MlrEvaluator, synthetic};
 
 pub struct Problem {
     pub train: Arc<Vec<Example>>,
@@ -69,7 +69,7 @@ fn builder(
     b
 }
 
-pub fn engines(p: &Problem, c: &ClusterSpec) -> Vec<Engine<Straggler<Mlr>>> {
+pub fn engines(p: &Problem, c: &ClusterSpec) -> Vec<Engine<Mlr>> {
     builder(p, c).build_engines().unwrap()
 }
 
@@ -80,16 +80,21 @@ pub fn opts() -> sfb_net::mem::Options {
     }
 }
 
+/// [`opts`] with `c`'s straggler (a driver option: real delay after its compute).
+pub fn opts_for(p: &Problem, c: &ClusterSpec) -> sfb_net::mem::Options {
+    sfb_net::mem::Options {
+        stragglers: builder(p, c).stragglers(),
+        ..opts()
+    }
+}
+
 /// The FMS counterpart of [`engines`]: a server and one client per peer, built from the
 /// same engines (same models, shards, samplers, initial W).
 pub fn fms_nodes(
     p: &Problem,
     c: &ClusterSpec,
     push: sfb_core::fms::Push,
-) -> (
-    sfb_core::fms::Server<Straggler<Mlr>>,
-    Vec<sfb_core::fms::Client<Straggler<Mlr>>>,
-) {
+) -> (sfb_core::fms::Server<Mlr>, Vec<sfb_core::fms::Client<Mlr>>) {
     let push = match push {
         sfb_core::fms::Push::Dense => sfb_harness::Push::Dense,
         _ => sfb_harness::Push::Factors,
