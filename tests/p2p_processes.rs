@@ -179,14 +179,16 @@ fn start_peers(
         let (i, line) = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("peers report their addresses");
-        if let Some(a) = line.strip_prefix("LISTENING ") {
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        if let Some(a) = v["listening"].as_str() {
             addrs[i] = a.to_string();
             got += 1;
         }
     }
+    let line = serde_json::json!({ "addrs": addrs }).to_string();
     for c in &mut children {
         let mut stdin = c.stdin.take().unwrap();
-        writeln!(stdin, "{}", addrs.join(" ")).unwrap();
+        writeln!(stdin, "{line}").unwrap();
     }
     (children, rx, d)
 }
@@ -228,7 +230,7 @@ fn killing_a_peer_mid_run_stops_the_others_with_a_clear_error() {
         let (i, line) = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("progress from peer 0");
-        if i == 0 && line == "CLOCK 5" {
+        if i == 0 && line == r#"{"clock":5}"# {
             break;
         }
     }

@@ -1,29 +1,21 @@
-//! How `sfb demo` and `sfb bench` run arms: progress bars on stderr, and the executor
-//! that also launches libp2p clusters. Everything else lives in
-//! [`sfb_harness::experiment`].
+//! How `sfb demo` and `sfb bench` show arms running: progress bars on stderr. Everything
+//! else lives in [`sfb_harness::experiment`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sfb_core::metrics::Summary;
-use sfb_harness::experiment::{Arm, Observer, Report, Runner, run_args};
-use sfb_harness::{Outcome, Progress};
+use sfb_harness::Progress;
+use sfb_harness::experiment::{Arm, Observer, Report, Runner};
 
-/// A runner with progress bars that carries out libp2p arms with the binary's launcher.
+/// A runner (arms carried out by `sfb_harness::run`, libp2p ones as local processes)
+/// with progress bars.
 pub fn runner() -> Runner {
-    Runner::new()
-        .observer(Bars {
-            multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
-            bars: Default::default(),
-        })
-        .exec(Arc::new(|spec, progress| {
-            // Until `sfb_harness::run` launches libp2p clusters, the binary's launcher
-            // does (children re-read `sfb run` arguments rendered from the spec).
-            let argv = run_args(spec).unwrap_or_default();
-            let (summary, records) = super::run::execute(spec, &argv, progress)?;
-            Ok(Outcome { summary, records })
-        }))
+    Runner::new().observer(Bars {
+        multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
+        bars: Default::default(),
+    })
 }
 
 /// Writes `report` into `dir`, prints it, and says how many files it wrote.
@@ -117,9 +109,7 @@ impl Observer for Bars {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
-    use sfb_harness::experiment::{Demo, Options, mlr};
-
-    use super::*;
+    use sfb_harness::experiment::{Demo, Options, mlr, run_args};
 
     #[derive(Debug, Parser)]
     #[command(no_binary_name = true)]

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sfb_core::metrics::{ClockRecord, Summary};
 use sfb_harness::{Progress, RunSpec, TopologyOptions};
@@ -101,17 +101,15 @@ impl From<Backend> for sfb_harness::Backend {
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
-    let (spec, argv) = match &args.spec {
+    let spec = match &args.spec {
         Some(file) => {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("reading {}", file.display()))?;
-            let spec = RunSpec::from_json(&text).with_context(|| file.display().to_string())?;
-            let argv = sfb_harness::experiment::run_args(&spec).unwrap_or_default();
-            (spec, argv)
+            RunSpec::from_json(&text).with_context(|| file.display().to_string())?
         }
-        None => (args.to_spec(), super::p2p::run_argv()),
+        None => args.to_spec(),
     };
-    let (summary, records) = execute(&spec, &argv, None)?;
+    let (summary, records) = execute(&spec, None)?;
     if let Some(path) = &spec.output.metrics {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
@@ -130,31 +128,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// Carries out `spec` (parsed from `argv`, the arguments after `sfb run`) and returns the
-/// summary and every node's per-clock records.
-pub fn execute(
-    spec: &RunSpec,
-    argv: &[String],
-    progress: Option<Progress>,
-) -> Result<(Summary, Vec<ClockRecord>)> {
+/// Carries out `spec` through the harness (the libp2p transport as one local `sfb`
+/// process per node) and returns the summary and every node's per-clock records.
+pub fn execute(spec: &RunSpec, progress: Option<Progress>) -> Result<(Summary, Vec<ClockRecord>)> {
     spec.validate().map_err(cli_error)?;
-    if spec.transport == sfb_harness::Transport::Mem {
-        let out = sfb_harness::run(spec, progress).map_err(cli_error)?;
-        return Ok((out.summary, out.records));
-    }
-    let shaping = match (spec.net.netns, spec.net.bandwidth) {
-        (true, Some(rate)) => {
-            if let Err(why) = super::netns::available() {
-                bail!("--netns is not available here: {why}");
-            }
-            Some(super::p2p::Shaping {
-                rate,
-                burst: spec.net.burst,
-            })
-        }
-        _ => None,
-    };
-    super::p2p::launch(spec, argv, shaping, progress)
+    let out = sfb_harness::run(spec, progress).map_err(cli_error)?;
+    Ok((out.summary, out.records))
 }
 
 fn opt(x: Option<f64>) -> String {

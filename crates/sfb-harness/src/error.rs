@@ -90,12 +90,9 @@ pub enum Error {
     /// The spec is not valid JSON for a [`RunSpec`](crate::RunSpec).
     #[error("run spec: {0}")]
     Json(#[from] serde_json::Error),
-    /// The libp2p transport is not run from this crate yet.
-    #[error("the {transport} transport is run by the `sfb` binary's launcher")]
-    Transport {
-        /// The transport asked for.
-        transport: &'static str,
-    },
+    /// The local launcher, or a node run from a spec ([`crate::launch`]).
+    #[error(transparent)]
+    Launch(#[from] crate::launch::Error),
     /// Reading data or building a model failed.
     #[error(transparent)]
     Models(#[from] sfb_models::Error),

@@ -10,7 +10,9 @@
 //!   another driver;
 //! - [`summarize`]: one [`Summary`](sfb_core::metrics::Summary) for every backend and
 //!   transport;
-//! - [`run`]: a whole [`RunSpec`] in one call;
+//! - [`run`]: a whole [`RunSpec`] in one call, in memory or over libp2p as local
+//!   processes ([`launch`]: the launcher and the child side of `sfb peer --spec`);
+//! - [`netns`]: per-node network namespaces with kernel-shaped links (`--netns`, root);
 //! - [`experiment`]: paired arms, learning curves, time to target, reports (JSON, CSV,
 //!   Markdown, PNG) and the scenarios of `sfb demo` and `sfb bench`.
 //!
@@ -72,6 +74,8 @@ mod cluster;
 mod data;
 mod error;
 pub mod experiment;
+pub mod launch;
+pub mod netns;
 mod run;
 mod spec;
 mod summary;

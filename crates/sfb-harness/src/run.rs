@@ -1,22 +1,28 @@
 //! Carrying out a [`RunSpec`].
 
+use crate::Result;
 use crate::cluster::{Cluster, Outcome, Progress};
+use crate::launch::Launcher;
 use crate::spec::{Backend, RunSpec, Transport};
-use crate::{Error, Result};
 
 /// Runs `spec` to completion and returns its summary and records; `progress`, if given,
 /// hears every clock every node completes.
 ///
 /// # Errors
-/// [`RunSpec::validate`]'s errors before anything runs; [`Error::Transport`] for the
-/// libp2p transport (run by the `sfb` binary's launcher for now); then data, build and
-/// driver errors.
+/// [`RunSpec::validate`]'s errors before anything runs; then data, build and driver
+/// errors; for the libp2p transport the launcher's ([`Error::Launch`]).
+///
+/// The libp2p transport runs one process per node through [`Launcher::from_env`]: the
+/// `sfb` executable named by `SFB_EXE`, else this process's own (right in the `sfb`
+/// binary); use a [`Launcher`] to name another.
 pub fn run(spec: &RunSpec, progress: Option<Progress>) -> Result<Outcome> {
     spec.validate()?;
-    if spec.transport != Transport::Mem {
-        return Err(Error::Transport {
-            transport: spec.transport.name(),
-        });
+    if spec.transport == Transport::Libp2p {
+        let mut launcher = Launcher::from_env()?;
+        if let Some(p) = progress {
+            launcher = launcher.progress(p);
+        }
+        return launcher.run(spec);
     }
     let mut builder = Cluster::from_spec(spec)?;
     if let Some(p) = progress {

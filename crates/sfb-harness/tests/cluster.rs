@@ -204,7 +204,9 @@ fn builder_errors_are_typed() {
         transport: sfb_harness::Transport::Libp2p,
         ..RunSpec::default()
     };
-    assert!(matches!(run(&s, None), Err(Error::Transport { .. })));
+    // libp2p runs through the launcher: a missing executable is its error, not a panic.
+    let r = sfb_harness::launch::Launcher::new("/nonexistent/sfb").run(&s);
+    assert!(matches!(&r, Err(Error::Launch(_))), "{:?}", r.err());
 }
 
 #[test]

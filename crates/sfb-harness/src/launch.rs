@@ -1,0 +1,906 @@
+//! The local launcher: a [`RunSpec`] over libp2p as one `sfb` process per node.
+//!
+//! The parent ([`Launcher::run`]) writes a cluster file (ports chosen by the OS) and one
+//! [`NodeSpec`] into a temporary directory, starts `sfb peer --spec node.json --cluster
+//! cluster.toml --id I` per peer (and `sfb server --spec … --cluster …` for FMS), and
+//! merges the reports the children leave in that directory through [`summarize`]. A child
+//! reads its whole configuration from the spec file ([`run_node`]); nothing is re-parsed
+//! from a command line.
+//!
+//! Parent and children talk in JSON lines ([`Event`] on the child's stdout, [`Addrs`] on
+//! its stdin): each child says where it listens, learns everyone's address, then reports
+//! every clock it completes (the parent's progress callback hears them). The per-clock
+//! records go to `node-I.jsonl` as they happen, the final report to `node-I.json` and the
+//! final W to `node-I.w`.
+//!
+//! Children are killed on every path out of [`Launcher::run`] (error, interruption, panic,
+//! drop): each is owned by a task of a [`JoinSet`] with `kill_on_drop`, and the set is
+//! dropped before the function returns.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sfb_core::metrics::{ClockRecord, PeerMetrics, PeerReport, Summary};
+use sfb_net::bandwidth::Bucket;
+use sfb_net::cluster::Cluster as ClusterFile;
+use sfb_net::p2p::{Node, Options, RunShape};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::task::JoinSet;
+
+use crate::cluster::{Cluster, Outcome, Progress};
+use crate::netns::{self, Netns};
+use crate::spec::{Backend, NetOptions, RunSpec};
+use crate::summary::{NodeOutcome, summarize};
+
+/// Longest a child may take to say where it listens.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Lines of a failed child's stderr shown in the error.
+const TAIL_LINES: usize = 20;
+
+/// Errors of the launcher and of a node run from a spec.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading or writing a file, or starting a process, failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file did not hold the JSON expected.
+    #[error("{what}: {source}")]
+    Json {
+        /// The file or message.
+        what: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A node process failed, exited early or broke the protocol.
+    #[error("{node} {reason}{tail}", tail = tail_text(.stderr))]
+    Node {
+        /// `peer I` or `server`.
+        node: String,
+        /// What happened.
+        reason: String,
+        /// The last lines of its stderr (when the launcher kept them).
+        stderr: Vec<String>,
+    },
+    /// Interrupted (Ctrl-C); every child was stopped.
+    #[error("interrupted; peers stopped")]
+    Interrupted,
+    /// The node id is not in the cluster file, or is the wrong role.
+    #[error("{0}")]
+    Role(String),
+    /// The network namespaces of `--netns`.
+    #[error(transparent)]
+    Netns(#[from] netns::Error),
+    /// The cluster file or the libp2p driver.
+    #[error(transparent)]
+    Net(#[from] sfb_net::Error),
+}
+
+fn tail_text(lines: &[String]) -> String {
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("\n--- last lines of its stderr ---\n{}", lines.join("\n"))
+    }
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+/// What a child process reads from `--spec`: the run, and how to talk to its parent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    /// The run (its `output` is the node's own: `--summary`/`--metrics` of one node).
+    pub run: RunSpec,
+    /// Say where this node listens ([`Event::Listening`]), read every node's address
+    /// ([`Addrs`]) from stdin, and report every clock ([`Event::Clock`]) on stdout.
+    #[serde(default)]
+    pub exchange_addrs: bool,
+    /// Write `node-I.json` (a [`NodeReport`]), `node-I.w` (final W, raw little-endian
+    /// f32, row-major) and `node-I.jsonl` (per-clock records) here, `I` being the node's
+    /// index in the cluster file.
+    #[serde(default)]
+    pub out_dir: Option<PathBuf>,
+}
+
+impl NodeSpec {
+    /// A node of `run` on its own (a hand-run `sfb peer`).
+    pub fn new(run: RunSpec) -> Self {
+        Self {
+            run,
+            exchange_addrs: false,
+            out_dir: None,
+        }
+    }
+
+    /// Reads a spec file.
+    ///
+    /// # Errors
+    /// [`Error::Io`], [`Error::Json`].
+    pub fn read(path: &Path) -> Result<Self, Error> {
+        let text =
+            std::fs::read_to_string(path).map_err(io(format!("reading {}", path.display())))?;
+        serde_json::from_str(&text).map_err(|source| Error::Json {
+            what: format!("{}", path.display()),
+            source,
+        })
+    }
+}
+
+/// A child's message to its parent, one JSON object per stdout line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Event {
+    /// The node listens at this multiaddr.
+    Listening(String),
+    /// The node completed this many clocks.
+    Clock(u64),
+}
+
+/// The parent's answer on a child's stdin: every node's address, in cluster-file order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Addrs {
+    /// Multiaddrs, node `i` at index `i`.
+    pub addrs: Vec<String>,
+}
+
+/// What a node leaves in `node-I.json` for its parent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeReport {
+    /// Its counters, final objective and checksum.
+    pub report: PeerReport,
+    /// Shape of W (`node-I.w` holds `j × d` f32).
+    pub j: usize,
+    /// Shape of W.
+    pub d: usize,
+    /// Transport counters: bytes sent, framing included.
+    pub net_bytes_sent: u64,
+    /// Bytes received, framing included.
+    pub net_bytes_received: u64,
+    /// Seconds from the first to the last send.
+    pub send_span_s: f64,
+    /// Frames rejected by validation.
+    pub bad_frames: u64,
+    /// Streams refused (unknown or unauthenticated peers).
+    pub refused_streams: u64,
+}
+
+/// A node run by [`run_node`], finished.
+#[derive(Debug, Clone)]
+pub struct NodeDone {
+    /// Its own summary (one node: its figures, its one checksum).
+    pub summary: Summary,
+    /// Its report.
+    pub report: NodeReport,
+    /// Its final W.
+    pub w: ndarray::Array2<f32>,
+}
+
+/// Which node of a cluster file to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// An SFB peer or FMS client with this index.
+    Peer(usize),
+    /// The FMS server.
+    Server,
+}
+
+/// Runs one node of the cluster file `cluster` as `spec` says, to completion: builds its
+/// engine (SFB peer or FMS client or server) from `spec.run` through the cluster builder,
+/// drives it over libp2p, streams its per-clock records to `spec.run.output.metrics` (and
+/// `node-I.jsonl` under `out_dir`), writes its own summary (one node: its figures and its
+/// one checksum) to `spec.run.output.summary`, and its report and W under `out_dir`.
+/// Returns its summary, report and final W.
+///
+/// # Errors
+/// [`Error::Role`] for an id that is not in the file or of the wrong kind; spec, build,
+/// driver and file errors.
+pub fn run_node(spec: &NodeSpec, cluster: &Path, role: Role) -> crate::Result<NodeDone> {
+    let file = ClusterFile::load(cluster).map_err(Error::from)?;
+    let fms = file.server().is_some();
+    let p = file.peers();
+    let id = match role {
+        Role::Server => file.server().ok_or_else(|| {
+            Error::Role(format!(
+                "{} names no server: it is an SFB cluster (run `sfb peer` for each peer)",
+                cluster.display()
+            ))
+        })?,
+        Role::Peer(i) if i >= p => {
+            return Err(Error::Role(format!(
+                "--id {i} is not a peer of {} (it has {p} peers)",
+                cluster.display()
+            ))
+            .into());
+        }
+        Role::Peer(i) if file.server() == Some(i) => {
+            return Err(Error::Role(format!(
+                "peer {i} is the cluster's server: run `sfb server --cluster {}`",
+                cluster.display()
+            ))
+            .into());
+        }
+        Role::Peer(i) => i,
+    };
+    let mut run = spec.run.clone();
+    run.peers = file.workers();
+    run.backend = if fms { Backend::Fms } else { Backend::Sfb };
+    run.transport = crate::Transport::Libp2p;
+    run.validate()?;
+    let mut builder = Cluster::from_spec(&run)?;
+    let ctx = NodeRun {
+        spec,
+        run: &run,
+        file,
+        id,
+    };
+    match (fms, role) {
+        (true, Role::Server) => {
+            let server = builder.build_server(run.fms_push)?;
+            let jd = server.replica().dim();
+            ctx.drive(server, jd, true, |s| Finished {
+                metrics: s.metrics().clone(),
+                evaluation: None,
+                checksum: s.replica().checksum(),
+                w: s.replica().w().to_owned(),
+            })
+        }
+        (true, _) => {
+            let client = builder.build_client(id as u32, run.fms_push)?;
+            let jd = client.w().dim();
+            ctx.drive(client, jd, true, |c| Finished {
+                metrics: c.metrics().clone(),
+                evaluation: c.last_evaluation().cloned(),
+                checksum: c.checksum(),
+                w: c.w().to_owned(),
+            })
+        }
+        (false, _) => {
+            let out = (0..p).map(|i| ctx.file.out(i).to_vec()).collect();
+            let engine = builder.out_lists(out).build_peer(id as u32)?;
+            let jd = engine.replica().dim();
+            ctx.drive(engine, jd, false, |e| Finished {
+                metrics: e.metrics().clone(),
+                evaluation: e.last_evaluation().cloned(),
+                checksum: e.replica().checksum(),
+                w: e.replica().w().to_owned(),
+            })
+        }
+    }
+}
+
+/// What a finished node hands to its report.
+struct Finished {
+    metrics: PeerMetrics,
+    evaluation: Option<sfb_core::Evaluation>,
+    checksum: String,
+    w: ndarray::Array2<f32>,
+}
+
+struct NodeRun<'a> {
+    spec: &'a NodeSpec,
+    run: &'a RunSpec,
+    file: ClusterFile,
+    id: usize,
+}
+
+/// A JSON-lines sink shared with the driver's progress callback.
+type Sink = Arc<Mutex<std::io::BufWriter<std::fs::File>>>;
+
+fn sink(path: &Path) -> Result<Sink, Error> {
+    let f = std::fs::File::create(path).map_err(io(format!("creating {}", path.display())))?;
+    Ok(Arc::new(Mutex::new(std::io::BufWriter::new(f))))
+}
+
+impl NodeRun<'_> {
+    fn drive<N: sfb_core::StateMachine + Send + 'static>(
+        self,
+        node: N,
+        jd: (usize, usize),
+        full_w: bool,
+        finished: impl FnOnce(&N) -> Finished,
+    ) -> crate::Result<NodeDone> {
+        let NodeRun {
+            spec,
+            run,
+            mut file,
+            id,
+        } = self;
+        let mut sinks: Vec<Sink> = Vec::new();
+        if let Some(path) = &run.output.metrics {
+            sinks.push(sink(path)?);
+        }
+        if let Some(dir) = &spec.out_dir {
+            sinks.push(sink(&dir.join(format!("node-{id}.jsonl")))?);
+        }
+        let mut opts = node_options(&run.net);
+        // Straggling is a driver option: the same schedule as in memory.
+        opts.stragglers = run.train.straggler.map_or(sfb_core::Stragglers::None, |s| {
+            s.schedule(run.peers, run.train.seed)
+        });
+        let exchange = spec.exchange_addrs;
+        if exchange || !sinks.is_empty() {
+            let sinks = sinks.clone();
+            opts.progress = Some(Arc::new(move |r: &ClockRecord| {
+                // Streamed as records happen: a line per clock, flushed, nothing kept.
+                for s in &sinks {
+                    let mut w = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let _ = serde_json::to_writer(&mut *w, r);
+                    let _ = writeln!(w);
+                    let _ = w.flush();
+                }
+                if exchange {
+                    say(&Event::Clock(r.clock));
+                }
+            }));
+        }
+        let shape = RunShape {
+            j: jd.0,
+            d: jd.1,
+            batch: run.train.batch,
+            clocks: run.train.clocks,
+            full_w,
+            dtype: run.net.wire,
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(io("starting the async runtime"))?;
+        let outcome = rt.block_on(async {
+            let started = Node::start(&file, id, &shape, &opts).await?;
+            if exchange {
+                say(&Event::Listening(started.listen_addr().to_string()));
+                let mut line = String::new();
+                BufReader::new(tokio::io::stdin())
+                    .read_line(&mut line)
+                    .await
+                    .map_err(io("reading node addresses from stdin"))?;
+                let a: Addrs = serde_json::from_str(&line).map_err(|source| Error::Json {
+                    what: "the addresses on stdin".into(),
+                    source,
+                })?;
+                let addrs = a
+                    .addrs
+                    .iter()
+                    .map(|x| {
+                        x.parse()
+                            .map_err(|e| Error::Role(format!("address {x:?} on stdin: {e}")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                file.set_addrs(addrs).map_err(Error::from)?;
+            }
+            Ok::<_, crate::Error>(
+                started
+                    .run(&file, node, &shape, &opts)
+                    .await
+                    .map_err(Error::from)?,
+            )
+        })?;
+        drop(rt);
+        for s in &sinks {
+            s.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .flush()
+                .map_err(io("writing metrics"))?;
+        }
+        let f = finished(&outcome.node);
+        let mut metrics = f.metrics;
+        // The transport's counts include framing; prefer them to the node's payload counts.
+        metrics.bytes_sent = outcome.stats.total_sent();
+        metrics.bytes_received = outcome.stats.total_received();
+        let (j, d) = f.w.dim();
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let report = NodeReport {
+            report: PeerReport {
+                peer: file.core_id(id).0,
+                wall_s: outcome.records.last().map_or(0.0, |r| r.wall_s),
+                metrics,
+                objective: f.evaluation.as_ref().map(|e| e.objective),
+                test_accuracy: f.evaluation.as_ref().and_then(|e| e.accuracy),
+                checksum: f.checksum,
+            },
+            j,
+            d,
+            net_bytes_sent: outcome.stats.total_sent(),
+            net_bytes_received: outcome.stats.total_received(),
+            send_span_s: outcome.stats.send_span_s(),
+            bad_frames: load(&outcome.stats.bad_frames),
+            refused_streams: load(&outcome.stats.refused_streams),
+        };
+        if let Some(dir) = &spec.out_dir {
+            write_w(&dir.join(format!("node-{id}.w")), &f.w)?;
+            write_json(&dir.join(format!("node-{id}.json")), &report, false)?;
+        }
+        // One node's summary: its own figures and its one checksum.
+        let node = NodeOutcome {
+            report: report.report.clone(),
+            w: f.w.view(),
+            extra: None,
+        };
+        let summary = summarize(run.run_info(), &[node], None);
+        if let Some(path) = &run.output.summary {
+            write_json(path, &summary, true)?;
+        }
+        Ok(NodeDone {
+            summary,
+            report,
+            w: f.w,
+        })
+    }
+}
+
+/// Writes W raw (little-endian f32, row-major).
+pub fn write_w(path: &Path, w: &ndarray::Array2<f32>) -> Result<(), Error> {
+    let w = w.as_standard_layout();
+    let bytes = bytemuck::cast_slice::<f32, u8>(w.as_slice().expect("standard layout"));
+    std::fs::write(path, bytes).map_err(io(format!("writing {}", path.display())))
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T, pretty: bool) -> Result<(), Error> {
+    let text = if pretty {
+        serde_json::to_string_pretty(value).map(|s| s + "\n")
+    } else {
+        serde_json::to_string(value)
+    }
+    .map_err(|source| Error::Json {
+        what: format!("{}", path.display()),
+        source,
+    })?;
+    std::fs::write(path, text).map_err(io(format!("writing {}", path.display())))
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
+    let text = std::fs::read_to_string(path).map_err(io(format!("reading {}", path.display())))?;
+    serde_json::from_str(&text).map_err(|source| Error::Json {
+        what: format!("{}", path.display()),
+        source,
+    })
+}
+
+/// One protocol line on stdout.
+fn say(e: &Event) {
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer(&mut out, e);
+    let _ = writeln!(out);
+    let _ = out.flush();
+}
+
+/// The libp2p driver's options of a validated spec.
+fn node_options(n: &NetOptions) -> Options {
+    Options {
+        timeout: Duration::from_secs_f64(n.peer_timeout_s),
+        startup_timeout: Duration::from_secs_f64(n.startup_timeout_s),
+        bandwidth: n
+            .bandwidth
+            .map(|r| Arc::new(Bucket::new(r, n.burst.max(1)))),
+        ..Options::default()
+    }
+}
+
+/// Runs [`RunSpec`]s over libp2p as local processes of the `sfb` executable.
+#[derive(Clone)]
+pub struct Launcher {
+    exe: PathBuf,
+    progress: Option<Progress>,
+}
+
+impl std::fmt::Debug for Launcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launcher")
+            .field("exe", &self.exe)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+impl Launcher {
+    /// A launcher that starts `exe` (the `sfb` binary: `std::env::current_exe()` from
+    /// the binary itself, `env!("CARGO_BIN_EXE_sfb")` in its tests).
+    pub fn new(exe: impl Into<PathBuf>) -> Self {
+        Self {
+            exe: exe.into(),
+            progress: None,
+        }
+    }
+
+    /// The executable named by the environment variable `SFB_EXE`, else this process's
+    /// own executable (right when called from the `sfb` binary).
+    ///
+    /// # Errors
+    /// [`Error::Io`] if neither is known.
+    pub fn from_env() -> Result<Self, Error> {
+        let exe = match std::env::var_os("SFB_EXE") {
+            Some(p) => PathBuf::from(p),
+            None => std::env::current_exe().map_err(io("locating the sfb executable"))?,
+        };
+        Ok(Self::new(exe))
+    }
+
+    /// Hear `(node, clocks completed)` for every clock every child completes (node `P` is
+    /// the FMS server). With a callback the children's stderr is kept (and shown only if
+    /// the run fails); without, it goes to this process's stderr.
+    pub fn progress(mut self, progress: Progress) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// Runs `spec` (transport libp2p): on loopback, or with `spec.net.netns` each node in
+    /// its own network namespace behind a tbf-shaped link at `spec.net.bandwidth`
+    /// ([`crate::netns`]; the children then get no token bucket). Returns the merged
+    /// summary (through [`summarize`]) and every node's records, peers in order then the
+    /// server.
+    ///
+    /// # Errors
+    /// [`RunSpec::validate`]'s errors; [`Error::Netns`]; [`Error::Node`] when a child
+    /// fails (the others are stopped); [`Error::Interrupted`]; file errors.
+    pub fn run(&self, spec: &RunSpec) -> crate::Result<Outcome> {
+        spec.validate()?;
+        let p = spec.peers;
+        let fms = spec.backend == Backend::Fms;
+        let nodes = p + usize::from(fms);
+        // Set up before anything else can fail; torn down (drop) after the children end.
+        let shaping = match (spec.net.netns, spec.net.bandwidth) {
+            (true, Some(rate)) => {
+                Some(Netns::setup(nodes, rate, spec.net.burst).map_err(Error::from)?)
+            }
+            _ => None,
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("sfb-run-")
+            .tempdir()
+            .map_err(io("creating a temporary directory"))?;
+        let hosts: Vec<String> = match &shaping {
+            Some(n) => (0..nodes).map(|i| n.addr(i)).collect(),
+            None => vec!["127.0.0.1".to_string()],
+        };
+        let cluster_path = dir.path().join("cluster.toml");
+        if fms {
+            ClusterFile::init_fms(&cluster_path, p, &hosts, 0).map_err(Error::from)?;
+        } else {
+            let out = Cluster::from_spec(spec)?.resolve_topology()?;
+            let t = sfb_topology::Topology::new(out)?;
+            ClusterFile::init(&cluster_path, &t, &hosts, 0).map_err(Error::from)?;
+        }
+        let mut child = NodeSpec {
+            run: spec.clone(),
+            exchange_addrs: true,
+            out_dir: Some(dir.path().to_path_buf()),
+        };
+        child.run.output = Default::default();
+        child.run.net.netns = false;
+        if shaping.is_some() {
+            // The kernel shapes the links: no token bucket on top.
+            child.run.net.bandwidth = None;
+        }
+        let spec_path = dir.path().join("node.json");
+        write_json(&spec_path, &child, true)?;
+        let prefixes: Vec<Vec<String>> = (0..nodes)
+            .map(|i| shaping.as_ref().map_or_else(Vec::new, |n| n.exec_prefix(i)))
+            .collect();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(io("starting the async runtime"))?;
+        let ran = rt.block_on(self.children(&spec_path, &cluster_path, &prefixes, fms));
+        // The runtime (and with it every child still running) ends before the namespaces
+        // are torn down.
+        drop(rt);
+        ran?;
+        let mut outcome = merge(dir.path(), spec, fms)?;
+        if let Some(n) = &shaping {
+            outcome.summary.transport = "libp2p+netns".into();
+            add_qdisc_stats(&mut outcome.summary, n);
+        }
+        drop(shaping);
+        Ok(outcome)
+    }
+
+    /// Starts every node, exchanges addresses, waits for all; the first failure stops
+    /// the rest (dropping the [`JoinSet`] kills them).
+    async fn children(
+        &self,
+        spec: &Path,
+        cluster: &Path,
+        prefixes: &[Vec<String>],
+        fms: bool,
+    ) -> Result<(), Error> {
+        let n = prefixes.len();
+        let name = |i: usize| {
+            if fms && i == n - 1 {
+                "server".to_string()
+            } else {
+                format!("peer {i}")
+            }
+        };
+        let (tx, mut listening) = tokio::sync::mpsc::channel::<(usize, String)>(n.max(1));
+        let mut set: JoinSet<(usize, Result<std::process::ExitStatus, Error>)> = JoinSet::new();
+        let mut stdins = Vec::new();
+        let tails: Vec<Arc<Mutex<std::collections::VecDeque<String>>>> =
+            (0..n).map(|_| Arc::default()).collect();
+        for (i, prefix) in prefixes.iter().enumerate() {
+            let mut cmd = match prefix.split_first() {
+                Some((prog, args)) => {
+                    let mut c = tokio::process::Command::new(prog);
+                    c.args(args).arg(&self.exe);
+                    c
+                }
+                None => tokio::process::Command::new(&self.exe),
+            };
+            if fms && i == n - 1 {
+                cmd.arg("server");
+            } else {
+                cmd.arg("peer").arg("--id").arg(i.to_string());
+            }
+            cmd.arg("--spec")
+                .arg(spec)
+                .arg("--cluster")
+                .arg(cluster)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                // With a progress callback the caller draws progress: keep the children's
+                // logs out of the way, and show them only if the run fails.
+                .stderr(if self.progress.is_some() {
+                    Stdio::piped()
+                } else {
+                    Stdio::inherit()
+                })
+                .kill_on_drop(true);
+            let mut c = cmd.spawn().map_err(io(format!("starting {}", name(i))))?;
+            stdins.push(c.stdin.take().expect("piped stdin"));
+            let out = c.stdout.take().expect("piped stdout");
+            let err = c.stderr.take();
+            let tail = Arc::clone(&tails[i]);
+            let tx = tx.clone();
+            let progress = self.progress.clone();
+            set.spawn(async move {
+                // The child lives in this task: aborting the task kills it.
+                let mut c = c;
+                let keep_tail = async {
+                    if let Some(err) = err {
+                        let mut lines = BufReader::new(err).lines();
+                        while let Ok(Some(line)) = lines.next_line().await {
+                            let mut t = tail
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                            if t.len() == TAIL_LINES {
+                                t.pop_front();
+                            }
+                            t.push_back(line);
+                        }
+                    }
+                };
+                let events = async {
+                    let mut lines = BufReader::new(out).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        match serde_json::from_str::<Event>(&line) {
+                            Ok(Event::Listening(a)) => {
+                                let _ = tx.send((i, a)).await;
+                            }
+                            Ok(Event::Clock(k)) => {
+                                if let Some(f) = &progress {
+                                    f(i, k);
+                                }
+                            }
+                            // Anything else a child prints is not for the launcher.
+                            Err(_) => {}
+                        }
+                    }
+                };
+                tokio::join!(keep_tail, events);
+                (i, c.wait().await.map_err(io("waiting for a child")))
+            });
+        }
+        drop(tx);
+        let tail = |i: usize| -> Vec<String> {
+            tails[i]
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .cloned()
+                .collect()
+        };
+        let failed = |i: usize, reason: String| Error::Node {
+            node: name(i),
+            reason,
+            stderr: tail(i),
+        };
+        // Every node's real listen address, then tell everyone.
+        let mut addrs = vec![None; n];
+        let deadline = tokio::time::Instant::now() + LISTEN_TIMEOUT;
+        while addrs.iter().any(Option::is_none) {
+            tokio::select! {
+                got = listening.recv() => match got {
+                    Some((i, a)) => addrs[i] = Some(a),
+                    None => break,
+                },
+                Some(done) = set.join_next() => {
+                    let (i, _) = done.expect("node task panicked");
+                    if addrs[i].is_none() {
+                        // Let its stderr reach the tail before reporting.
+                        return Err(failed(i, "exited before listening".into()));
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    let i = addrs.iter().position(Option::is_none).unwrap_or(0);
+                    return Err(failed(i, format!("did not say where it listens within {LISTEN_TIMEOUT:?}")));
+                }
+            }
+        }
+        let Some(addrs) = addrs.into_iter().collect::<Option<Vec<String>>>() else {
+            return Err(Error::Node {
+                node: "a node".into(),
+                reason: "closed its stdout before listening".into(),
+                stderr: Vec::new(),
+            });
+        };
+        let line = serde_json::to_string(&Addrs { addrs }).expect("plain strings") + "\n";
+        for (i, mut stdin) in stdins.into_iter().enumerate() {
+            // A child that already failed shows up in the wait below.
+            if let Err(e) = stdin.write_all(line.as_bytes()).await {
+                tracing::debug!("{}: {e}", name(i));
+            }
+        }
+        // Wait for all; the first failure (or Ctrl-C) stops the rest.
+        let ctrl_c = tokio::signal::ctrl_c();
+        tokio::pin!(ctrl_c);
+        loop {
+            tokio::select! {
+                done = set.join_next() => {
+                    let Some(done) = done else { return Ok(()) };
+                    let (i, status) = done.expect("node task panicked");
+                    match status {
+                        Ok(s) if s.success() => {}
+                        Ok(s) => return Err(failed(i, format!("failed ({s})"))),
+                        Err(e) => return Err(failed(i, e.to_string())),
+                    }
+                }
+                _ = &mut ctrl_c => return Err(Error::Interrupted),
+            }
+        }
+    }
+}
+
+/// The run's outcome from the children's files: one [`summarize`] over the workers (and
+/// the FMS server's counters).
+fn merge(dir: &Path, spec: &RunSpec, fms: bool) -> crate::Result<Outcome> {
+    let p = spec.peers;
+    let mut reports = Vec::new();
+    let mut ws = Vec::new();
+    let mut records = Vec::new();
+    for i in 0..p + usize::from(fms) {
+        let r: NodeReport = read_json(&dir.join(format!("node-{i}.json")))?;
+        let path = dir.join(format!("node-{i}.jsonl"));
+        let text =
+            std::fs::read_to_string(&path).map_err(io(format!("reading {}", path.display())))?;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            records.push(serde_json::from_str::<ClockRecord>(line).map_err(|source| {
+                Error::Json {
+                    what: format!("{}", path.display()),
+                    source,
+                }
+            })?);
+        }
+        if i < p {
+            let wpath = dir.join(format!("node-{i}.w"));
+            let bytes =
+                std::fs::read(&wpath).map_err(io(format!("reading {}", wpath.display())))?;
+            let w =
+                ndarray::Array2::from_shape_vec((r.j, r.d), bytemuck::pod_collect_to_vec(&bytes))
+                    .map_err(|e| Error::Role(format!("{}: {e}", wpath.display())))?;
+            ws.push(w);
+        }
+        reports.push(r);
+    }
+    let server = fms.then(|| reports[p].report.metrics.clone());
+    // A node's report carries no model-specific figures: the summary has none.
+    let nodes: Vec<NodeOutcome<'_>> = reports
+        .iter()
+        .take(p)
+        .zip(&ws)
+        .map(|(r, w)| NodeOutcome {
+            report: r.report.clone(),
+            w: w.view(),
+            extra: None,
+        })
+        .collect();
+    let summary = summarize(spec.run_info(), &nodes, server.as_ref());
+    Ok(Outcome { summary, records })
+}
+
+/// Counters of every node's tbf qdisc and TCP stack, summed, as summary extras: bytes on
+/// the wire (link-layer headers included), drops, waits for tokens, TCP retransmissions.
+fn add_qdisc_stats(summary: &mut Summary, n: &Netns) {
+    let mut total = netns::QdiscStats::default();
+    for i in 0..n.nodes() {
+        match n.stats(i) {
+            Ok(s) => {
+                total.bytes += s.bytes;
+                total.packets += s.packets;
+                total.dropped += s.dropped;
+                total.overlimits += s.overlimits;
+            }
+            Err(e) => {
+                tracing::warn!("node {i}: {e}");
+                return;
+            }
+        }
+    }
+    let mut retransmits = 0;
+    for i in 0..n.nodes() {
+        match n.tcp_retransmits(i) {
+            Ok(r) => retransmits += r,
+            Err(e) => tracing::warn!("node {i}: {e}"),
+        }
+    }
+    for (k, v) in [
+        ("tcp_retransmits", retransmits),
+        ("tbf_bytes_sent", total.bytes),
+        ("tbf_packets", total.packets),
+        ("tbf_dropped", total.dropped),
+        ("tbf_overlimits", total.overlimits),
+    ] {
+        summary.extra.insert(k.into(), v as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_lines_are_explicit_json() {
+        assert_eq!(
+            serde_json::to_string(&Event::Listening("/ip4/127.0.0.1/tcp/1".into())).unwrap(),
+            r#"{"listening":"/ip4/127.0.0.1/tcp/1"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&Event::Clock(3)).unwrap(),
+            r#"{"clock":3}"#
+        );
+        let a: Addrs = serde_json::from_str(r#"{"addrs":["a","b"]}"#).unwrap();
+        assert_eq!(a.addrs, ["a", "b"]);
+    }
+
+    #[test]
+    fn a_node_spec_round_trips_and_refuses_unknown_keys() {
+        let s = NodeSpec {
+            run: RunSpec::default(),
+            exchange_addrs: true,
+            out_dir: Some("/x".into()),
+        };
+        let back: NodeSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        assert!(serde_json::from_str::<NodeSpec>(r#"{"run":{},"report":"x"}"#).is_err());
+    }
+
+    #[test]
+    fn a_missing_executable_is_a_clear_error_and_leaves_nothing() {
+        let mut spec = RunSpec {
+            transport: crate::Transport::Libp2p,
+            peers: 2,
+            data: crate::DataSource::Synthetic("classes=3,features=4,samples=40".into()),
+            ..RunSpec::default()
+        };
+        spec.train.clocks = 1;
+        let e = Launcher::new("/nonexistent/sfb").run(&spec).unwrap_err();
+        assert!(e.to_string().contains("starting peer 0"), "{e}");
+    }
+}
