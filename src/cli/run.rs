@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use sfb_core::metrics::{ClockRecord, Summary};
 use sfb_harness::{Progress, RunSpec, TopologyOptions};
@@ -55,10 +55,14 @@ pub struct RunArgs {
     /// at --bandwidth (burst --burst) instead of the built-in token bucket.
     #[arg(long)]
     pub netns: bool,
-    /// Run the serialized run description (RunSpec JSON) in FILE; the other options of
-    /// this command are not read.
+    /// Run the serialized run description (RunSpec JSON) in FILE; no other option may be
+    /// given with it.
     #[arg(long, value_name = "FILE")]
     pub spec: Option<std::path::PathBuf>,
+    /// Print the run these options describe as RunSpec JSON (what --spec reads) and exit
+    /// without running it.
+    #[arg(long)]
+    pub print_spec: bool,
     #[command(flatten)]
     pub net: super::p2p::NetArgs,
     #[command(flatten)]
@@ -103,12 +107,22 @@ impl From<Backend> for sfb_harness::Backend {
 pub fn run(args: &RunArgs) -> Result<()> {
     let spec = match &args.spec {
         Some(file) => {
+            if args.to_spec() != RunSpec::default() {
+                bail!(
+                    "--spec {} describes the whole run: give no other run option with it",
+                    file.display()
+                );
+            }
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("reading {}", file.display()))?;
             RunSpec::from_json(&text).with_context(|| file.display().to_string())?
         }
         None => args.to_spec(),
     };
+    if args.print_spec {
+        println!("{}", spec.to_json());
+        return Ok(());
+    }
     let (summary, records) = execute(&spec, None)?;
     if let Some(path) = &spec.output.metrics {
         let mut f = std::io::BufWriter::new(
@@ -190,148 +204,4 @@ pub fn print_summary(s: &Summary) {
         s.max_replica_divergence
             .map_or("-".into(), |d| format!("{d:.3e}"))
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::Parser;
-
-    use super::*;
-
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunArgs,
-    }
-
-    fn spec(args: &[&str]) -> RunSpec {
-        Cli::parse_from(std::iter::once("sfb").chain(args.iter().copied()))
-            .run
-            .to_spec()
-    }
-
-    #[test]
-    fn the_command_line_defaults_are_the_specs() {
-        assert_eq!(spec(&[]), RunSpec::default());
-    }
-
-    #[test]
-    fn every_option_lands_in_the_spec() {
-        let s = spec(&[
-            "--peers",
-            "6",
-            "--out-degree",
-            "2",
-            "--backend",
-            "fms",
-            "--transport",
-            "libp2p",
-            "--timeout",
-            "7",
-            "--fms-push",
-            "dense",
-            "--topology-time-limit",
-            "2",
-            "--bandwidth",
-            "8mbit",
-            "--burst",
-            "100",
-            "--peer-timeout",
-            "3",
-            "--startup-timeout",
-            "4",
-            "--wire",
-            "f16",
-            "--model",
-            "sc",
-            "--lambda",
-            "0.5",
-            "--dict-size",
-            "9",
-            "--sweeps",
-            "3",
-            "--decay",
-            "2",
-            "--batch",
-            "5",
-            "--lr",
-            "0.25",
-            "--clocks",
-            "11",
-            "--staleness",
-            "2",
-            "--seed",
-            "9",
-            "--init-std",
-            "0.1",
-            "--eval-every",
-            "4",
-            "--straggler",
-            "rotate:5",
-            "--metrics",
-            "m.jsonl",
-            "--summary",
-            "s.json",
-        ]);
-        let want = RunSpec {
-            peers: 6,
-            backend: sfb_harness::Backend::Fms,
-            transport: sfb_harness::Transport::Libp2p,
-            model: sfb_harness::ModelChoice::Sc {
-                atoms: 9,
-                lambda: 0.5,
-                sweeps: 3,
-                decay: 2.0,
-            },
-            data: RunSpec::default().data,
-            train: sfb_harness::TrainOptions {
-                batch: 5,
-                lr: 0.25,
-                clocks: 11,
-                consistency: sfb_harness::ConsistencySpec::Ssp { staleness: 2 },
-                seed: 9,
-                init_std: 0.1,
-                eval_every: 4,
-                straggler: Some(sfb_harness::StragglerSpec::Rotating { delay_ms: 5 }),
-            },
-            topology: TopologyOptions {
-                out_degree: Some(2),
-                time_limit_s: 2.0,
-                ..TopologyOptions::default()
-            },
-            fms_push: sfb_harness::Push::Dense,
-            net: sfb_harness::NetOptions {
-                timeout_s: 7.0,
-                peer_timeout_s: 3.0,
-                startup_timeout_s: 4.0,
-                bandwidth: Some(sfb_net::bandwidth::Rate(1e6)),
-                burst: 100,
-                wire: sfb_core::wire::Dtype::F16,
-                netns: false,
-            },
-            output: sfb_harness::OutputOptions {
-                metrics: Some("m.jsonl".into()),
-                summary: Some("s.json".into()),
-            },
-        };
-        assert_eq!(s, want);
-        let f = spec(&["--data", "a.svm", "--test-data", "b.svm", "--features", "3"]);
-        assert_eq!(
-            f.data,
-            sfb_harness::DataSource::Files {
-                train: "a.svm".into(),
-                test: Some("b.svm".into()),
-                holdout: 0.2,
-                features: Some(3),
-            }
-        );
-        assert_eq!(
-            spec(&["--consistency", "throttle:2"]).train.consistency,
-            sfb_harness::ConsistencySpec::Throttle { min_ready: 2 }
-        );
-        assert_eq!(
-            spec(&["--model", "l2mlr"]).model,
-            sfb_harness::ModelChoice::L2mlr { lambda: 1e-3 }
-        );
-    }
 }
