@@ -66,6 +66,8 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(feature = "bench")]
+pub mod bench;
 mod cluster;
 mod data;
 mod error;
