@@ -590,3 +590,71 @@ pub fn apply_naive(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> Result<()> 
     }
     Ok(())
 }
+
+/// A seeded `J × D` matrix with entries uniform in `[-1, 1)`: a starting W for benchmarks
+/// (feature `reference`).
+#[cfg(feature = "reference")]
+pub fn seeded_w(seed: u64, j: usize, d: usize) -> Array2<f32> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    Array2::from_shape_fn((j, d), |_| rng.random_range(-1.0f32..1.0))
+}
+
+/// A seeded workload of `R` factor pairs for a `J × D` replica, split into `batches`
+/// batches (as from that many peers, origins `0..batches`, clock 0, scale `-1e-3`), entries
+/// uniform in `[-1, 1)`. `nnz_per_pair: None` gives dense `v`; `Some(n)` gives sparse `v`
+/// with `n` distinct sorted columns per pair (capped at `D`). For benchmarks and tests
+/// (feature `reference`); the same seed always gives the same batches.
+///
+/// # Panics
+/// If `batches` is 0 or greater than `R` (when `R > 0`).
+#[cfg(feature = "reference")]
+pub fn seeded_batches(
+    seed: u64,
+    j: usize,
+    d: usize,
+    r: usize,
+    batches: usize,
+    nnz_per_pair: Option<usize>,
+) -> Vec<FactorBatch> {
+    use rand::{Rng, SeedableRng};
+    assert!(batches > 0 && (r == 0 || batches <= r), "1 ≤ batches ≤ R");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..batches)
+        .map(|b| {
+            let k = r / batches + usize::from(b < r % batches);
+            let u = (0..k * j).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let v = match nnz_per_pair {
+                None => VFactors::Dense((0..k * d).map(|_| rng.random_range(-1.0..1.0)).collect()),
+                Some(n) => {
+                    let n = n.min(d);
+                    let (mut indptr, mut indices, mut values) = (vec![0u32], vec![], vec![]);
+                    for _ in 0..k {
+                        let mut cols: Vec<u32> = rand::seq::index::sample(&mut rng, d, n)
+                            .into_iter()
+                            .map(|c| c as u32)
+                            .collect();
+                        cols.sort_unstable();
+                        values.extend((0..n).map(|_| rng.random_range(-1.0f32..1.0)));
+                        indices.extend(cols);
+                        indptr.push(indices.len() as u32);
+                    }
+                    VFactors::Sparse {
+                        indptr,
+                        indices,
+                        values,
+                    }
+                }
+            };
+            FactorBatch {
+                origin: PeerId(b as u32),
+                clock: 0,
+                scale: -1e-3,
+                j,
+                d,
+                u,
+                v,
+            }
+        })
+        .collect()
+}

@@ -70,6 +70,8 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(feature = "bench")]
+pub mod bench;
 mod cluster;
 mod data;
 mod error;
