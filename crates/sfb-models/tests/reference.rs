@@ -7,10 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ndarray::Array2;
-use sfb_core::{
-    Config, Engine, FactorBatch, ManualTime, Model, PeerId, Progress, Replica, Shard, SvList,
-};
-use sfb_models::data::{self, LibsvmOptions, read_libsvm};
+use sfb_core::{Engine, FactorBatch, ManualTime, Model, PeerId, Progress, Replica, SvList};
+use sfb_models::data::{LibsvmOptions, read_libsvm};
 use sfb_models::sdca::primal_dual;
 use sfb_models::{
     AnyModel, ClusterSpec, Example, Mlr, ModelSpec, Problem, mlr, sparse_coding, synthetic,
@@ -58,7 +56,8 @@ fn rel(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs().max(1e-300)
 }
 
-/// Engines for `peers` peers with full broadcast under BSP, built like the CLI does.
+/// Engines for `peers` peers with full broadcast under BSP, built by the harness's cluster
+/// builder exactly as `sfb run` builds them (its seed scheme, shards and initial W).
 fn engines(
     spec: &ModelSpec,
     problem: &Problem,
@@ -68,26 +67,18 @@ fn engines(
     lr: f32,
     seed: u64,
 ) -> Vec<Engine<AnyModel>> {
-    (0..peers)
-        .map(|p| {
-            let mut cfg = Config::full_broadcast(PeerId(p as u32), peers);
-            cfg.clocks = clocks;
-            cfg.batch_size = batch;
-            cfg.lr = lr;
-            cfg.eval_every = 0;
-            let shard = data::shard(&problem.train, peers, p);
-            let shard_seed = seed.wrapping_mul(1_000_003).wrapping_add(p as u64);
-            let model = spec.build(problem, &shard, peers, shard_seed).unwrap();
-            Engine::new(
-                cfg,
-                model,
-                spec.init_w(problem, 0.0, seed),
-                Shard::new(shard, shard_seed),
-            )
-            .unwrap()
-            .with_evaluator(spec.evaluator(problem, seed))
-        })
-        .collect()
+    sfb_harness::Cluster::builder()
+        .peers(peers)
+        .spec(spec.clone())
+        .data(problem.clone())
+        .init_std(0.0)
+        .clocks(clocks)
+        .batch(batch)
+        .lr(lr)
+        .seed(seed)
+        .eval_every(0)
+        .build_engines()
+        .unwrap()
 }
 
 fn opts() -> sfb_net::mem::Options {
