@@ -128,43 +128,7 @@ fn kernel(args: &BenchArgs) -> Result<()> {
         ..kernel::Config::default()
     };
     let (j, d) = (cfg.j, cfg.d);
-    let report = kernel::measure(&cfg, |p| match p {
-        kernel::Progress::Bandwidth {
-            threads,
-            copy_gb_s,
-            rmw_gb_s,
-        } => {
-            println!(
-                "kernel bench: W {j}×{d} f32 ({:.0} MiB), {threads} threads; copy {copy_gb_s:.1} GB/s, read-modify-write {rmw_gb_s:.1} GB/s",
-                (j * d * 4) as f64 / (1 << 20) as f64
-            );
-            println!(
-                "{:>5} {:>7} {:>11} {:>11} {:>11} {:>10} {:>10} {:>9} {:>10}",
-                "R",
-                "batches",
-                "kernel ms",
-                "gemm ms",
-                "naive ms",
-                "k/gemm",
-                "k GB/s",
-                "k/rmw",
-                "k×naive"
-            );
-        }
-        kernel::Progress::Row(r) => println!(
-            "{:>5} {:>7} {:>11.3} {:>11.3} {:>11.3} {:>9.0}% {:>10.1} {:>8.0}% {:>9.1}×",
-            r.r,
-            r.batches,
-            r.kernel_s * 1e3,
-            r.gemm_s * 1e3,
-            r.naive_s * 1e3,
-            r.kernel_vs_gemm * 100.0,
-            r.kernel_rmw_gb_s,
-            r.kernel_vs_rmw_bandwidth * 100.0,
-            r.speedup_vs_naive
-        ),
-        _ => {}
-    })?;
+    let report = kernel::measure(&cfg, |p| print!("{}", p.text(j, d)))?;
     if report.missed.is_empty() {
         println!(
             "targets (≥70% GEMM for R≥64, ≥70% RMW bandwidth for R=1, ≥10× naive for R≥8): all met"

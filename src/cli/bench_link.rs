@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use sfb_harness::bench::link::{self, D, J, K, Report, met};
+use sfb_harness::bench::link::{self, D, J, K};
 
 use super::bench::BenchArgs;
 
@@ -37,7 +37,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     );
     let report = rt.block_on(link::measure(&cfg))?;
     rt.shutdown_timeout(Duration::from_secs(1));
-    print_report(&report);
+    print!("{}", report.text());
     if let Some(dir) = &args.out {
         report.write_files(dir)?;
         println!(
@@ -46,65 +46,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-fn print_report(r: &Report) {
-    println!(
-        "{:<13} {:>12} {:>26}",
-        "arm", "median MB/s", "per round MB/s"
-    );
-    for (arm, m) in [
-        ("bare", r.bare_mb_per_s),
-        ("framing-only", r.framing_only_mb_per_s),
-        ("framed", r.framed_mb_per_s),
-    ] {
-        println!("{arm:<13} {m:>12.1}   {}", r.per_round(arm));
-    }
-    println!(
-        "framing overhead (write_frame → read_frame): {:.1}% of bare throughput — target < {:.0}%: {}",
-        r.framing_only_overhead_pct,
-        r.overhead_target_pct,
-        met(r.overhead_target_met)
-    );
-    let per_round: Vec<_> = r
-        .overhead_pct_per_round
-        .iter()
-        .map(|x| format!("{x:.1}%"))
-        .collect();
-    println!(
-        "framing + wire::decode with full validation: {:.1}% of bare throughput (per round: {}); not held to the {:.0}% target (it also checks every value)",
-        r.overhead_pct,
-        per_round.join(", "),
-        r.overhead_target_pct,
-    );
-    let c = &r.cpu;
-    println!(
-        "receiver CPU per unit, from memory: read_exact 1 MiB {:.0} µs; read_frame {:.0} µs + wire::decode {:.0} µs (of which FactorBatch::validate {:.0} µs); sender wire::encode {:.0} µs, once per batch",
-        c.bare_read_us, c.read_frame_us, c.decode_us, c.validate_us, c.encode_us
-    );
-    println!(
-        "bandwidth budget (token bucket, burst {} B, 64 KiB chunks), {} × {:.1} s per rate, median:",
-        r.burst_bytes, r.rounds, r.budget_secs
-    );
-    println!(
-        "{:<10} {:>12} {:>14} {:>10}   {:>22}",
-        "rate", "budget MB/s", "achieved MB/s", "deviation", "per round MB/s"
-    );
-    for b in &r.budget {
-        println!(
-            "{:<10} {:>12.2} {:>14.2} {:>9.2}%   {}",
-            b.rate,
-            b.budget_bytes_per_s / 1e6,
-            b.achieved_bytes_per_s / 1e6,
-            b.deviation_pct,
-            r.per_round(&format!("budget {}", b.rate))
-        );
-    }
-    println!(
-        "budget deviation target (within ±{:.0}% at every rate): {}",
-        r.deviation_target_pct,
-        met(r.deviation_target_met)
-    );
 }
 
 #[cfg(test)]

@@ -49,25 +49,6 @@ pub struct InitArgs {
     pub out: PathBuf,
 }
 
-/// The topology for P peers and out-degree Q: full broadcast, or the optimizer's best.
-pub fn topology_for(peers: usize, q: usize, time_limit: Duration) -> Result<Topology> {
-    if peers < 2 {
-        bail!("a libp2p cluster needs at least 2 peers, got {peers}");
-    }
-    if q == 0 || q >= peers {
-        bail!("--out-degree must be in 1..P−1 = 1..{}, got {q}", peers - 1);
-    }
-    if q == peers - 1 {
-        return Ok(sfb_topology::full(peers)?);
-    }
-    let opt = sfb_topology::optimize(
-        peers,
-        q,
-        &sfb_topology::Options::default().time_limit(time_limit),
-    )?;
-    Ok(opt.topology)
-}
-
 pub fn cluster(cmd: &ClusterCmd) -> Result<()> {
     match cmd {
         ClusterCmd::Init(a) if a.backend == Some(super::run::Backend::Fms) => {
@@ -89,7 +70,17 @@ pub fn cluster(cmd: &ClusterCmd) -> Result<()> {
             let Some(q) = a.out_degree else {
                 bail!("--out-degree is required for an SFB cluster");
             };
-            let t = topology_for(a.peers, q, Duration::from_secs_f64(a.time_limit))?;
+            if a.peers < 2 {
+                bail!("a libp2p cluster needs at least 2 peers, got {}", a.peers);
+            }
+            // The same topology `sfb run` would use: full broadcast, or the optimizer's best.
+            let out = sfb_harness::Cluster::builder()
+                .peers(a.peers)
+                .out_degree(q)
+                .topology_time_limit(Duration::from_secs_f64(a.time_limit))
+                .resolve_topology()
+                .map_err(super::train::cli_error)?;
+            let t = Topology::new(out)?;
             let c = Cluster::init(&a.out, &t, &a.hosts, a.base_port)?;
             println!(
                 "wrote {} ({} peers, out-degree {}, topology cost {}), keys beside it",

@@ -134,7 +134,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
         f.flush()?;
     }
-    print_summary(&summary);
+    print!("{summary}");
     if let Some(path) = &spec.output.summary {
         std::fs::write(path, serde_json::to_string_pretty(&summary)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
@@ -148,60 +148,4 @@ pub fn execute(spec: &RunSpec, progress: Option<Progress>) -> Result<(Summary, V
     spec.validate().map_err(cli_error)?;
     let out = sfb_harness::run(spec, progress).map_err(cli_error)?;
     Ok((out.summary, out.records))
-}
-
-fn opt(x: Option<f64>) -> String {
-    x.map_or("-".into(), |v| format!("{v:.4}"))
-}
-
-pub fn print_summary(s: &Summary) {
-    println!(
-        "{} over {} · {} peers · Q={} · {} · {} clocks × K={}",
-        s.backend, s.transport, s.peers, s.out_degree, s.consistency, s.clocks, s.batch
-    );
-    println!(
-        "  objective {}  test accuracy {}  wall {:.2}s  {:.0} samples/s",
-        opt(s.objective),
-        opt(s.test_accuracy),
-        s.wall_s,
-        s.samples_per_s
-    );
-    println!(
-        "  per peer: compute {:.3}s  apply {:.3}s  wait {:.3}s  final flush {:.3}s  eval {:.3}s",
-        s.compute_s, s.apply_s, s.wait_s, s.flush_s, s.eval_s
-    );
-    println!(
-        "  bytes sent {} ({:.0} per clock, {:.0} per clock per peer)  max staleness {}",
-        s.bytes_sent, s.bytes_per_clock, s.bytes_per_clock_per_peer, s.max_staleness
-    );
-    if !s.extra.is_empty() {
-        let figures: Vec<String> = s
-            .extra
-            .iter()
-            .map(|(k, v)| {
-                if v.abs() < 1e-3 && *v != 0.0 {
-                    format!("{k} {v:.3e}")
-                } else if v.fract() == 0.0 && v.abs() < 1e15 {
-                    // Counts (e.g. the tbf counters of --netns).
-                    format!("{k} {v:.0}")
-                } else {
-                    format!("{k} {v:.6}")
-                }
-            })
-            .collect();
-        println!("  {}", figures.join("  "));
-    }
-    let distinct = {
-        let mut c = s.replica_checksums.clone();
-        c.sort();
-        c.dedup();
-        c.len()
-    };
-    println!(
-        "  replicas: {} distinct checksum(s) of {}; max divergence {}",
-        distinct,
-        s.replica_checksums.len(),
-        s.max_replica_divergence
-            .map_or("-".into(), |d| format!("{d:.3e}"))
-    );
 }

@@ -1,12 +1,12 @@
 //! `sfb topology`: build, optimize, check, convert and repair Q-out broadcast topologies.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use sfb_topology::{Method, Options, Report, Topology, gap, generate, lower_bound, optimize};
+use sfb_topology::{Method, Options, Report, Topology, generate, optimize};
 
 /// How to build the topology.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -83,7 +83,7 @@ pub fn run(args: &TopologyArgs) -> Result<()> {
     let mut notes: Vec<String> = Vec::new();
     let mut proven = false;
     let topology = if let Some(path) = &args.input {
-        let mut t = read_topology(path)?;
+        let mut t = Topology::read_file(path)?;
         if let Some(p) = args.peers
             && p != t.peers()
         {
@@ -170,7 +170,11 @@ pub fn run(args: &TopologyArgs) -> Result<()> {
         FormatArg::Json => report.to_json() + "\n",
         FormatArg::Dot => topology.to_dot(),
     };
-    let summary = summary(args, &topology, &report, &notes, build_time);
+    let method = match &args.input {
+        Some(_) => "file".to_string(),
+        None => format!("{:?}", args.method).to_lowercase(),
+    };
+    let summary = sfb_topology::describe(&topology, &report, &method, &notes, build_time);
     match &args.out {
         Some(path) => {
             std::fs::write(path, &text)
@@ -184,74 +188,4 @@ pub fn run(args: &TopologyArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn read_topology(path: &Path) -> Result<Topology> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read topology file {}", path.display()))?;
-    let is_json = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    let t = if is_json {
-        Topology::from_json_str(&text)
-    } else {
-        Topology::from_toml_str(&text)
-    };
-    t.with_context(|| format!("{}", path.display()))
-}
-
-fn summary(
-    args: &TopologyArgs,
-    t: &Topology,
-    r: &Report,
-    notes: &[String],
-    build_time: Duration,
-) -> String {
-    use std::fmt::Write as _;
-    let (p, q) = (t.peers(), t.out_degree());
-    let mut s = String::new();
-    let method = if args.input.is_some() {
-        "file".to_string()
-    } else {
-        format!("{:?}", args.method).to_lowercase()
-    };
-    let _ = writeln!(s, "topology   P = {p}, Q = {q}, method {method}");
-    let _ = writeln!(
-        s,
-        "cost       {} (Σ hop distances), mean delay {:.4} hops, diameter {}",
-        r.cost, r.mean_delay, r.diameter
-    );
-    let _ = writeln!(
-        s,
-        "bound      {} (Moore-type), gap {:.3} %",
-        r.lower_bound,
-        100.0 * gap(r.cost, r.lower_bound)
-    );
-    let _ = writeln!(
-        s,
-        "optimal    {}",
-        if r.proven_optimal {
-            "proven"
-        } else {
-            "not proven"
-        }
-    );
-    // Reference constructions at equal out-degree.
-    let lb = lower_bound(p, q);
-    let mut refs = Vec::new();
-    for (name, m) in [
-        ("kautz", Method::Kautz),
-        ("exponential", Method::Exponential),
-    ] {
-        if let Ok(g) = generate(&m, p, q) {
-            let c = g.cost();
-            refs.push(format!("{name} {c} (gap {:.3} %)", 100.0 * gap(c, lb)));
-        }
-    }
-    let _ = writeln!(s, "compare    at Q = {q}: {}", refs.join(", "));
-    for n in notes {
-        let _ = writeln!(s, "{n}");
-    }
-    let _ = writeln!(s, "time       {build_time:.3?}");
-    s
 }

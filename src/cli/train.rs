@@ -190,27 +190,7 @@ impl TrainArgs {
 /// `e` in the command line's words: spec fields named by their flags.
 pub fn cli_error(e: sfb_harness::Error) -> anyhow::Error {
     use sfb_harness::Error as E;
-    let flag = |field: &'static str| match field {
-        "peers" => "--peers",
-        "train.batch" => "--batch",
-        "train.lr" => "--lr",
-        "train.init_std" => "--init-std",
-        "train.straggler" => "--straggler",
-        "model.lambda" => "--lambda",
-        "model.latent" => "--latent",
-        "model.margin" => "--margin",
-        "model.atoms" => "--dict-size",
-        "model.decay" => "--decay",
-        "data.holdout" => "--holdout",
-        "topology.time_limit_s" => "--topology-time-limit",
-        "net.timeout_s" => "--timeout",
-        "net.peer_timeout_s" => "--peer-timeout",
-        "net.startup_timeout_s" => "--startup-timeout",
-        "net.bandwidth" => "--bandwidth",
-        "net.wire" => "--wire",
-        "net.netns" => "--netns",
-        other => other,
-    };
+    let flag = sfb_harness::flag_for;
     match e {
         E::OutOfRange {
             field,

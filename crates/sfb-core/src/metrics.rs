@@ -320,3 +320,62 @@ pub fn max_divergence(ws: &[ndarray::ArrayView2<'_, f32>]) -> Option<f64> {
         .fold(0.0, f64::max);
     Some(worst / norm)
 }
+
+/// The run as a few human-readable lines (what `sfb run` prints).
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self;
+        let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.4}"));
+        writeln!(
+            f,
+            "{} over {} · {} peers · Q={} · {} · {} clocks × K={}",
+            s.backend, s.transport, s.peers, s.out_degree, s.consistency, s.clocks, s.batch
+        )?;
+        writeln!(
+            f,
+            "  objective {}  test accuracy {}  wall {:.2}s  {:.0} samples/s",
+            opt(s.objective),
+            opt(s.test_accuracy),
+            s.wall_s,
+            s.samples_per_s
+        )?;
+        writeln!(
+            f,
+            "  per peer: compute {:.3}s  apply {:.3}s  wait {:.3}s  final flush {:.3}s  eval {:.3}s",
+            s.compute_s, s.apply_s, s.wait_s, s.flush_s, s.eval_s
+        )?;
+        writeln!(
+            f,
+            "  bytes sent {} ({:.0} per clock, {:.0} per clock per peer)  max staleness {}",
+            s.bytes_sent, s.bytes_per_clock, s.bytes_per_clock_per_peer, s.max_staleness
+        )?;
+        if !s.extra.is_empty() {
+            let figures: Vec<String> = s
+                .extra
+                .iter()
+                .map(|(k, v)| {
+                    if v.abs() < 1e-3 && *v != 0.0 {
+                        format!("{k} {v:.3e}")
+                    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+                        // Counts (e.g. the tbf counters of --netns).
+                        format!("{k} {v:.0}")
+                    } else {
+                        format!("{k} {v:.6}")
+                    }
+                })
+                .collect();
+            writeln!(f, "  {}", figures.join("  "))?;
+        }
+        let mut distinct = s.replica_checksums.clone();
+        distinct.sort();
+        distinct.dedup();
+        writeln!(
+            f,
+            "  replicas: {} distinct checksum(s) of {}; max divergence {}",
+            distinct.len(),
+            s.replica_checksums.len(),
+            s.max_replica_divergence
+                .map_or("-".into(), |d| format!("{d:.3e}"))
+        )
+    }
+}

@@ -507,30 +507,7 @@ impl Builder<Builtin> {
     }
 }
 
-impl<K: Kind> Builder<K> {
-    fn engine(&mut self, id: u32, out: Vec<PeerId>, inn: Vec<PeerId>) -> Result<Engine<K::Model>> {
-        self.s.check()?;
-        let peer = Peer {
-            id: PeerId(id),
-            peers: self.s.peers,
-            seed: peer_seed(self.s.seed, id),
-        };
-        let parts = self.kind.parts(&peer, self.s.seed)?;
-        let mut cfg = Config::full_broadcast(peer.id, peer.peers);
-        cfg.out_neighbors = out;
-        cfg.in_neighbors = inn;
-        cfg.consistency = self.s.consistency.clone();
-        cfg.clocks = self.s.clocks;
-        cfg.batch_size = self.s.batch;
-        cfg.lr = self.s.lr;
-        cfg.eval_every = self.s.eval_every;
-        let engine = Engine::new(cfg, parts.model, parts.w0, parts.shard)?;
-        Ok(match parts.evaluator {
-            Some(e) => engine.with_evaluator(e),
-            None => engine,
-        })
-    }
-
+impl<K> Builder<K> {
     /// The out-neighbour lists of every peer (the topology is built once, on first use).
     ///
     /// # Errors
@@ -574,6 +551,31 @@ impl<K: Kind> Builder<K> {
         };
         self.s.topology = Topo::Lists(lists.clone());
         Ok(lists)
+    }
+}
+
+impl<K: Kind> Builder<K> {
+    fn engine(&mut self, id: u32, out: Vec<PeerId>, inn: Vec<PeerId>) -> Result<Engine<K::Model>> {
+        self.s.check()?;
+        let peer = Peer {
+            id: PeerId(id),
+            peers: self.s.peers,
+            seed: peer_seed(self.s.seed, id),
+        };
+        let parts = self.kind.parts(&peer, self.s.seed)?;
+        let mut cfg = Config::full_broadcast(peer.id, peer.peers);
+        cfg.out_neighbors = out;
+        cfg.in_neighbors = inn;
+        cfg.consistency = self.s.consistency.clone();
+        cfg.clocks = self.s.clocks;
+        cfg.batch_size = self.s.batch;
+        cfg.lr = self.s.lr;
+        cfg.eval_every = self.s.eval_every;
+        let engine = Engine::new(cfg, parts.model, parts.w0, parts.shard)?;
+        Ok(match parts.evaluator {
+            Some(e) => engine.with_evaluator(e),
+            None => engine,
+        })
     }
 
     /// SFB peer `id`'s engine, its neighbours from the topology (for a driver of your own,

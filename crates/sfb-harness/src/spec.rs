@@ -764,6 +764,32 @@ mod dtype_serde {
     }
 }
 
+/// The `sfb run` flag that sets the spec field `field` (as named in the harness's errors,
+/// e.g. `"train.lr"` → `"--lr"`), or `field` itself when no flag sets it alone.
+pub fn flag_for(field: &'static str) -> &'static str {
+    match field {
+        "peers" => "--peers",
+        "train.batch" => "--batch",
+        "train.lr" => "--lr",
+        "train.init_std" => "--init-std",
+        "train.straggler" => "--straggler",
+        "model.lambda" => "--lambda",
+        "model.latent" => "--latent",
+        "model.margin" => "--margin",
+        "model.atoms" => "--dict-size",
+        "model.decay" => "--decay",
+        "data.holdout" => "--holdout",
+        "topology.time_limit_s" => "--topology-time-limit",
+        "net.timeout_s" => "--timeout",
+        "net.peer_timeout_s" => "--peer-timeout",
+        "net.startup_timeout_s" => "--startup-timeout",
+        "net.bandwidth" => "--bandwidth",
+        "net.wire" => "--wire",
+        "net.netns" => "--netns",
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

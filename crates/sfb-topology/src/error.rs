@@ -5,6 +5,22 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A topology file could not be read.
+    #[error("cannot read topology file {path}: {error}")]
+    ReadFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The IO error.
+        error: std::io::Error,
+    },
+    /// A topology file was read but is not a valid topology.
+    #[error("{path}: {error}")]
+    InFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        error: Box<Error>,
+    },
     /// A topology needs at least two peers (one peer cannot have an out-neighbour).
     #[error("a topology needs at least 2 peers, got {peers}")]
     TooFewPeers {

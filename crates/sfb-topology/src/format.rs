@@ -310,3 +310,82 @@ impl Topology {
         s
     }
 }
+
+/// The human-readable summary `sfb topology` prints: size and `method`, cost against the
+/// Moore-type bound, optimality, the reference constructions at the same out-degree, the
+/// `notes` (source, search, repair) and the build time.
+pub fn describe(
+    t: &Topology,
+    r: &Report,
+    method: &str,
+    notes: &[String],
+    build_time: std::time::Duration,
+) -> String {
+    use std::fmt::Write as _;
+
+    use crate::{Method, gap, generate, lower_bound};
+    let (p, q) = (t.peers(), t.out_degree());
+    let mut s = String::new();
+    let _ = writeln!(s, "topology   P = {p}, Q = {q}, method {method}");
+    let _ = writeln!(
+        s,
+        "cost       {} (Σ hop distances), mean delay {:.4} hops, diameter {}",
+        r.cost, r.mean_delay, r.diameter
+    );
+    let _ = writeln!(
+        s,
+        "bound      {} (Moore-type), gap {:.3} %",
+        r.lower_bound,
+        100.0 * gap(r.cost, r.lower_bound)
+    );
+    let proven = if r.proven_optimal {
+        "proven"
+    } else {
+        "not proven"
+    };
+    let _ = writeln!(s, "optimal    {proven}");
+    // Reference constructions at equal out-degree.
+    let lb = lower_bound(p, q);
+    let mut refs = Vec::new();
+    for (name, m) in [
+        ("kautz", Method::Kautz),
+        ("exponential", Method::Exponential),
+    ] {
+        if let Ok(g) = generate(&m, p, q) {
+            let c = g.cost();
+            refs.push(format!("{name} {c} (gap {:.3} %)", 100.0 * gap(c, lb)));
+        }
+    }
+    let _ = writeln!(s, "compare    at Q = {q}: {}", refs.join(", "));
+    for n in notes {
+        let _ = writeln!(s, "{n}");
+    }
+    let _ = writeln!(s, "time       {build_time:.3?}");
+    s
+}
+
+impl Topology {
+    /// Reads a topology file: the TOML cluster/topology file, or the JSON report when the
+    /// name ends in `.json`; validated like every topology.
+    ///
+    /// # Errors
+    /// [`Error::ReadFile`]; [`Error::InFile`] wrapping the parse or validation error.
+    pub fn read_file(path: &std::path::Path) -> Result<Topology> {
+        let text = std::fs::read_to_string(path).map_err(|error| Error::ReadFile {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        let is_json = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        let t = if is_json {
+            Topology::from_json_str(&text)
+        } else {
+            Topology::from_toml_str(&text)
+        };
+        t.map_err(|e| Error::InFile {
+            path: path.to_path_buf(),
+            error: Box::new(e),
+        })
+    }
+}

@@ -52,7 +52,7 @@ mod topology;
 
 pub use analysis::{Analysis, gap, lower_bound};
 pub use error::{Error, Result};
-pub use format::{ClusterFile, PeerEntry, Report};
+pub use format::{ClusterFile, PeerEntry, Report, describe};
 pub use generate::{Method, circulant, exponential, full, generate, kautz, random, ring};
 pub use optimize::{LOCAL_SEARCH_MAX_PEERS, Optimized, Options, Proof, optimize};
 pub use repair::{Repaired, repair};

@@ -137,6 +137,44 @@ pub enum Progress<'a> {
     Row(&'a Row),
 }
 
+impl Progress<'_> {
+    /// The console lines of this step of a `j × d` run (what `sfb bench --scenario kernel`
+    /// prints as it goes): the bandwidth and the table header, or one table row.
+    pub fn text(&self, j: usize, d: usize) -> String {
+        match self {
+            Progress::Bandwidth {
+                threads,
+                copy_gb_s,
+                rmw_gb_s,
+            } => format!(
+                "kernel bench: W {j}×{d} f32 ({:.0} MiB), {threads} threads; copy {copy_gb_s:.1} GB/s, read-modify-write {rmw_gb_s:.1} GB/s\n{:>5} {:>7} {:>11} {:>11} {:>11} {:>10} {:>10} {:>9} {:>10}\n",
+                (j * d * 4) as f64 / (1 << 20) as f64,
+                "R",
+                "batches",
+                "kernel ms",
+                "gemm ms",
+                "naive ms",
+                "k/gemm",
+                "k GB/s",
+                "k/rmw",
+                "k×naive"
+            ),
+            Progress::Row(r) => format!(
+                "{:>5} {:>7} {:>11.3} {:>11.3} {:>11.3} {:>9.0}% {:>10.1} {:>8.0}% {:>9.1}×\n",
+                r.r,
+                r.batches,
+                r.kernel_s * 1e3,
+                r.gemm_s * 1e3,
+                r.naive_s * 1e3,
+                r.kernel_vs_gemm * 100.0,
+                r.kernel_rmw_gb_s,
+                r.kernel_vs_rmw_bandwidth * 100.0,
+                r.speedup_vs_naive
+            ),
+        }
+    }
+}
+
 /// Runs the measurements; `progress` sees each result as soon as it is measured.
 ///
 /// # Errors
