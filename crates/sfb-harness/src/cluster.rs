@@ -162,17 +162,7 @@ impl Settings {
     }
 
     fn check(&self) -> Result<()> {
-        let range = |field, expected, got: f64, ok: bool| {
-            if ok {
-                Ok(())
-            } else {
-                Err(Error::OutOfRange {
-                    field,
-                    expected,
-                    got,
-                })
-            }
-        };
+        let range = crate::spec::check;
         range("peers", "at least 1", self.peers as f64, self.peers >= 1)?;
         range(
             "train.batch",

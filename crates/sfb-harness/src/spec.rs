@@ -578,7 +578,8 @@ pub struct OutputOptions {
     pub summary: Option<PathBuf>,
 }
 
-fn check(field: &'static str, expected: &'static str, got: f64, ok: bool) -> Result<()> {
+/// `Ok` when `ok`, else [`Error::OutOfRange`] naming `field`, what it must be and `got`.
+pub(crate) fn check(field: &'static str, expected: &'static str, got: f64, ok: bool) -> Result<()> {
     if ok {
         Ok(())
     } else {
