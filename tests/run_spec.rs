@@ -85,6 +85,8 @@ fn every_option_lands_in_the_spec() {
         "4",
         "--straggler",
         "rotate:5",
+        "--max-drift",
+        "12",
         "--metrics",
         "m.jsonl",
         "--summary",
@@ -110,6 +112,7 @@ fn every_option_lands_in_the_spec() {
             init_std: 0.1,
             eval_every: 4,
             straggler: Some(StragglerSpec::Rotating { delay_ms: 5 }),
+            max_drift: 12,
         },
         topology: TopologyOptions {
             out_degree: Some(2),
@@ -129,6 +132,7 @@ fn every_option_lands_in_the_spec() {
         output: OutputOptions {
             metrics: Some("m.jsonl".into()),
             summary: Some("s.json".into()),
+            keep_records: false,
         },
     };
     assert_eq!(s, want);

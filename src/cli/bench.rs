@@ -5,6 +5,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use sfb_harness::bench::kernel;
+use sfb_harness::preflight;
+
+use super::train::cli_error;
 
 /// `sfb bench` options.
 #[derive(Debug, Args)]
@@ -72,7 +75,7 @@ pub struct BenchArgs {
     /// token bucket and tbf).
     #[arg(long, default_value_t = 256 * 1024)]
     pub burst: usize,
-    /// Seconds of traffic per budget run (link scenario).
+    /// Seconds of traffic per budget run (link scenario; at most one year).
     #[arg(long, default_value_t = 2.0)]
     pub budget_secs: f64,
 }
@@ -95,7 +98,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     {
         bail!("--target-frac must be in (0, 1], got {f}");
     }
-    match args.scenario.as_str() {
+    preflight::seconds("--budget-secs", args.budget_secs, false).map_err(cli_error)?;
+    let name = args.scenario.as_str();
+    let training = super::bench_train::SCENARIOS.contains(&name);
+    // The output folder is checked before the first measurement, not after the last arm
+    // (training scenarios and budget-check check it once their options are read; link
+    // writes only with -o).
+    match name {
+        "kernel" | "all" => check_out_dir(args)?,
+        "link" if args.out.is_some() => check_out_dir(args)?,
+        _ => {}
+    }
+    match name {
         "kernel" => kernel(args),
         "link" => super::bench_link::run(args),
         super::bench_netns::NAME => super::bench_netns::run(args),
@@ -106,13 +120,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             }
             Ok(())
         }
-        s if super::bench_train::SCENARIOS.contains(&s) => super::bench_train::run(s, args),
+        s if training => super::bench_train::run(s, args),
         other => bail!(
             "unknown scenario {other:?}; available: kernel, link, {}, {}, all",
             super::bench_train::SCENARIOS.join(", "),
             super::bench_netns::NAME
         ),
     }
+}
+
+/// Refuses an output folder (`-o`, default `sfb-bench`) that cannot be written, making it
+/// when missing.
+pub fn check_out_dir(args: &BenchArgs) -> Result<()> {
+    let dir = super::bench_train::out_dir(args);
+    preflight::output_dir("-o", &dir).map_err(cli_error)
 }
 
 /// `--scenario kernel`: [`kernel::measure`], printed as it goes, then its files and PNG.
@@ -137,10 +158,7 @@ fn kernel(args: &BenchArgs) -> Result<()> {
     for f in &report.missed {
         println!("target missed: {f}");
     }
-    let dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("sfb-bench"));
+    let dir = super::bench_train::out_dir(args);
     let machine = sfb_harness::experiment::Machine::this().line();
     report.write_files(&dir, &sfb_harness::experiment::invocation(), &machine)?;
     let series = |name: &str, f: fn(&kernel::Row) -> f64| {

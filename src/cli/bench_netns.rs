@@ -23,6 +23,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             args.transport
         );
     }
+    super::bench::check_out_dir(args)?;
     let rate = args
         .bandwidth_or("200mbit")
         .parse()

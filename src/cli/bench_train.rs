@@ -37,7 +37,9 @@ fn options(args: &BenchArgs) -> Result<Options> {
 
 /// Runs `name`, writing into `args.out` (default `sfb-bench/`).
 pub fn run(name: &str, args: &BenchArgs) -> Result<()> {
-    let mut report = experiment::scenario(name, &options(args)?, &super::experiment::runner())?;
+    let opts = options(args)?;
+    super::bench::check_out_dir(args)?;
+    let mut report = experiment::scenario(name, &opts, &super::experiment::runner())?;
     super::experiment::finish(&mut report, &out_dir(args))
 }
 

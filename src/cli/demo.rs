@@ -59,6 +59,8 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         e => e.into(),
     };
     demo.arms().map_err(flagged)?;
+    // The folder is made (and found writable) before the first arm, not after the last.
+    sfb_harness::preflight::output_dir("-o", &args.out).map_err(super::train::cli_error)?;
     println!(
         "sfb demo: MLR on seeded synthetic data (J=256 classes × D=1024 features, 24000 samples, 1000 held out), {} peers, K=16, BSP, {} clocks per arm, {}, over {}",
         args.peers,

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use sfb_harness::RunSpec;
 use sfb_harness::launch::{NodeSpec, Role};
+use sfb_harness::{RunSpec, preflight};
 use sfb_net::bandwidth::Rate;
-use sfb_net::cluster::Cluster;
+use sfb_net::cluster::{Cluster, Existing};
 use sfb_topology::Topology;
 
 use super::train::{TrainArgs, cli_error};
@@ -41,12 +41,44 @@ pub struct InitArgs {
     /// Comma-separated hosts (IPv4), assigned to peers round robin.
     #[arg(long, default_value = "127.0.0.1", value_delimiter = ',')]
     pub hosts: Vec<String>,
-    /// Seconds the topology optimizer may spend.
+    /// Seconds the topology optimizer may spend (at most one year).
     #[arg(long, default_value_t = 10.0)]
     pub time_limit: f64,
-    /// Output file.
+    /// Output file; the private keys go to `<stem>-keys/` beside it.
     #[arg(short = 'o', long, default_value = "cluster.toml")]
     pub out: PathBuf,
+    /// Replace an existing cluster file and its keys (without it, an existing file or key
+    /// folder is refused).
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl InitArgs {
+    /// What to do with an existing cluster file and key folder.
+    fn existing(&self) -> Existing {
+        if self.force {
+            Existing::Replace
+        } else {
+            Existing::Refuse
+        }
+    }
+
+    /// Refuses, before any work, a time limit that is not a number of seconds and an
+    /// output that cannot be written or would replace a cluster without `--force`.
+    fn check(&self) -> Result<Duration> {
+        let limit = preflight::seconds("--time-limit", self.time_limit, true).map_err(cli_error)?;
+        match Cluster::check_init(&self.out, self.existing()) {
+            Err(sfb_net::Error::ClusterExists { path }) => bail!(
+                "{} already exists: pass --force to replace {} and its keys in {}/",
+                path.display(),
+                self.out.display(),
+                Cluster::keys_dir(&self.out).display()
+            ),
+            r => r?,
+        }
+        preflight::output_file("-o", &self.out).map_err(cli_error)?;
+        Ok(limit)
+    }
 }
 
 pub fn cluster(cmd: &ClusterCmd) -> Result<()> {
@@ -57,7 +89,8 @@ pub fn cluster(cmd: &ClusterCmd) -> Result<()> {
                     "--out-degree does not apply to --backend fms (clients talk to the server only)"
                 );
             }
-            let c = Cluster::init_fms(&a.out, a.peers, &a.hosts, a.base_port)?;
+            a.check()?;
+            let c = Cluster::init_fms_with(&a.out, a.peers, &a.hosts, a.base_port, a.existing())?;
             println!(
                 "wrote {} (FMS: {} clients, server id {}), keys beside it",
                 a.out.display(),
@@ -73,15 +106,16 @@ pub fn cluster(cmd: &ClusterCmd) -> Result<()> {
             if a.peers < 2 {
                 bail!("a libp2p cluster needs at least 2 peers, got {}", a.peers);
             }
+            let limit = a.check()?;
             // The same topology `sfb run` would use: full broadcast, or the optimizer's best.
             let out = sfb_harness::Cluster::builder()
                 .peers(a.peers)
                 .out_degree(q)
-                .topology_time_limit(Duration::from_secs_f64(a.time_limit))
+                .topology_time_limit(limit)
                 .resolve_topology()
-                .map_err(super::train::cli_error)?;
+                .map_err(cli_error)?;
             let t = Topology::new(out)?;
-            let c = Cluster::init(&a.out, &t, &a.hosts, a.base_port)?;
+            let c = Cluster::init_with(&a.out, &t, &a.hosts, a.base_port, a.existing())?;
             println!(
                 "wrote {} ({} peers, out-degree {}, topology cost {}), keys beside it",
                 a.out.display(),
@@ -103,10 +137,10 @@ pub struct NetArgs {
     /// Burst size of the bandwidth budget, bytes.
     #[arg(long, default_value_t = 256 * 1024)]
     pub burst: usize,
-    /// Seconds a peer may wait without progress before failing.
+    /// Seconds a peer may wait without progress before failing (at most one year).
     #[arg(long, default_value_t = 10.0)]
     pub peer_timeout: f64,
-    /// Seconds to wait for connections and handshakes at start-up.
+    /// Seconds to wait for connections and handshakes at start-up (at most one year).
     #[arg(long, default_value_t = 30.0)]
     pub startup_timeout: f64,
     /// Factor values on the wire: f32, or f16 (half the bytes; peers round their own
@@ -153,6 +187,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "metrics",
     "summary",
     "straggler",
+    "max_drift",
     "data",
     "test_data",
     "holdout",
@@ -190,6 +225,10 @@ pub struct NodeArgs {
     /// must agree).
     #[arg(long, value_enum)]
     pub fms_push: Option<super::fms::Push>,
+    /// Use this node's private key even if group or others may access its file (by
+    /// default such a key is refused, as ssh refuses one: chmod 600 it instead).
+    #[arg(long)]
+    pub allow_open_key: bool,
     #[command(flatten)]
     pub net: NetArgs,
     #[command(flatten)]
@@ -214,9 +253,43 @@ impl NodeArgs {
         Ok(spec)
     }
 
+    /// Refuses, before any work, a private key that others may read (unless
+    /// `--allow-open-key`) and output files that cannot be written.
+    fn check(&self, spec: &NodeSpec, role: Role) -> Result<()> {
+        // A cluster file that does not load, or an id it does not have, is left to
+        // `run_node`, which says so in its own words.
+        if !self.allow_open_key
+            && let Ok(cluster) = Cluster::load(&self.cluster)
+        {
+            let id = match role {
+                Role::Server => cluster.server(),
+                Role::Peer(i) => (i < cluster.peers()).then_some(i),
+            };
+            if let Some(id) = id {
+                match cluster.check_key_permissions(id) {
+                    Err(
+                        e @ sfb_net::Error::Cluster {
+                            source: sfb_net::ClusterError::KeyPermissions { .. },
+                            ..
+                        },
+                    ) => bail!("{e}, or pass --allow-open-key to use it anyway"),
+                    r => r?,
+                }
+            }
+        }
+        spec.run.check_outputs().map_err(cli_error)?;
+        for (flag, path) in [("--report", &self.report), ("--dump-w", &self.dump_w)] {
+            if let Some(path) = path {
+                preflight::output_file(flag, path).map_err(cli_error)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Runs node `role` and writes `--report` / `--dump-w`.
     fn run(&self, role: Role) -> Result<()> {
         let spec = self.node_spec()?;
+        self.check(&spec, role)?;
         let done = sfb_harness::launch::run_node(&spec, &self.cluster, role).map_err(cli_error)?;
         if let Some(path) = &self.dump_w {
             sfb_harness::launch::write_w(path, &done.w).map_err(|e| cli_error(e.into()))?;

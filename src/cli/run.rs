@@ -1,7 +1,5 @@
 //! `sfb run`: a whole cluster in one command.
 
-use std::io::Write;
-
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use sfb_core::metrics::{ClockRecord, Summary};
@@ -41,7 +39,8 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "mem")]
     pub transport: Transport,
     /// Seconds a peer may wait without receiving anything before the run fails (in-memory
-    /// transport; libp2p peers use --peer-timeout).
+    /// transport; libp2p peers use --peer-timeout). At most one year, like every seconds
+    /// option.
     #[arg(long, default_value_t = 30.0)]
     pub timeout: f64,
     /// FMS only: what clients push to the server (factors, or the dense ΔW of the paper).
@@ -81,7 +80,7 @@ impl RunArgs {
             },
             topology: TopologyOptions {
                 out_degree: self.out_degree,
-                time_limit_s: self.topology_time_limit.max(0.0),
+                time_limit_s: self.topology_time_limit,
                 ..TopologyOptions::default()
             },
             fms_push: self.fms_push.into(),
@@ -123,17 +122,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
         println!("{}", spec.to_json());
         return Ok(());
     }
-    let (summary, records) = execute(&spec, None)?;
-    if let Some(path) = &spec.output.metrics {
-        let mut f = std::io::BufWriter::new(
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
-        );
-        for rec in &records {
-            serde_json::to_writer(&mut f, rec)?;
-            writeln!(f)?;
-        }
-        f.flush()?;
-    }
+    // Everything that can be refused is refused before the first clock: the options, then
+    // the output files.
+    spec.validate().map_err(cli_error)?;
+    spec.check_outputs().map_err(cli_error)?;
+    // The harness streams the per-clock records to `--metrics` as they happen.
+    let (summary, _) = execute(&spec, None)?;
     print!("{summary}");
     if let Some(path) = &spec.output.summary {
         std::fs::write(path, serde_json::to_string_pretty(&summary)? + "\n")

@@ -2,11 +2,14 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
+use sfb_harness::preflight;
 use sfb_topology::{Method, Options, Report, Topology, generate, optimize};
+
+use super::train::cli_error;
 
 /// How to build the topology.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -57,7 +60,7 @@ pub struct TopologyArgs {
     /// Seed for --method random and the optimizer's local search.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Time budget in seconds for --method optimal.
+    /// Time budget in seconds for --method optimal (positive, at most one year).
     #[arg(long, default_value_t = 10.0)]
     pub time_limit: f64,
     /// Output format.
@@ -79,6 +82,11 @@ pub struct TopologyArgs {
 
 /// Runs `sfb topology`.
 pub fn run(args: &TopologyArgs) -> Result<()> {
+    let time_limit =
+        preflight::seconds("--time-limit", args.time_limit, false).map_err(cli_error)?;
+    if let Some(path) = &args.out {
+        preflight::output_file("-o", path).map_err(cli_error)?;
+    }
     let started = Instant::now();
     let mut notes: Vec<String> = Vec::new();
     let mut proven = false;
@@ -124,15 +132,7 @@ pub fn run(args: &TopologyArgs) -> Result<()> {
         sfb_topology::check_params(p, q)?;
         match args.method {
             MethodArg::Optimal => {
-                if !(args.time_limit.is_finite() && args.time_limit > 0.0) {
-                    bail!(
-                        "--time-limit must be a positive number of seconds, got {}",
-                        args.time_limit
-                    );
-                }
-                let opts = Options::default()
-                    .time_limit(Duration::from_secs_f64(args.time_limit))
-                    .seed(args.seed);
+                let opts = Options::default().time_limit(time_limit).seed(args.seed);
                 let r = optimize(p, q, &opts)?;
                 proven = r.proven_optimal;
                 notes.push(format!(

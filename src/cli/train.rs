@@ -124,6 +124,11 @@ pub struct TrainArgs {
     /// clock.
     #[arg(long)]
     pub straggler: Option<StragglerSpec>,
+    /// Flow control of async and throttle:K: a peer does not start clock t while an
+    /// in-neighbour has delivered fewer than t − N clocks (bounds every queue and so
+    /// memory; BSP and SSP ignore it).
+    #[arg(long, value_name = "N", default_value_t = sfb_core::DEFAULT_MAX_DRIFT)]
+    pub max_drift: u64,
     /// Data files and per-model parameters.
     #[command(flatten)]
     pub model_opts: Box<ModelOptions>,
@@ -179,10 +184,12 @@ impl TrainArgs {
             init_std: self.init_std,
             eval_every: self.eval_every,
             straggler: self.straggler,
+            max_drift: self.max_drift,
         };
         spec.output = OutputOptions {
             metrics: self.metrics.clone(),
             summary: self.summary.clone(),
+            ..OutputOptions::default()
         };
     }
 }
@@ -197,6 +204,20 @@ pub fn cli_error(e: sfb_harness::Error) -> anyhow::Error {
             expected,
             got,
         } => anyhow::anyhow!("{} must be {expected}, got {got}", flag(field)),
+        E::Seconds {
+            field,
+            expected,
+            got,
+        } => anyhow::anyhow!(
+            "{} must be {expected}, at most {} (one year), got {got:?}",
+            flag(field),
+            sfb_harness::preflight::MAX_SECONDS
+        ),
+        E::Output {
+            field,
+            path,
+            source,
+        } => anyhow::anyhow!("cannot write {} {}: {source}", flag(field), path.display()),
         E::OutDegree { peers, got } => anyhow::anyhow!(
             "--out-degree must be in 1..P−1 = 1..{}, got {got}",
             peers.saturating_sub(1)

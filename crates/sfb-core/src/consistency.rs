@@ -86,9 +86,16 @@ impl Consistency {
     }
 
     /// Whether a peer may start `view.clock`.
+    ///
+    /// Under SSP(s) every in-neighbour must have delivered at least `t − s` clocks; the
+    /// sum `delivered + s` saturates, so a bound as large as `u64::MAX` means "never wait"
+    /// rather than wrapping around to a bound nobody meets.
     pub fn may_start(&self, view: &StatusView<'_>) -> bool {
         match self.staleness_bound() {
-            Some(s) => view.peers.iter().all(|p| p.delivered + s >= view.clock),
+            Some(s) => view
+                .peers
+                .iter()
+                .all(|p| p.delivered.saturating_add(s) >= view.clock),
             None => match self {
                 Consistency::Custom(b) => b.may_start(view),
                 _ => true,
@@ -144,5 +151,58 @@ impl FromStr for Consistency {
             }
             _ => Err(err()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(clock: u64, delivered: &[u64]) -> Vec<PeerStatus> {
+        delivered
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| PeerStatus {
+                peer: PeerId(i as u32),
+                delivered: d,
+                mean_iter_s: 0.0,
+                ready: d >= clock,
+            })
+            .collect()
+    }
+
+    fn may_start(c: &Consistency, clock: u64, delivered: &[u64]) -> bool {
+        let peers = view(clock, delivered);
+        c.may_start(&StatusView {
+            me: PeerId(0),
+            clock,
+            peers: &peers,
+        })
+    }
+
+    #[test]
+    fn ssp_waits_for_the_slowest_in_neighbour_within_the_bound() {
+        let ssp = Consistency::Ssp { staleness: 2 };
+        assert!(may_start(&ssp, 5, &[3, 9]));
+        assert!(!may_start(&ssp, 5, &[2, 9]));
+        assert!(may_start(&Consistency::Bsp, 5, &[5, 5]));
+        assert!(!may_start(&Consistency::Bsp, 5, &[4, 5]));
+    }
+
+    #[test]
+    fn huge_staleness_saturates_instead_of_wrapping() {
+        // `delivered + s` would wrap to a small number and block forever.
+        let ssp = Consistency::Ssp {
+            staleness: u64::MAX,
+        };
+        assert!(may_start(&ssp, 1, &[1, 0]));
+        assert!(may_start(&ssp, u64::MAX, &[0, u64::MAX]));
+        assert!(may_start(&ssp, u64::MAX, &[u64::MAX, u64::MAX]));
+        let near = Consistency::Ssp {
+            staleness: u64::MAX - 1,
+        };
+        assert!(may_start(&near, 3, &[2, 7]));
+        assert!(may_start(&near, u64::MAX, &[1]));
+        assert!(!may_start(&near, u64::MAX, &[0]));
     }
 }

@@ -57,7 +57,20 @@ pub struct Config {
     /// its own batches to half precision before applying and sending them, so every
     /// replica applies the same values. Default: f32.
     pub wire: wire::Dtype,
+    /// Flow control of the models without a staleness bound (async and custom barriers):
+    /// the peer does not start clock `t` while an in-neighbour has delivered fewer than
+    /// `t − max_drift` clocks. This bounds what can be in flight on every edge (and so a
+    /// peer's memory) to about `max_drift` batches per in-neighbour, whatever the speed
+    /// difference: a fast peer slows to stay within `max_drift` clocks of the slowest
+    /// peer upstream of it, as SSP's bound does. BSP and SSP ignore it. Default:
+    /// [`DEFAULT_MAX_DRIFT`].
+    pub max_drift: u64,
 }
+
+/// Default [`Config::max_drift`]: 64 clocks, room for a straggler several times slower than
+/// the rest to fall well behind before anyone waits, while a peer holds at most 64
+/// batches per in-neighbour.
+pub const DEFAULT_MAX_DRIFT: u64 = 64;
 
 impl Config {
     /// Peer `id` of `peers` with full broadcast (every other peer in and out) and defaults.
@@ -74,6 +87,7 @@ impl Config {
             lr: 0.1,
             eval_every: 10,
             wire: wire::Dtype::F32,
+            max_drift: DEFAULT_MAX_DRIFT,
         }
     }
 
@@ -120,6 +134,7 @@ impl Config {
             batch_size: self.batch_size,
             lr: self.lr,
             eval_every: self.eval_every,
+            max_drift: self.max_drift,
         }
     }
 }
@@ -161,6 +176,27 @@ pub struct Output {
 pub enum Event {
     /// A clock completed.
     Clock(ClockRecord),
+    /// The node could not start `clock` because awaited nodes are more than `bound`
+    /// clocks behind ([`Config::max_drift`]); emitted once per clock it is held at.
+    Drift {
+        /// The clock the node waits to start.
+        clock: u64,
+        /// The drift bound.
+        bound: u64,
+        /// The awaited nodes too far behind, with the clocks each has delivered.
+        behind: Vec<(PeerId, u64)>,
+    },
+    /// The held-out objective is not finite, or has grown past
+    /// [`DIVERGENCE_FACTOR`](crate::DIVERGENCE_FACTOR) times its first value: training is
+    /// diverging (usually a step size too large). Emitted once per node.
+    Diverging {
+        /// Clocks completed when it was seen.
+        clock: u64,
+        /// The first objective evaluated.
+        first: f64,
+        /// The objective now.
+        now: f64,
+    },
 }
 
 /// The SFB side of a peer: its replica, the received batches not yet applied, and its

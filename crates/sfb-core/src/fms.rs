@@ -197,6 +197,8 @@ impl Config {
             batch_size: self.batch_size,
             lr: self.lr,
             eval_every: self.eval_every,
+            // FMS runs only the bounded models, which ignore it.
+            max_drift: crate::DEFAULT_MAX_DRIFT,
         }
     }
 

@@ -74,7 +74,7 @@ pub use consistency::{
     Barrier, Consistency, ParseConsistencyError, PeerStatus, StatusView, ThrottledRelease,
 };
 pub use data::{Shard, shard_indices};
-pub use engine::{Config, Engine, Event, Output, Progress};
+pub use engine::{Config, DEFAULT_MAX_DRIFT, Engine, Event, Output, Progress};
 pub use error::{ConfigError, Error, ModelError, Result};
 pub use factor::{FactorBatch, SvList, VFactors};
 pub use ids::PeerId;
@@ -83,3 +83,4 @@ pub use node::StateMachine;
 pub use replica::{ApplyStats, Replica};
 pub use straggler::Stragglers;
 pub use time::{ManualTime, TimeSource, Work};
+pub use worker::DIVERGENCE_FACTOR;

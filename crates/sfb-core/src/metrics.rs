@@ -38,6 +38,10 @@ pub struct PeerMetrics {
     pub staleness: Vec<u64>,
     /// Largest staleness applied.
     pub max_staleness: u64,
+    /// Clocks the peer was held at by flow control (an awaited node more than
+    /// [`Config::max_drift`](crate::Config::max_drift) clocks behind).
+    #[serde(default)]
+    pub drift_waits: u64,
 }
 
 impl PeerMetrics {

@@ -37,6 +37,9 @@ pub(crate) struct Plan {
     pub(crate) batch_size: usize,
     pub(crate) lr: f32,
     pub(crate) eval_every: u64,
+    /// The flow-control bound of the models without a staleness bound (see
+    /// [`Config::max_drift`](crate::Config::max_drift)).
+    pub(crate) max_drift: u64,
 }
 
 /// What the nodes a worker waits for have delivered (SFB: its in-neighbours; an FMS
@@ -207,10 +210,15 @@ pub(crate) struct Worker<M: Model> {
     pub(crate) done: bool,
     pub(crate) outputs: VecDeque<Output>,
     pub(crate) last_eval: Option<Evaluation>,
+    /// The first held-out objective, and whether [`Event::Diverging`] was emitted.
+    first_objective: Option<f64>,
+    diverging_reported: bool,
     pub(crate) metrics: PeerMetrics,
     started: Option<Duration>,
     last_step_end: Option<Duration>,
     events: VecDeque<Event>,
+    /// The last clock an [`Event::Drift`] was emitted for (one per clock at most).
+    drift_reported: u64,
 }
 
 /// A worker's model, data and evaluator, to rebuild it for another protocol.
@@ -239,10 +247,13 @@ impl<M: Model> Worker<M> {
             done: false,
             outputs: VecDeque::new(),
             last_eval: None,
+            first_objective: None,
+            diverging_reported: false,
             metrics: PeerMetrics::default(),
             started: None,
             last_step_end: None,
             events: VecDeque::new(),
+            drift_reported: 0,
         }
     }
 
@@ -284,7 +295,21 @@ impl<M: Model> Worker<M> {
             self.last_step_end = Some(time.now());
             return Ok(Progress::Done);
         }
+        if self.clock == 0 && self.first_objective.is_none() && self.plan.eval_every > 0 {
+            // The untrained objective: the baseline divergence is judged against.
+            self.evaluate(side.w(), time);
+        }
         if !self.may_start() {
+            if !self.within_drift() && self.drift_reported < self.clock {
+                self.drift_reported = self.clock;
+                self.metrics.drift_waits += 1;
+                let behind = self.inbound.short_of(self.drift_need());
+                self.events.push_back(Event::Drift {
+                    clock: self.clock,
+                    bound: self.plan.max_drift,
+                    behind,
+                });
+            }
             return Ok(Progress::Blocked);
         }
         self.metrics.wait_s += secs(since, now);
@@ -302,14 +327,30 @@ impl<M: Model> Worker<M> {
         Ok(Progress::Stepped)
     }
 
-    /// Whether the consistency model lets the worker start its next clock.
+    /// Whether the consistency model lets the worker start its next clock, and (under
+    /// the models without a staleness bound) no awaited node is more than
+    /// [`Plan::max_drift`] clocks behind.
     fn may_start(&self) -> bool {
         let peers = self.inbound.statuses(self.clock);
         self.plan.consistency.may_start(&StatusView {
             me: self.id,
             clock: self.clock,
             peers: &peers,
-        })
+        }) && self.within_drift()
+    }
+
+    /// The clocks every awaited node must have delivered before the next clock starts
+    /// under flow control: `clock − max_drift` for async and custom barriers (the bounded
+    /// models already wait for more).
+    fn drift_need(&self) -> u64 {
+        match self.plan.consistency.staleness_bound() {
+            Some(_) => 0,
+            None => self.clock.saturating_sub(self.plan.max_drift),
+        }
+    }
+
+    fn within_drift(&self) -> bool {
+        self.inbound.all_delivered(self.drift_need())
     }
 
     /// Awaited nodes the worker is blocked on, with the clocks each has delivered; empty
@@ -326,6 +367,8 @@ impl<M: Model> Worker<M> {
         }
         let need = match self.plan.consistency.staleness_bound() {
             Some(s) => self.clock.saturating_sub(s),
+            // Held back by flow control: name whoever is too far behind.
+            None if !self.within_drift() => self.drift_need(),
             // A custom barrier: name everyone not ready for this clock.
             None => self.clock,
         };
@@ -400,6 +443,7 @@ impl<M: Model> Worker<M> {
         let t0 = time.now();
         let e = ev.evaluate(w);
         self.metrics.eval_s += secs(t0, time.after(Work::Evaluate));
+        self.check_divergence(e.objective);
         self.last_eval = Some(e.clone());
         Some(e)
     }
@@ -417,6 +461,22 @@ impl<M: Model> Worker<M> {
         e
     }
 
+    /// Emits [`Event::Diverging`] (once) when the held-out objective is not finite or has
+    /// grown past [`DIVERGENCE_FACTOR`] times its first value.
+    fn check_divergence(&mut self, objective: f64) {
+        let first = *self.first_objective.get_or_insert(objective);
+        let diverging = !objective.is_finite()
+            || (first.is_finite() && objective > DIVERGENCE_FACTOR * first.abs().max(1e-12));
+        if diverging && !self.diverging_reported {
+            self.diverging_reported = true;
+            self.events.push_back(Event::Diverging {
+                clock: self.clock,
+                first,
+                now: objective,
+            });
+        }
+    }
+
     pub(crate) fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -431,6 +491,10 @@ impl<M: Model> Worker<M> {
         )));
     }
 }
+
+/// How many times its first value the held-out objective may grow before the node reports
+/// [`Event::Diverging`].
+pub const DIVERGENCE_FACTOR: f64 = 10.0;
 
 /// A [`ClockRecord`] of node `id` from its counters.
 pub(crate) fn record(

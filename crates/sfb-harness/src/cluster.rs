@@ -2,6 +2,7 @@
 //! with the per-peer seed scheme in one place.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,9 +14,11 @@ use sfb_core::{Config, Consistency, Engine, Evaluator, Model, PeerId, Shard, sha
 use sfb_models::{ModelSpec, Problem};
 use sfb_topology::{Method, Topology};
 
+use crate::records::MetricsFile;
 use crate::spec::{RunSpec, StragglerSpec, TopologyMethod};
 use crate::summary::{NodeOutcome, summarize};
 use crate::{Error, Result};
+use sfb_net::driver::Keep;
 
 /// A progress callback: `(node index, clocks completed)`; node `P` is the FMS server.
 pub type Progress = Arc<dyn Fn(usize, u64) + Send + Sync>;
@@ -72,6 +75,7 @@ impl Cluster {
         spec.validate()?;
         let t = &spec.train;
         let problem = spec.data.load(&spec.model, t.seed)?;
+        problem.check_batch(t.batch)?;
         let mut b = Cluster::builder()
             .peers(spec.peers)
             .spec(spec.model.spec())
@@ -83,10 +87,13 @@ impl Cluster {
             .lr(t.lr)
             .seed(t.seed)
             .eval_every(t.eval_every)
+            .max_drift(t.max_drift)
+            .keep_records(spec.output.keep_records)
             .wire(spec.net.wire)
             .timeout(Duration::from_secs_f64(spec.net.timeout_s));
         b.s.straggler = t.straggler;
         b.s.transport = spec.transport.name();
+        b.s.metrics = spec.output.metrics.clone();
         let topo = &spec.topology;
         b.s.topology = match (&topo.explicit, topo.out_degree) {
             (Some(out), _) => Topo::Lists(out.clone()),
@@ -110,6 +117,28 @@ enum Topo {
         time_limit: Duration,
     },
     Lists(Vec<Vec<usize>>),
+    /// Built: every peer's out- and in-neighbours (computed once, O(P·Q)).
+    Resolved(Arc<Resolved>),
+}
+
+#[derive(Debug)]
+struct Resolved {
+    out: Vec<Vec<usize>>,
+    inn: Vec<Vec<usize>>,
+}
+
+impl Resolved {
+    fn new(out: Vec<Vec<usize>>) -> Self {
+        let mut inn = vec![Vec::new(); out.len()];
+        for (src, list) in out.iter().enumerate() {
+            for &dst in list {
+                if let Some(l) = inn.get_mut(dst) {
+                    l.push(src);
+                }
+            }
+        }
+        Self { out, inn }
+    }
 }
 
 /// The builder's model-independent settings.
@@ -128,6 +157,9 @@ struct Settings {
     timeout: Duration,
     progress: Option<Progress>,
     transport: &'static str,
+    max_drift: u64,
+    keep_all: bool,
+    metrics: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -148,6 +180,9 @@ impl Default for Settings {
             timeout: Duration::from_secs_f64(n.timeout_s),
             progress: None,
             transport: "mem",
+            max_drift: t.max_drift,
+            keep_all: true,
+            metrics: None,
         }
     }
 }
@@ -421,6 +456,29 @@ impl<K> Builder<K> {
         self
     }
 
+    /// Flow control of `async` and custom barriers ([`Config::max_drift`]). Default
+    /// [`sfb_core::DEFAULT_MAX_DRIFT`].
+    pub fn max_drift(mut self, clocks: u64) -> Self {
+        self.s.max_drift = clocks;
+        self
+    }
+
+    /// In-memory runs: keep every node's per-clock records in the result (`true`, the
+    /// default: O(clocks) memory) or only each node's final one (`false`; use
+    /// [`metrics_file`](Self::metrics_file) or [`progress`](Self::progress) to see them
+    /// all as they happen).
+    pub fn keep_records(mut self, all: bool) -> Self {
+        self.s.keep_all = all;
+        self
+    }
+
+    /// In-memory runs: append every node's per-clock records to `path` (JSON lines) as
+    /// they happen. Default: none.
+    pub fn metrics_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.s.metrics = Some(path.into());
+        self
+    }
+
     /// In-memory runs: how long a peer may wait without receiving anything. Default 30 s.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.s.timeout = timeout;
@@ -503,15 +561,28 @@ impl<K> Builder<K> {
     /// # Errors
     /// [`Error::OutDegree`], [`Error::TopologyPeers`], the topology crate's errors.
     pub fn resolve_topology(&mut self) -> Result<Vec<Vec<usize>>> {
+        Ok(self.resolved()?.out.clone())
+    }
+
+    /// Every peer's out- and in-neighbours, built once in O(P·Q) (plus the optimizer's
+    /// time) and kept.
+    fn resolved(&mut self) -> Result<Arc<Resolved>> {
         let p = self.s.peers;
         let lists = match &self.s.topology {
+            Topo::Resolved(r) if r.out.len() == p => return Ok(Arc::clone(r)),
+            Topo::Resolved(r) => {
+                return Err(Error::TopologyPeers {
+                    peers: p,
+                    got: r.out.len(),
+                });
+            }
             Topo::Lists(out) if out.len() != p => {
                 return Err(Error::TopologyPeers {
                     peers: p,
                     got: out.len(),
                 });
             }
-            Topo::Lists(out) => return Ok(out.clone()),
+            Topo::Lists(out) => out.clone(),
             _ if p < 2 => vec![Vec::new(); p],
             Topo::Full => sfb_topology::full(p)?.out_lists(),
             &Topo::OutDegree { q, .. } if q == 0 || q >= p => {
@@ -539,8 +610,9 @@ impl<K> Builder<K> {
                 }
             }
         };
-        self.s.topology = Topo::Lists(lists.clone());
-        Ok(lists)
+        let r = Arc::new(Resolved::new(lists));
+        self.s.topology = Topo::Resolved(Arc::clone(&r));
+        Ok(r)
     }
 }
 
@@ -561,11 +633,23 @@ impl<K: Kind> Builder<K> {
         cfg.batch_size = self.s.batch;
         cfg.lr = self.s.lr;
         cfg.eval_every = self.s.eval_every;
+        cfg.max_drift = self.s.max_drift;
         let engine = Engine::new(cfg, parts.model, parts.w0, parts.shard)?;
         Ok(match parts.evaluator {
             Some(e) => engine.with_evaluator(e),
             None => engine,
         })
+    }
+
+    /// Refuses, before any topology or replica is built, `nodes` replicas of this
+    /// cluster's W in one process when they would not fit in the memory available (it
+    /// builds peer 0 alone to learn W's shape).
+    ///
+    /// # Errors
+    /// [`Error::Memory`] with both figures; the build errors of peer 0.
+    pub fn check_fits(&mut self, nodes: usize) -> Result<()> {
+        let (j, d) = self.engine(0, Vec::new(), Vec::new())?.replica().dim();
+        check_fits(nodes, j, d, available_memory())
     }
 
     /// SFB peer `id`'s engine, its neighbours from the topology (for a driver of your own,
@@ -574,10 +658,13 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// Topology, data and engine errors ([`Error::EmptyShard`], [`Error::MissingData`], …).
     pub fn build_peer(&mut self, id: u32) -> Result<Engine<K::Model>> {
-        let out = self.resolve_topology()?;
-        let ids = |v: &mut dyn Iterator<Item = usize>| v.map(|x| PeerId(x as u32)).collect();
-        let o = ids(&mut out[id as usize].iter().copied());
-        let i = ids(&mut (0..out.len()).filter(|&src| out[src].contains(&(id as usize))));
+        let r = self.resolved()?;
+        let ids = |v: &[usize]| v.iter().map(|&x| PeerId(x as u32)).collect();
+        let (o, i) = match (r.out.get(id as usize), r.inn.get(id as usize)) {
+            (Some(o), Some(i)) => (ids(o), ids(i)),
+            // Out of range: the engine's configuration check names it.
+            _ => (Vec::new(), Vec::new()),
+        };
         Ok(self.engine(id, o, i)?.with_wire(self.s.wire))
     }
 
@@ -586,6 +673,7 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// As [`build_peer`](Self::build_peer).
     pub fn build_engines(&mut self) -> Result<Vec<Engine<K::Model>>> {
+        self.check_fits(self.s.peers)?;
         (0..self.s.peers as u32)
             .map(|id| self.build_peer(id))
             .collect()
@@ -619,6 +707,8 @@ impl<K: Kind> Builder<K> {
         &mut self,
         push: crate::Push,
     ) -> Result<(Server<K::Model>, Vec<Client<K::Model>>)> {
+        // The clients' replicas and the server's.
+        self.check_fits(self.s.peers + 1)?;
         let clients = (0..self.s.peers as u32)
             .map(|id| self.build_client(id, push))
             .collect::<Result<Vec<_>>>()?;
@@ -638,23 +728,45 @@ impl<K: Kind> Builder<K> {
         }
     }
 
-    fn mem_options(&self) -> sfb_net::mem::Options {
-        sfb_net::mem::Options {
-            timeout: self.s.timeout,
-            progress: self.s.progress.clone().map(|f| {
-                let server_at = self.s.peers;
-                Arc::new(move |r: &ClockRecord| {
+    /// The in-memory driver's options, and the metrics file they append to (created
+    /// here, flushed by [`finish_metrics`]).
+    fn mem_options(&self) -> Result<(sfb_net::mem::Options, Option<Arc<MetricsFile>>)> {
+        let file = match &self.s.metrics {
+            Some(path) => Some(Arc::new(MetricsFile::create(path)?)),
+            None => None,
+        };
+        let user = self.s.progress.clone();
+        let progress: Option<sfb_net::p2p::ProgressFn> = if user.is_none() && file.is_none() {
+            None
+        } else {
+            let server_at = self.s.peers;
+            let file = file.clone();
+            Some(Arc::new(move |r: &ClockRecord| {
+                if let Some(f) = &file {
+                    f.write(r);
+                }
+                if let Some(f) = &user {
                     let node = if r.peer == PeerId::SERVER.0 {
                         server_at
                     } else {
                         r.peer as usize
                     };
                     f(node, r.clock);
-                }) as sfb_net::p2p::ProgressFn
-            }),
+                }
+            }))
+        };
+        let opts = sfb_net::mem::Options {
+            timeout: self.s.timeout,
+            progress,
             stragglers: self.s.stragglers(),
+            keep: if self.s.keep_all {
+                Keep::All
+            } else {
+                Keep::Last
+            },
             ..Default::default()
-        }
+        };
+        Ok((opts, file))
     }
 
     /// Who the drivers slow down when ([`Builder::straggler`]): hand it to the driver of a
@@ -668,12 +780,20 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// Build errors, then the first peer's error ([`Error::Net`]).
     pub fn run_mem(mut self) -> Result<MemRun<K::Model>> {
+        let t0 = std::time::Instant::now();
         let engines = self.build_engines()?;
+        tracing::info!(
+            "built {} peers in {:.2} s; starting the first clock",
+            engines.len(),
+            t0.elapsed().as_secs_f64()
+        );
         let out_degree = engines
             .first()
             .map_or(0, |e| e.config().out_neighbors.len());
         let info = self.info("sfb", out_degree);
-        let peers = sfb_net::mem::run(engines, &self.mem_options())?;
+        let (opts, metrics) = self.mem_options()?;
+        let peers = sfb_net::mem::run(engines, &opts)?;
+        finish_metrics(metrics)?;
         Ok(MemRun { peers, info })
     }
 
@@ -684,9 +804,41 @@ impl<K: Kind> Builder<K> {
     pub fn run_fms_mem(mut self, push: crate::Push) -> Result<FmsRun<K::Model>> {
         let (server, clients) = self.build_fms(push)?;
         let info = self.info("fms", 1);
-        let run = sfb_net::mem_fms::run(server, clients, &self.mem_options())?;
+        let (opts, metrics) = self.mem_options()?;
+        let run = sfb_net::mem_fms::run(server, clients, &opts)?;
+        finish_metrics(metrics)?;
         Ok(FmsRun { run, info })
     }
+}
+
+/// Refuses, before the replicas are allocated, a cluster of `nodes` J×D f32 replicas in
+/// one process that would not fit in `available` bytes (when known).
+///
+/// # Errors
+/// [`Error::Memory`] with both figures.
+pub(crate) fn check_fits(nodes: usize, j: usize, d: usize, available: Option<u64>) -> Result<()> {
+    let need = (nodes as u128) * (j as u128) * (d as u128) * 4;
+    match available {
+        Some(avail) if need > u128::from(avail) => Err(Error::Memory {
+            what: format!("{nodes} replicas of a {j}×{d} W"),
+            need: u64::try_from(need).unwrap_or(u64::MAX),
+            available: avail,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The memory available to new allocations (Linux `MemAvailable`), if known.
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Flushes a run's metrics file, if it has one.
+fn finish_metrics(file: Option<Arc<MetricsFile>>) -> Result<()> {
+    file.map_or(Ok(()), |f| f.finish())
 }
 
 /// A finished run: its summary and every node's per-clock records.
@@ -779,5 +931,19 @@ impl<M: Model> FmsRun<M> {
             .chain(self.run.server.records)
             .collect();
         Outcome { summary, records }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn replicas_that_do_not_fit_are_refused_with_both_figures() {
+        let e = super::check_fits(2000, 4096, 4096, Some(24 << 30)).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("2000 replicas of a 4096×4096 W"), "{text}");
+        assert!(text.contains("134.2 GB"), "{text}");
+        assert!(text.contains("25.8 GB"), "{text}");
+        super::check_fits(4, 4096, 4096, Some(24 << 30)).unwrap();
+        super::check_fits(2000, 4096, 4096, None).unwrap();
     }
 }

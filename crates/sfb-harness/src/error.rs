@@ -17,6 +17,44 @@ pub enum Error {
         /// The value found.
         got: f64,
     },
+    /// A number of seconds is not finite, out of its range, or longer than
+    /// [`MAX_SECONDS`](crate::preflight::MAX_SECONDS) (so it always converts to a `Duration`).
+    #[error("{field} must be {expected}, at most {max} (one year), got {got:?}", max = crate::preflight::MAX_SECONDS)]
+    Seconds {
+        /// The field, as a dotted path into the spec (or the flag, for options outside it).
+        field: &'static str,
+        /// The accepted range, in words.
+        expected: &'static str,
+        /// The value found.
+        got: f64,
+    },
+    /// An output file or folder cannot be written; found before the run starts.
+    #[error("cannot write {field} {}: {source}", path.display())]
+    Output {
+        /// The field, as a dotted path into the spec (or the flag, for options outside it).
+        field: &'static str,
+        /// The path given.
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The run's replicas would not fit in this machine's memory; found before they are
+    /// allocated.
+    #[error(
+        "{what} need {} but {} is available (MemAvailable): use fewer peers or a smaller \
+         model, or run the peers on several machines (sfb peer)",
+        gigabytes(*.need),
+        gigabytes(*.available)
+    )]
+    Memory {
+        /// What would be allocated.
+        what: String,
+        /// Bytes needed.
+        need: u64,
+        /// Bytes available.
+        available: u64,
+    },
     /// The out-degree does not fit the number of peers.
     #[error("topology.out_degree must be in 1..P−1 = 1..{max}, got {got}", max = peers.saturating_sub(1))]
     OutDegree {
@@ -86,7 +124,7 @@ pub enum Error {
     },
     /// The synthetic data spec could not be parsed.
     #[error("data.synthetic: {0}")]
-    Synthetic(#[source] sfb_models::Error),
+    Synthetic(sfb_models::Error),
     /// The spec is not valid JSON for a [`RunSpec`](crate::RunSpec).
     #[error("run spec: {0}")]
     Json(#[from] serde_json::Error),
@@ -109,3 +147,8 @@ pub enum Error {
 
 /// Result alias for sfb-harness.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `bytes` in decimal gigabytes, one decimal.
+fn gigabytes(bytes: u64) -> String {
+    format!("{:.1} GB", bytes as f64 / 1e9)
+}

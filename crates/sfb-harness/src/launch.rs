@@ -33,6 +33,7 @@ use tokio::task::JoinSet;
 
 use crate::cluster::{Cluster, Outcome, Progress};
 use crate::netns::{self, Netns};
+use crate::records::MetricsFile;
 use crate::spec::{Backend, NetOptions, RunSpec};
 use crate::summary::{NodeOutcome, summarize};
 
@@ -116,6 +117,12 @@ pub struct NodeSpec {
     /// index in the cluster file.
     #[serde(default)]
     pub out_dir: Option<PathBuf>,
+    /// `out_dir` is the launcher's own temporary directory (it holds the cluster file and
+    /// the private keys): when the launcher dies without cleaning up (its end of stdin
+    /// closes before the run is over), the node removes it before it exits. Needs
+    /// `exchange_addrs`.
+    #[serde(default)]
+    pub owned_by_launcher: bool,
 }
 
 impl NodeSpec {
@@ -125,6 +132,7 @@ impl NodeSpec {
             run,
             exchange_addrs: false,
             out_dir: None,
+            owned_by_launcher: false,
         }
     }
 
@@ -334,6 +342,8 @@ impl NodeRun<'_> {
         opts.stragglers = run.train.straggler.map_or(sfb_core::Stragglers::None, |s| {
             s.schedule(run.peers, run.train.seed)
         });
+        // The records stream to the sinks; the node keeps only its final one.
+        opts.keep = sfb_net::driver::Keep::Last;
         let exchange = spec.exchange_addrs;
         if exchange || !sinks.is_empty() {
             let sinks = sinks.clone();
@@ -367,11 +377,7 @@ impl NodeRun<'_> {
             let started = Node::start(&file, id, &shape, &opts).await?;
             if exchange {
                 say(&Event::Listening(started.listen_addr().to_string()));
-                let mut line = String::new();
-                BufReader::new(tokio::io::stdin())
-                    .read_line(&mut line)
-                    .await
-                    .map_err(io("reading node addresses from stdin"))?;
+                let line = read_addrs_line(id, spec).await?;
                 let a: Addrs = serde_json::from_str(&line).map_err(|source| Error::Json {
                     what: "the addresses on stdin".into(),
                     source,
@@ -474,6 +480,51 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
     })
 }
 
+/// Reads the parent's [`Addrs`] line from stdin on a plain thread (a blocking read on
+/// the runtime would keep it from shutting down). A node started by the launcher
+/// ([`NodeSpec::owned_by_launcher`]) then keeps reading: its stdin closing before the run
+/// is over means the launcher died (even by SIGKILL), and the node stops, taking the
+/// launcher's directory (cluster file, keys) with it.
+async fn read_addrs_line(id: usize, spec: &NodeSpec) -> Result<String, Error> {
+    use std::io::{BufRead, Read};
+    let launcher_dir = if spec.owned_by_launcher {
+        Some(spec.out_dir.clone())
+    } else {
+        None
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut line = String::new();
+        let first = stdin.read_line(&mut line).map(|_| line);
+        let _ = tx.send(first);
+        let Some(dir) = launcher_dir else { return };
+        let mut buf = [0u8; 256];
+        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+        orphaned(id, dir.as_deref());
+    });
+    let line = rx
+        .await
+        .map_err(|_| Error::Role("the stdin reader stopped".into()))?
+        .map_err(io("reading node addresses from stdin"))?;
+    if line.is_empty() {
+        return Err(Error::Role(
+            "stdin closed before the launcher sent the addresses".into(),
+        ));
+    }
+    Ok(line)
+}
+
+/// A launched node whose launcher died: removes the launcher's directory (cluster file,
+/// keys) if it is given, and exits.
+fn orphaned(id: usize, launcher_dir: Option<&Path>) -> ! {
+    eprintln!("node {id}: the launcher is gone (its end of stdin closed): stopping");
+    if let Some(dir) = launcher_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    std::process::exit(1);
+}
+
 /// One protocol line on stdout.
 fn say(e: &Event) {
     let mut out = std::io::stdout().lock();
@@ -571,10 +622,13 @@ impl Launcher {
             None => vec!["127.0.0.1".to_string()],
         };
         let cluster_path = dir.path().join("cluster.toml");
+        // Every node's replica is on this machine: refuse before starting any.
+        let mut builder = Cluster::from_spec(spec)?;
+        builder.check_fits(nodes)?;
         if fms {
             ClusterFile::init_fms(&cluster_path, p, &hosts, 0).map_err(Error::from)?;
         } else {
-            let out = Cluster::from_spec(spec)?.resolve_topology()?;
+            let out = builder.resolve_topology()?;
             let t = sfb_topology::Topology::new(out)?;
             ClusterFile::init(&cluster_path, &t, &hosts, 0).map_err(Error::from)?;
         }
@@ -582,6 +636,7 @@ impl Launcher {
             run: spec.clone(),
             exchange_addrs: true,
             out_dir: Some(dir.path().to_path_buf()),
+            owned_by_launcher: true,
         };
         child.run.output = Default::default();
         child.run.net.netns = false;
@@ -630,6 +685,11 @@ impl Launcher {
                 format!("peer {i}")
             }
         };
+        // SIGINT and SIGTERM stop the run the same way, from the start.
+        let ctrl_c = tokio::signal::ctrl_c();
+        tokio::pin!(ctrl_c);
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(io("listening for SIGTERM"))?;
         let (tx, mut listening) = tokio::sync::mpsc::channel::<(usize, String)>(n.max(1));
         let mut set: JoinSet<(usize, Result<std::process::ExitStatus, Error>)> = JoinSet::new();
         let mut stdins = Vec::new();
@@ -738,6 +798,8 @@ impl Launcher {
                         return Err(failed(i, "exited before listening".into()));
                     }
                 }
+                _ = &mut ctrl_c => return Err(Error::Interrupted),
+                _ = term.recv() => return Err(Error::Interrupted),
                 () = tokio::time::sleep_until(deadline) => {
                     let i = addrs.iter().position(Option::is_none).unwrap_or(0);
                     return Err(failed(i, format!("did not say where it listens within {LISTEN_TIMEOUT:?}")));
@@ -752,30 +814,66 @@ impl Launcher {
             });
         };
         let line = serde_json::to_string(&Addrs { addrs }).expect("plain strings") + "\n";
-        for (i, mut stdin) in stdins.into_iter().enumerate() {
+        // Each child's stdin stays open until this function returns: a child that sees it
+        // close early knows the launcher died and stops.
+        for (i, stdin) in stdins.iter_mut().enumerate() {
             // A child that already failed shows up in the wait below.
             if let Err(e) = stdin.write_all(line.as_bytes()).await {
                 tracing::debug!("{}: {e}", name(i));
             }
         }
-        // Wait for all; the first failure (or Ctrl-C) stops the rest.
-        let ctrl_c = tokio::signal::ctrl_c();
-        tokio::pin!(ctrl_c);
+        // Wait for all; the first failure (or Ctrl-C, or SIGTERM) stops the rest.
         loop {
             tokio::select! {
                 done = set.join_next() => {
                     let Some(done) = done else { return Ok(()) };
                     let (i, status) = done.expect("node task panicked");
-                    match status {
-                        Ok(s) if s.success() => {}
-                        Ok(s) => return Err(failed(i, format!("failed ({s})"))),
+                    let s = match status {
+                        Ok(s) if s.success() => continue,
+                        Ok(s) => s,
                         Err(e) => return Err(failed(i, e.to_string())),
-                    }
+                    };
+                    // The first to exit may be a survivor reporting a lost neighbour: give
+                    // the others a moment, and blame a node that was killed, if one was.
+                    let (i, s) = blame(&mut set, i, s).await;
+                    let why = match std::os::unix::process::ExitStatusExt::signal(&s) {
+                        Some(sig) => format!("died (killed by signal {sig})"),
+                        None => format!("failed ({s})"),
+                    };
+                    return Err(failed(i, why));
                 }
                 _ = &mut ctrl_c => return Err(Error::Interrupted),
+                _ = term.recv() => return Err(Error::Interrupted),
             }
         }
     }
+}
+
+/// How long, after a node fails, the launcher waits for others to end before it reports
+/// which node failed first.
+const BLAME_WINDOW: Duration = Duration::from_secs(2);
+
+/// The node to report after node `i` failed with `status`: the first node, among those
+/// that end within [`BLAME_WINDOW`], that was killed by a signal (it died; the others
+/// only noticed), else `i`.
+async fn blame(
+    set: &mut JoinSet<(usize, Result<std::process::ExitStatus, Error>)>,
+    i: usize,
+    status: std::process::ExitStatus,
+) -> (usize, std::process::ExitStatus) {
+    use std::os::unix::process::ExitStatusExt;
+    if status.signal().is_some() {
+        return (i, status);
+    }
+    let deadline = tokio::time::Instant::now() + BLAME_WINDOW;
+    while let Ok(Some(done)) = tokio::time::timeout_at(deadline, set.join_next()).await {
+        if let Ok((j, Ok(s))) = done
+            && s.signal().is_some()
+        {
+            return (j, s);
+        }
+    }
+    (i, status)
 }
 
 /// The run's outcome from the children's files: one [`summarize`] over the workers (and
@@ -785,19 +883,35 @@ fn merge(dir: &Path, spec: &RunSpec, fms: bool) -> crate::Result<Outcome> {
     let mut reports = Vec::new();
     let mut ws = Vec::new();
     let mut records = Vec::new();
+    let metrics = match &spec.output.metrics {
+        Some(path) => Some(MetricsFile::create(path)?),
+        None => None,
+    };
     for i in 0..p + usize::from(fms) {
         let r: NodeReport = read_json(&dir.join(format!("node-{i}.json")))?;
         let path = dir.join(format!("node-{i}.jsonl"));
-        let text =
-            std::fs::read_to_string(&path).map_err(io(format!("reading {}", path.display())))?;
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            records.push(serde_json::from_str::<ClockRecord>(line).map_err(|source| {
-                Error::Json {
-                    what: format!("{}", path.display()),
-                    source,
-                }
-            })?);
+        let file = std::fs::File::open(&path).map_err(io(format!("reading {}", path.display())))?;
+        // Line by line: a long run's records are never all in memory unless asked for.
+        let mut last = None;
+        for line in std::io::BufRead::lines(std::io::BufReader::new(file)) {
+            let line = line.map_err(io(format!("reading {}", path.display())))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let rec = serde_json::from_str::<ClockRecord>(&line).map_err(|source| Error::Json {
+                what: format!("{}", path.display()),
+                source,
+            })?;
+            if let Some(m) = &metrics {
+                m.write_line(&line);
+            }
+            if spec.output.keep_records {
+                records.push(rec);
+            } else {
+                last = Some(rec);
+            }
         }
+        records.extend(last);
         if i < p {
             let wpath = dir.join(format!("node-{i}.w"));
             let bytes =
@@ -822,6 +936,9 @@ fn merge(dir: &Path, spec: &RunSpec, fms: bool) -> crate::Result<Outcome> {
         })
         .collect();
     let summary = summarize(spec.run_info(), &nodes, server.as_ref());
+    if let Some(m) = &metrics {
+        m.finish()?;
+    }
     Ok(Outcome { summary, records })
 }
 
@@ -885,6 +1002,7 @@ mod tests {
             run: RunSpec::default(),
             exchange_addrs: true,
             out_dir: Some("/x".into()),
+            owned_by_launcher: false,
         };
         let back: NodeSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);

@@ -78,6 +78,8 @@ mod error;
 pub mod experiment;
 pub mod launch;
 pub mod netns;
+pub mod preflight;
+pub mod records;
 mod run;
 mod spec;
 mod summary;

@@ -14,7 +14,7 @@ use sfb_core::{Consistency, ThrottledRelease};
 use sfb_models::ModelSpec;
 use sfb_net::bandwidth::Rate;
 
-use crate::{Error, Result};
+use crate::{Error, Result, preflight};
 
 /// One run: model, data, training options, topology, backend, transport and network.
 ///
@@ -297,6 +297,10 @@ pub struct TrainOptions {
     pub eval_every: u64,
     /// Slow one peer (or a rotating one) down. Default none.
     pub straggler: Option<StragglerSpec>,
+    /// Flow control of `async` and `throttle:K`: no peer starts clock `t` while an
+    /// in-neighbour has delivered fewer than `t − max_drift` clocks, which bounds every
+    /// peer's queues (and memory). Default [`sfb_core::DEFAULT_MAX_DRIFT`].
+    pub max_drift: u64,
 }
 
 impl Default for TrainOptions {
@@ -310,6 +314,7 @@ impl Default for TrainOptions {
             init_std: 0.0,
             eval_every: 10,
             straggler: None,
+            max_drift: sfb_core::DEFAULT_MAX_DRIFT,
         }
     }
 }
@@ -576,6 +581,11 @@ pub struct OutputOptions {
     pub metrics: Option<PathBuf>,
     /// The run's [`Summary`](sfb_core::metrics::Summary) as JSON.
     pub summary: Option<PathBuf>,
+    /// Keep every node's per-clock records in memory and return them in
+    /// [`Outcome::records`](crate::Outcome::records) (O(clocks) memory, for experiments
+    /// that plot curves). Default false: records stream to `metrics` as they happen and
+    /// only each node's final record is kept.
+    pub keep_records: bool,
 }
 
 /// `Ok` when `ok`, else [`Error::OutOfRange`] naming `field`, what it must be and `got`.
@@ -589,15 +599,6 @@ pub(crate) fn check(field: &'static str, expected: &'static str, got: f64, ok: b
             got,
         })
     }
-}
-
-fn positive_seconds(field: &'static str, v: f64) -> Result<()> {
-    check(
-        field,
-        "a positive number of seconds",
-        v,
-        v.is_finite() && v > 0.0,
-    )
 }
 
 impl RunSpec {
@@ -614,12 +615,15 @@ impl RunSpec {
         serde_json::to_string_pretty(self).expect("a RunSpec always serializes")
     }
 
-    /// Checks every field before anything runs.
+    /// Checks every field before anything runs (no file is touched: see
+    /// [`check_outputs`](Self::check_outputs)). Every number of seconds is finite and at
+    /// most [`MAX_SECONDS`](crate::preflight::MAX_SECONDS), so it converts to a
+    /// `Duration` without panicking.
     ///
     /// # Errors
     /// The first problem found, naming the field: [`Error::OutOfRange`],
-    /// [`Error::OutDegree`], [`Error::TopologyPeers`], [`Error::Unsupported`] or
-    /// [`Error::Requires`].
+    /// [`Error::Seconds`], [`Error::OutDegree`], [`Error::TopologyPeers`],
+    /// [`Error::Unsupported`] or [`Error::Requires`].
     pub fn validate(&self) -> Result<()> {
         let p = self.peers;
         check("peers", "at least 1", p as f64, p >= 1)?;
@@ -641,6 +645,17 @@ impl RunSpec {
             let ok = (peer as usize) < p;
             check("train.straggler", "a peer below `peers`", peer.into(), ok)?;
         }
+        if let Some(st) = t.straggler {
+            // Like every duration: at most one year, so deadlines never overflow.
+            let ms = st.delay().as_secs_f64() * 1e3;
+            let ok = st.delay().as_secs_f64() <= preflight::MAX_SECONDS;
+            check(
+                "train.straggler",
+                "a delay of at most 31536000000 ms (one year)",
+                ms,
+                ok,
+            )?;
+        }
         self.model.validate()?;
         if let DataSource::Files {
             test: None,
@@ -652,12 +667,7 @@ impl RunSpec {
             check("data.holdout", "in (0, 1)", holdout, ok)?;
         }
         let topo = &self.topology;
-        check(
-            "topology.time_limit_s",
-            "a non-negative number of seconds",
-            topo.time_limit_s,
-            topo.time_limit_s.is_finite() && topo.time_limit_s >= 0.0,
-        )?;
+        preflight::seconds("topology.time_limit_s", topo.time_limit_s, true)?;
         if self.backend == Backend::Sfb {
             if let Some(out) = &topo.explicit {
                 if out.len() != p {
@@ -674,9 +684,9 @@ impl RunSpec {
             }
         }
         let n = &self.net;
-        positive_seconds("net.timeout_s", n.timeout_s)?;
-        positive_seconds("net.peer_timeout_s", n.peer_timeout_s)?;
-        positive_seconds("net.startup_timeout_s", n.startup_timeout_s)?;
+        preflight::seconds("net.timeout_s", n.timeout_s, false)?;
+        preflight::seconds("net.peer_timeout_s", n.peer_timeout_s, false)?;
+        preflight::seconds("net.startup_timeout_s", n.startup_timeout_s, false)?;
         if self.transport == Transport::Mem {
             let set = [
                 ("net.bandwidth", n.bandwidth.is_some()),
@@ -696,6 +706,25 @@ impl RunSpec {
                 requires: "net.bandwidth",
                 why: "the rate the kernel shapes each node's sends to",
             });
+        }
+        Ok(())
+    }
+
+    /// Checks that the run's output files (`output.metrics`, `output.summary`) can be
+    /// written, before any training: a bad path fails in the first second, not after the
+    /// last clock ([`preflight::output_file`]; nothing is left behind).
+    ///
+    /// # Errors
+    /// [`Error::Output`] naming the field, the path and the operating system's reason.
+    pub fn check_outputs(&self) -> Result<()> {
+        let o = &self.output;
+        for (field, path) in [
+            ("output.metrics", &o.metrics),
+            ("output.summary", &o.summary),
+        ] {
+            if let Some(path) = path {
+                preflight::output_file(field, path)?;
+            }
         }
         Ok(())
     }
@@ -787,6 +816,8 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "net.bandwidth" => "--bandwidth",
         "net.wire" => "--wire",
         "net.netns" => "--netns",
+        "output.metrics" => "--metrics",
+        "output.summary" => "--summary",
         other => other,
     }
 }
@@ -833,6 +864,7 @@ mod tests {
             output: OutputOptions {
                 metrics: Some("m.jsonl".into()),
                 summary: None,
+                keep_records: true,
             },
         };
         assert_eq!(RunSpec::from_json(&spec.to_json()).unwrap(), spec);
@@ -858,6 +890,21 @@ mod tests {
         assert!(bad(&|s| s.peers = 0).starts_with("peers"));
         assert!(bad(&|s| s.net.timeout_s = f64::INFINITY).starts_with("net.timeout_s"));
         assert!(bad(&|s| s.net.peer_timeout_s = 0.0).starts_with("net.peer_timeout_s"));
+        for v in [1e30, f64::INFINITY, f64::NAN, -1.0] {
+            for (field, set) in [
+                (
+                    "net.timeout_s",
+                    &(|s: &mut RunSpec, v| s.net.timeout_s = v) as &dyn Fn(&mut RunSpec, f64),
+                ),
+                ("net.peer_timeout_s", &|s, v| s.net.peer_timeout_s = v),
+                ("net.startup_timeout_s", &|s, v| s.net.startup_timeout_s = v),
+                ("topology.time_limit_s", &|s, v| s.topology.time_limit_s = v),
+            ] {
+                let e = bad(&|s| set(s, v));
+                assert!(e.starts_with(field), "{e}");
+                assert!(e.contains("at most 31536000 (one year)"), "{e}");
+            }
+        }
         assert!(bad(&|s| s.topology.out_degree = Some(4)).starts_with("topology.out_degree"));
         assert!(bad(&|s| s.model = ModelChoice::L2mlr { lambda: 0.0 }).starts_with("model.lambda"));
         assert!(bad(&|s| s.net.bandwidth = Some(Rate(1.0))).starts_with("net.bandwidth"));
@@ -867,6 +914,10 @@ mod tests {
                 delay_ms: 1
             }))
             .starts_with("train.straggler")
+        );
+        assert!(
+            bad(&|s| s.train.straggler = Some(StragglerSpec::Rotating { delay_ms: u64::MAX }))
+                .starts_with("train.straggler must be a delay of at most 31536000000 ms")
         );
         RunSpec::default().validate().unwrap();
     }

@@ -67,6 +67,7 @@ fn spec_and_builder_give_the_same_bitwise_run_and_the_summary_reports_it() {
     let mut s = spec("classes=5,features=12,samples=300", 6, 4);
     s.peers = 3;
     s.train.eval_every = 3;
+    s.output.keep_records = true;
     let from_spec = run(&s, None).unwrap();
     let problem = s.data.load(&s.model, s.train.seed).unwrap();
     let by_hand = Cluster::builder()
@@ -95,6 +96,40 @@ fn spec_and_builder_give_the_same_bitwise_run_and_the_summary_reports_it() {
     // Records: one per clock and peer, plus each peer's final one.
     assert_eq!(from_spec.records.len(), 3 * (6 + 1));
     assert!(summary.objective.is_some() && summary.test_accuracy.is_some());
+}
+
+#[test]
+fn records_stream_to_the_metrics_file_and_only_the_final_ones_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = spec("classes=5,features=12,samples=300", 6, 4);
+    s.peers = 3;
+    s.output.metrics = Some(dir.path().join("m.jsonl"));
+    let streamed = run(&s, None).unwrap();
+    // In memory: each peer's final record only.
+    let last: Vec<(u32, u64)> = streamed.records.iter().map(|r| (r.peer, r.clock)).collect();
+    assert_eq!(last.len(), 3);
+    assert!(last.iter().all(|&(_, c)| c == 6), "{last:?}");
+    // On disk: every record, as with keep_records.
+    let text = std::fs::read_to_string(dir.path().join("m.jsonl")).unwrap();
+    let mut on_disk: Vec<sfb_core::metrics::ClockRecord> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    s.output.metrics = None;
+    s.output.keep_records = true;
+    let mut kept = run(&s, None).unwrap().records;
+    let key = |r: &sfb_core::metrics::ClockRecord| (r.peer, r.clock, r.objective.is_some());
+    on_disk.sort_by_key(key);
+    kept.sort_by_key(key);
+    assert_eq!(on_disk.len(), 3 * (6 + 1));
+    assert_eq!(
+        on_disk.iter().map(key).collect::<Vec<_>>(),
+        kept.iter().map(key).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        on_disk.iter().map(|r| r.bytes_sent).collect::<Vec<_>>(),
+        kept.iter().map(|r| r.bytes_sent).collect::<Vec<_>>()
+    );
 }
 
 #[test]

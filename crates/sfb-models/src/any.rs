@@ -8,8 +8,8 @@ use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use sfb_core::{Evaluator, Model, ModelError, SvList};
 
 use crate::{
-    Dml, DmlEvaluator, Example, L2Mlr, L2MlrEvaluator, Mlr, MlrEvaluator, Result, SparseCoding,
-    SparseCodingEvaluator, dml, sparse_coding, synthetic,
+    Dml, DmlEvaluator, Error, Example, L2Mlr, L2MlrEvaluator, Limits, Mlr, MlrEvaluator, Result,
+    SparseCoding, SparseCodingEvaluator, dml, sparse_coding, synthetic,
 };
 
 /// Any built-in model, dispatching every [`Model`] method to the one inside.
@@ -106,7 +106,78 @@ pub struct Problem {
     pub features: usize,
 }
 
+impl Problem {
+    /// Refuses a mini-batch of `batch` samples per peer and clock larger than the whole
+    /// training set: no peer could draw it without repeating every sample, and an absurd
+    /// one (`--batch 1000000000`) would allocate gigabytes per clock before the first step.
+    /// (A batch larger than a peer's shard is allowed: the peer draws with repeats.)
+    ///
+    /// # Errors
+    /// [`Error::BatchTooLarge`] naming the batch and the training set's size.
+    ///
+    /// # Example
+    /// ```
+    /// use std::sync::Arc;
+    /// use sfb_models::{Example, Features, Problem};
+    /// let x = |i| Example::new(Features::Dense(vec![1.0]), 0, i);
+    /// let p = Problem {
+    ///     train: Arc::new((0..10).map(x).collect()),
+    ///     test: Arc::new(vec![]),
+    ///     classes: 2,
+    ///     features: 1,
+    /// };
+    /// assert!(p.check_batch(10).is_ok());
+    /// assert_eq!(
+    ///     p.check_batch(11).unwrap_err().to_string(),
+    ///     "batch 11 is larger than the whole training set (10 samples): use a batch of at \
+    ///      most 10 (a peer draws its mini-batch from its shard, with repeats when the shard \
+    ///      is smaller)"
+    /// );
+    /// ```
+    pub fn check_batch(&self, batch: usize) -> Result<()> {
+        let samples = self.train.len();
+        if batch > samples && samples > 0 {
+            return Err(Error::BatchTooLarge { batch, samples });
+        }
+        Ok(())
+    }
+}
+
 impl ModelSpec {
+    /// Refuses this model on data of `classes` classes, `features` features and `train`
+    /// training samples when its replicated matrix ([`shape`](Self::shape)) would exceed
+    /// [`Limits::max_w_bytes`], or — for L2-MLR — its dual variables (`train × classes`
+    /// f64) would exceed [`Limits::max_data_bytes`]; `at` names the data in the error.
+    /// Call it before generating or building anything.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with the bytes needed and the limit.
+    pub fn check_limits(
+        &self,
+        classes: usize,
+        features: usize,
+        train: usize,
+        limits: &Limits,
+        at: &str,
+    ) -> Result<()> {
+        let (rows, cols) = match *self {
+            ModelSpec::Mlr => (classes, features),
+            ModelSpec::L2Mlr { .. } => (classes, features.saturating_add(1)),
+            ModelSpec::Dml { latent, .. } => (latent, features),
+            ModelSpec::SparseCoding { atoms, .. } => (features, atoms),
+        };
+        limits.check_matrix(at, &format!("W of {}", self.name()), rows, cols)?;
+        if let ModelSpec::L2Mlr { .. } = self {
+            let what = format!("SDCA dual variables ({train} samples × {classes} classes, f64)");
+            limits.check_data_bytes(
+                at,
+                &what,
+                (train as u128 * classes as u128).saturating_mul(8),
+            )?;
+        }
+        Ok(())
+    }
+
     /// `mlr`, `l2mlr`, `dml` or `sc`.
     pub fn name(&self) -> &'static str {
         match self {

@@ -4,6 +4,19 @@
 //! Files are read line by line through a reused buffer (a 1 GB file is never held in one
 //! `String`); every error names the file and the 1-based line.
 //!
+//! # Limits
+//! Reading is bounded by the options' [`Limits`]: a line is refused once it grows past
+//! [`Limits::max_line_bytes`] (so `/dev/zero` or a multi-gigabyte line fails after 16 MiB,
+//! not after exhausting memory), a feature index or column count past
+//! [`Limits::max_features`] is refused before anything of its size exists, and the samples
+//! read so far are checked against [`Limits::max_data_bytes`] after every line. Bytes that
+//! are not UTF-8 are an error naming the line.
+//!
+//! # Warnings
+//! Reading a training file (no label map given) reports surprises in
+//! [`Dataset::warnings`]: one class, labels that look real-valued, and a CSV first row
+//! skipped as a header ([`Warning`]).
+//!
 //! A held-out file must be read *like* its training file ([`LibsvmOptions::like`],
 //! [`CsvOptions::like`]): same index base, same number of features `D`, same label-to-class
 //! map. A feature index `≥ D` or a label not seen in training is then an error.
@@ -32,7 +45,9 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
-use crate::{Error, Example, Features, Result};
+use crate::limits::{SAMPLE_OVERHEAD, data_bytes};
+use crate::warning::{excerpt, label_warnings};
+use crate::{Error, Example, Features, LimitKind, Limits, Result, Warning};
 
 /// Maps the label values of a file to classes `0..J`: class `c` is the `c`-th smallest
 /// distinct label of the training data.
@@ -101,10 +116,36 @@ pub struct Dataset {
     pub labels: LabelMap,
     /// Index base the file was read with (`One` for CSV).
     pub base: IndexBase,
+    /// What looked wrong but did not stop loading (see [`Warning`]), in the order found.
+    pub warnings: Vec<Warning>,
 }
 
 impl Dataset {
-    /// Stores every sample's features densely (length `D`).
+    /// Estimated bytes of the samples once stored densely (`n` samples × `D` f32 plus each
+    /// sample's bookkeeping).
+    pub fn dense_bytes(&self) -> u128 {
+        let n = self.samples.len() as u128;
+        data_bytes(n, n.saturating_mul(self.features as u128), false)
+    }
+
+    /// [`densify`](Self::densify), refused when the dense samples would take more than
+    /// [`Limits::max_data_bytes`]; `at` names the source in the error.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] ([`LimitKind::DataBytes`]); nothing is changed then.
+    pub fn densify_within(&mut self, limits: &Limits, at: &str) -> Result<()> {
+        let what = format!(
+            "{} samples × {} features stored densely",
+            self.samples.len(),
+            self.features
+        );
+        limits.check_data_bytes(at, &what, self.dense_bytes())?;
+        self.densify();
+        Ok(())
+    }
+
+    /// Stores every sample's features densely (length `D`). Unbounded: see
+    /// [`densify_within`](Self::densify_within).
     pub fn densify(&mut self) {
         for e in &mut self.samples {
             if !matches!(e.x, Features::Dense(_)) {
@@ -154,15 +195,19 @@ pub struct LibsvmOptions {
     /// Label map; `None`: built from this file's labels. When set, an unknown label is
     /// an error.
     pub labels: Option<LabelMap>,
+    /// Line length, feature and size limits. Default [`Limits::default`].
+    pub limits: Limits,
 }
 
 impl LibsvmOptions {
-    /// Options to read a held-out file like `train`: same base, `D` and labels.
+    /// Options to read a held-out file like `train`: same base, `D` and labels (default
+    /// limits: set [`limits`](Self::limits) after).
     pub fn like(train: &Dataset) -> Self {
         Self {
             base: Some(train.base),
             features: Some(train.features),
             labels: Some(train.labels.clone()),
+            limits: Limits::default(),
         }
     }
 }
@@ -192,31 +237,79 @@ pub fn read_libsvm(path: impl AsRef<Path>, opts: &LibsvmOptions) -> Result<Datas
 
 /// Calls `f(line, content)` for every line of `reader` that holds more than a `#` comment
 /// (`content`: the line with its comment cut off, trimmed; `line`: 1-based). Reads line by
-/// line into one reused buffer, so files of any size stream. Returns the number of lines.
+/// line into one reused buffer that never grows past `max_line` bytes, so files of any
+/// size stream and a line that never ends is refused after `max_line` bytes. Returns the
+/// number of lines.
 ///
 /// # Errors
-/// [`Error::Parse`] naming `path` and the line for a read error; whatever `f` returns.
+/// [`Error::Limit`] ([`LimitKind::LineBytes`]) for a line longer than `max_line` bytes;
+/// [`Error::Parse`] naming `path` and the line for a read error or bytes that are not
+/// UTF-8; whatever `f` returns.
 fn for_each_record(
     mut reader: impl BufRead,
     path: &Path,
+    limits: &Limits,
     mut f: impl FnMut(usize, &str) -> Result<()>,
 ) -> Result<usize> {
-    let mut buf = String::new();
+    let max_line = limits.max_line_bytes;
+    let mut buf: Vec<u8> = Vec::new();
     let mut lineno = 0usize;
     loop {
         buf.clear();
-        let n = reader.read_line(&mut buf).map_err(|e| Error::Parse {
-            path: path.to_path_buf(),
-            line: lineno + 1,
-            reason: format!("cannot read line: {e}"),
-        })?;
-        if n == 0 {
+        let (mut any, mut ended) = (false, false);
+        while !ended {
+            let avail = match reader.fill_buf() {
+                Ok(a) => a,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(Error::Parse {
+                        path: path.to_path_buf(),
+                        line: lineno + 1,
+                        reason: format!("cannot read line: {e}"),
+                    });
+                }
+            };
+            if avail.is_empty() {
+                break;
+            }
+            any = true;
+            let (take, used) = match avail.iter().position(|&b| b == b'\n') {
+                Some(i) => {
+                    ended = true;
+                    (i, i + 1)
+                }
+                None => (avail.len(), avail.len()),
+            };
+            if buf.len() + take > max_line {
+                let at = format!("{}:{}", path.display(), lineno + 1);
+                return Err(limits.exceeded(LimitKind::LineBytes, at, "line too long".into()));
+            }
+            // Grow by doubling, but never past the limit.
+            if buf.capacity() < buf.len() + take {
+                let want = (buf.len() + take).max((2 * buf.capacity()).min(max_line));
+                buf.reserve_exact(want - buf.len());
+            }
+            buf.extend_from_slice(&avail[..take]);
+            reader.consume(used);
+        }
+        if !any {
             return Ok(lineno);
         }
         lineno += 1;
-        let content = buf.split('#').next().unwrap_or("").trim();
+        let text = std::str::from_utf8(&buf).map_err(|e| Error::Parse {
+            path: path.to_path_buf(),
+            line: lineno,
+            reason: format!(
+                "not text: invalid UTF-8 at byte {} of the line (is this a binary file?)",
+                e.valid_up_to() + 1
+            ),
+        })?;
+        let content = text.split('#').next().unwrap_or("").trim();
         if !content.is_empty() {
             f(lineno, content)?;
+        }
+        if !ended {
+            return Ok(lineno);
         }
     }
 }
@@ -231,10 +324,16 @@ pub fn parse_libsvm(reader: impl BufRead, path: &Path, opts: &LibsvmOptions) -> 
         line,
         reason,
     };
+    let limits = &opts.limits;
+    let at = |line: usize| format!("{}:{line}", path.display());
+    if let Some(d) = opts.features {
+        limits.check_features(path.display().to_string(), "features asked for:", d as u64)?;
+    }
     // Raw samples: (line, label, raw indices, values); the base is applied at the end.
     let mut rows: Vec<(usize, f64, Vec<u32>, Vec<f32>)> = Vec::new();
     let mut saw_zero_index = None;
-    let lineno = for_each_record(reader, path, |lineno, content| {
+    let mut bytes = 0u128;
+    let lineno = for_each_record(reader, path, limits, |lineno, content| {
         let mut tokens = content.split_ascii_whitespace();
         let label_tok = tokens.next().expect("non-empty line has a token");
         let label: f64 = label_tok
@@ -258,14 +357,19 @@ pub fn parse_libsvm(reader: impl BufRead, path: &Path, opts: &LibsvmOptions) -> 
                     .map_err(|_| fail(lineno, format!("qid {v:?} is not an integer")))?;
                 continue;
             }
-            let index: u32 = i.parse().map_err(|_| {
+            let bad_index = || {
                 fail(
                     lineno,
                     format!(
                         "feature index {i:?} in {tok:?} is not a non-negative integer below 2^32"
                     ),
                 )
-            })?;
+            };
+            let index: u64 = i.parse().map_err(|_| bad_index())?;
+            // One-based index `max_features` is feature `max_features − 1`: allowed here;
+            // a zero-based one is caught with the final D below.
+            limits.check_features(at(lineno), "feature index", index)?;
+            let index = u32::try_from(index).map_err(|_| bad_index())?;
             let value: f32 = v
                 .parse()
                 .ok()
@@ -306,6 +410,10 @@ pub fn parse_libsvm(reader: impl BufRead, path: &Path, opts: &LibsvmOptions) -> 
                     map.describe()
                 ),
             ));
+        }
+        bytes += data_bytes(1, idx.len() as u128, true);
+        if bytes > u128::from(limits.max_data_bytes) {
+            limits.check_data_bytes(at(lineno), "the samples read so far", bytes)?;
         }
         rows.push((lineno, label, idx, val));
         Ok(())
@@ -349,11 +457,33 @@ pub fn parse_libsvm(reader: impl BufRead, path: &Path, opts: &LibsvmOptions) -> 
             }
             d
         }
-        None => max_index.map_or(0, |m| m + 1),
+        None => {
+            let d = max_index.map_or(0, |m| m + 1);
+            if d > limits.max_features
+                && let Some(r) = rows.iter().max_by_key(|r| r.2.last().copied())
+            {
+                let found = format!(
+                    "feature index {} (zero-based: {d} features)",
+                    r.2.last().copied().unwrap_or_default()
+                );
+                return Err(limits.exceeded(LimitKind::Features, at(r.0), found));
+            }
+            d
+        }
     };
+    let mut warnings = Vec::new();
     let labels = match &opts.labels {
         Some(m) => m.clone(),
-        None => LabelMap::from_labels(rows.iter().map(|r| r.1)),
+        None => {
+            let m = LabelMap::from_labels(rows.iter().map(|r| r.1));
+            warnings = label_warnings(
+                &path.display().to_string(),
+                rows.iter().map(|r| r.1),
+                m.classes(),
+                rows.len(),
+            );
+            m
+        }
     };
     let samples = rows
         .into_iter()
@@ -374,6 +504,7 @@ pub fn parse_libsvm(reader: impl BufRead, path: &Path, opts: &LibsvmOptions) -> 
         features,
         labels,
         base,
+        warnings,
     })
 }
 
@@ -392,6 +523,8 @@ pub struct CsvOptions {
     pub features: Option<usize>,
     /// Label map; `None`: built from this file. When set, an unknown label is an error.
     pub labels: Option<LabelMap>,
+    /// Line length, feature and size limits. Default [`Limits::default`].
+    pub limits: Limits,
 }
 
 impl Default for CsvOptions {
@@ -402,13 +535,14 @@ impl Default for CsvOptions {
             header: None,
             features: None,
             labels: None,
+            limits: Limits::default(),
         }
     }
 }
 
 impl CsvOptions {
     /// Options to read a held-out file like `train` (same `D` and labels; the header is
-    /// still detected).
+    /// still detected; default limits: set [`limits`](Self::limits) after).
     pub fn like(train: &Dataset) -> Self {
         Self {
             features: Some(train.features),
@@ -440,16 +574,36 @@ pub fn parse_csv(reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Result
         line,
         reason,
     };
+    let limits = &opts.limits;
+    let at = |line: usize| format!("{}:{line}", path.display());
+    if let Some(d) = opts.features {
+        limits.check_features(path.display().to_string(), "features asked for:", d as u64)?;
+    }
     let mut rows: Vec<(f64, Vec<f32>)> = Vec::new();
     let mut width = opts.features.map(|d| d + 1);
     let mut first = true;
-    let lineno = for_each_record(reader, path, |lineno, content| {
+    let mut warnings = Vec::new();
+    let mut bytes = 0u128;
+    let lineno = for_each_record(reader, path, limits, |lineno, content| {
         let fields: Vec<&str> = content.split(opts.delimiter).map(str::trim).collect();
         if std::mem::take(&mut first) {
             let numeric = fields.iter().all(|f| f.parse::<f64>().is_ok());
-            if opts.header.unwrap_or(!numeric) {
-                return Ok(());
+            match opts.header {
+                Some(true) => return Ok(()),
+                None if !numeric => {
+                    warnings.push(Warning::HeaderSkipped {
+                        path: path.to_path_buf(),
+                        line: lineno,
+                        row: excerpt(content),
+                    });
+                    return Ok(());
+                }
+                _ => {}
             }
+        }
+        if width.is_none() {
+            let d = fields.len().saturating_sub(1);
+            limits.check_features(at(lineno), "features (fields − 1):", d as u64)?;
         }
         let w = *width.get_or_insert(fields.len());
         if fields.len() != w {
@@ -503,6 +657,10 @@ pub fn parse_csv(reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Result
                 ),
             ));
         }
+        bytes += SAMPLE_OVERHEAD + 4 * x.len() as u128;
+        if bytes > u128::from(limits.max_data_bytes) {
+            limits.check_data_bytes(at(lineno), "the samples read so far", bytes)?;
+        }
         rows.push((label, x));
         Ok(())
     })?;
@@ -514,7 +672,16 @@ pub fn parse_csv(reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Result
     }
     let labels = match &opts.labels {
         Some(m) => m.clone(),
-        None => LabelMap::from_labels(rows.iter().map(|r| r.0)),
+        None => {
+            let m = LabelMap::from_labels(rows.iter().map(|r| r.0));
+            warnings.extend(label_warnings(
+                &path.display().to_string(),
+                rows.iter().map(|r| r.0),
+                m.classes(),
+                rows.len(),
+            ));
+            m
+        }
     };
     let features = width.map_or(0, |w| w - 1);
     let samples = rows
@@ -531,5 +698,6 @@ pub fn parse_csv(reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Result
         features,
         labels,
         base: IndexBase::One,
+        warnings,
     })
 }

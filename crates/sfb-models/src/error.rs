@@ -49,6 +49,37 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// An input exceeds a resource limit ([`Limits`](crate::Limits)): nothing of its size
+    /// was allocated.
+    #[error(
+        "{at}: {found}, over the {} limit of {max} {} (raise it with {}=N)",
+        limit.what(),
+        limit.unit(),
+        limit.env()
+    )]
+    Limit {
+        /// Where: `file:line`, a file, or a synthetic spec.
+        at: String,
+        /// What was found, in words with its figure (e.g. `feature index 4000000000`).
+        found: String,
+        /// The limit exceeded.
+        limit: crate::LimitKind,
+        /// The limit's value (in [`LimitKind::unit`](crate::LimitKind::unit)s).
+        max: u64,
+    },
+    /// A mini-batch is larger than the whole training set
+    /// ([`Problem::check_batch`](crate::Problem::check_batch)).
+    #[error(
+        "batch {batch} is larger than the whole training set ({samples} samples): use a \
+         batch of at most {samples} (a peer draws its mini-batch from its shard, with \
+         repeats when the shard is smaller)"
+    )]
+    BatchTooLarge {
+        /// The batch size asked for.
+        batch: usize,
+        /// Training samples in all.
+        samples: usize,
+    },
     /// A model or reader parameter is out of range.
     #[error("invalid parameter {name} = {value}: {reason}")]
     Parameter {

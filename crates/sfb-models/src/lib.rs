@@ -10,7 +10,10 @@
 //!
 //! All take one sample type, [`Example`], so a program picks the model at run time with
 //! [`ModelSpec`] / [`AnyModel`]. Data comes from files ([`data`]: LIBSVM/svmlight, CSV) or
-//! seeded generators ([`synthetic`]).
+//! seeded generators ([`synthetic`]). Every input is bounded by [`Limits`] (line length,
+//! features, data size, size of W), checked before the memory is taken; surprises that do
+//! not stop loading (one class, real-valued labels, a skipped CSV header, no held-out
+//! samples) come back as [`Warning`]s.
 //!
 //! # Example
 //! ```
@@ -30,17 +33,21 @@ mod any;
 pub mod data;
 pub mod dml;
 mod error;
+mod limits;
 pub mod mlr;
 mod sample;
 pub mod sdca;
 pub mod sparse_coding;
 pub mod synthetic;
+mod warning;
 
 pub use any::{AnyModel, ModelSpec, Problem};
 pub use dml::{Dml, DmlEvaluator};
 pub use error::{Error, Result};
+pub use limits::{LimitKind, Limits};
 pub use mlr::{Mlr, MlrEvaluator};
 pub use sample::{Example, Features, dot};
 pub use sdca::{L2Mlr, L2MlrEvaluator};
 pub use sparse_coding::{SparseCoding, SparseCodingEvaluator};
 pub use synthetic::{ClassificationSpec, ClusterSpec, SignalSpec};
+pub use warning::Warning;

@@ -8,14 +8,18 @@
 //! - [`signals`] ([`SignalSpec`]): sparse combinations of a hidden unit-norm dictionary plus
 //!   noise — for sparse coding.
 //!
-//! Every spec parses from the CLI's `key=value,…` form; every output is a function of the
-//! spec and the seed, and samples carry their index as `id`.
+//! Every spec parses from the CLI's `key=value,…` form (an unknown or repeated key is an
+//! error); every output is a function of the spec and the seed, and samples carry their
+//! index as `id`. Generating allocates what the spec asks for: check it first with the
+//! spec's `check_limits` ([`ClassificationSpec::check_limits`], …), which refuses data or
+//! matrices beyond [`Limits`] with the bytes they would need.
 
 use ndarray::Array2;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::{Error, Example, Features, Result};
+use crate::limits::data_bytes;
+use crate::{Error, Example, Features, Limits, Result};
 
 /// A standard normal draw (Box–Muller).
 pub fn normal(rng: &mut impl Rng) -> f32 {
@@ -73,34 +77,19 @@ impl std::str::FromStr for ClassificationSpec {
         };
         let mut s = Self::default();
         let mut test = None;
-        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| fail(format!("{part:?} is not key=value")))?;
-            let num = |v: &str| -> Result<f64> {
-                v.trim()
-                    .parse::<f64>()
-                    .map_err(|_| fail(format!("{k} = {v:?} is not a number")))
-            };
-            let int = |v: &str| -> Result<usize> {
-                v.trim()
-                    .parse::<usize>()
-                    .map_err(|_| fail(format!("{k} = {v:?} is not a non-negative integer")))
-            };
-            match k.trim() {
-                "classes" => s.classes = int(v)?,
-                "features" => s.features = int(v)?,
-                "samples" => s.samples = int(v)?,
-                "test" => test = Some(int(v)?),
-                "density" => s.density = num(v)?,
-                "noise" => s.noise = num(v)? as f32,
-                "sep" => s.sep = num(v)? as f32,
-                "rank" => s.rank = int(v)?,
-                other => {
-                    return Err(fail(format!(
-                        "unknown key {other:?} (known: classes, features, samples, test, density, noise, sep, rank)"
-                    )));
-                }
+        let known = [
+            "classes", "features", "samples", "test", "density", "noise", "sep", "rank",
+        ];
+        for (k, v) in key_values(spec, &known, &[])? {
+            match k {
+                "classes" => s.classes = number(spec, k, v)?,
+                "features" => s.features = number(spec, k, v)?,
+                "samples" => s.samples = number(spec, k, v)?,
+                "test" => test = Some(number(spec, k, v)?),
+                "density" => s.density = number(spec, k, v)?,
+                "noise" => s.noise = number(spec, k, v)?,
+                "sep" => s.sep = number(spec, k, v)?,
+                _ => s.rank = number(spec, k, v)?,
             }
         }
         s.test = test.unwrap_or(s.samples / 5);
@@ -117,6 +106,50 @@ impl std::str::FromStr for ClassificationSpec {
             return Err(fail("noise must be ≥ 0 and sep finite".into()));
         }
         Ok(s)
+    }
+}
+
+impl ClassificationSpec {
+    /// Estimated bytes of the generated samples (training and held-out).
+    pub fn data_bytes(&self) -> u128 {
+        let n = self.samples as u128 + self.test as u128;
+        if self.density < 1.0 {
+            let nnz = (self.density * self.features as f64).ceil() as u128;
+            data_bytes(n, n.saturating_mul(nnz), true)
+        } else {
+            data_bytes(n, n.saturating_mul(self.features as u128), false)
+        }
+    }
+
+    /// Refuses a spec whose samples would exceed [`Limits::max_data_bytes`], whose teacher
+    /// (`classes × features`, or its rank-`r` factors) would exceed
+    /// [`Limits::max_w_bytes`], or whose features exceed [`Limits::max_features`]; `at`
+    /// names the spec in the error. Nothing is allocated.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with the bytes needed and the limit.
+    ///
+    /// # Example
+    /// ```
+    /// use sfb_models::{ClassificationSpec, Limits};
+    /// let spec: ClassificationSpec = "classes=100000,features=100000".parse()?;
+    /// let err = spec.check_limits(&Limits::default(), "spec").unwrap_err();
+    /// assert!(err.to_string().starts_with("spec: teacher (100000 × 100000 f32) needs 40000000000 bytes"));
+    /// # Ok::<(), sfb_models::Error>(())
+    /// ```
+    pub fn check_limits(&self, limits: &Limits, at: &str) -> Result<()> {
+        limits.check_features(at, "features", self.features as u64)?;
+        if self.rank == 0 {
+            limits.check_matrix(at, "teacher", self.classes, self.features)?;
+        } else {
+            limits.check_matrix(at, "teacher factor B", self.rank, self.features)?;
+            limits.check_matrix(at, "teacher factor A", self.classes, self.rank)?;
+        }
+        let what = format!(
+            "{} + {} samples of {} features",
+            self.samples, self.test, self.features
+        );
+        limits.check_data_bytes(at, &what, self.data_bytes())
     }
 }
 
@@ -203,22 +236,48 @@ fn numbered(mut v: Vec<Example>) -> Vec<Example> {
     v
 }
 
-/// Splits a `key=value,…` spec, refusing keys outside `known`.
-fn key_values<'a>(spec: &'a str, known: &[&str]) -> Result<Vec<(&'a str, &'a str)>> {
-    let mut out = Vec::new();
+/// Splits a `key=value,…` spec, refusing keys outside `known` and keys given twice;
+/// `aliases` maps alternative names to their key (`classes` → `atoms`), so a key and its
+/// alias count as the same key. Returns keys as written.
+fn key_values<'a>(
+    spec: &'a str,
+    known: &[&str],
+    aliases: &[(&str, &str)],
+) -> Result<Vec<(&'a str, &'a str)>> {
+    let fail = |reason: String| Error::Spec {
+        spec: spec.to_string(),
+        reason,
+    };
+    let canonical = |k: &str| -> String {
+        aliases
+            .iter()
+            .find(|(alias, _)| *alias == k)
+            .map_or(k, |(_, key)| key)
+            .to_string()
+    };
+    let mut out: Vec<(&str, &str)> = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = part.split_once('=').ok_or_else(|| Error::Spec {
-            spec: spec.to_string(),
-            reason: format!("{part:?} is not key=value"),
-        })?;
-        let k = k.trim();
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| fail(format!("{part:?} is not key=value")))?;
+        let (k, v) = (k.trim(), v.trim());
         if !known.contains(&k) {
-            return Err(Error::Spec {
-                spec: spec.to_string(),
-                reason: format!("unknown key {k:?} (known: {})", known.join(", ")),
-            });
+            return Err(fail(format!(
+                "unknown key {k:?} (known: {})",
+                known.join(", ")
+            )));
         }
-        out.push((k, v.trim()));
+        if let Some((k0, v0)) = out.iter().find(|(k0, _)| canonical(k0) == canonical(k)) {
+            let alias = if k0 == &k {
+                String::new()
+            } else {
+                format!(" ({k0} and {k} are the same key)")
+            };
+            return Err(fail(format!(
+                "key {k} given twice: {k0}={v0} and {k}={v}{alias}"
+            )));
+        }
+        out.push((k, v));
     }
     Ok(out)
 }
@@ -275,7 +334,7 @@ impl std::str::FromStr for ClusterSpec {
             "noise",
             "sep",
         ];
-        for (k, v) in key_values(spec, &known)? {
+        for (k, v) in key_values(spec, &known, &[])? {
             match k {
                 "classes" => s.classes = number(spec, k, v)?,
                 "features" => s.features = number(spec, k, v)?,
@@ -302,6 +361,25 @@ impl std::str::FromStr for ClusterSpec {
             return Err(fail("noise must be ≥ 0 and sep > 0"));
         }
         Ok(s)
+    }
+}
+
+impl ClusterSpec {
+    /// Refuses a spec whose samples would exceed [`Limits::max_data_bytes`] or whose
+    /// features exceed [`Limits::max_features`]; `at` names the spec in the error.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with the bytes needed and the limit.
+    pub fn check_limits(&self, limits: &Limits, at: &str) -> Result<()> {
+        limits.check_features(at, "features", self.features as u64)?;
+        limits.check_matrix(at, "class centres", self.classes, self.informative)?;
+        let n = self.samples as u128 + self.test as u128;
+        let what = format!(
+            "{} + {} samples of {} features",
+            self.samples, self.test, self.features
+        );
+        let bytes = data_bytes(n, n.saturating_mul(self.features as u128), false);
+        limits.check_data_bytes(at, &what, bytes)
     }
 }
 
@@ -367,7 +445,7 @@ impl std::str::FromStr for SignalSpec {
         let known = [
             "features", "atoms", "classes", "sparsity", "samples", "test", "noise",
         ];
-        for (k, v) in key_values(spec, &known)? {
+        for (k, v) in key_values(spec, &known, &[("classes", "atoms")])? {
             match k {
                 "features" => s.features = number(spec, k, v)?,
                 "atoms" | "classes" => s.atoms = number(spec, k, v)?,
@@ -391,6 +469,26 @@ impl std::str::FromStr for SignalSpec {
             });
         }
         Ok(s)
+    }
+}
+
+impl SignalSpec {
+    /// Refuses a spec whose samples would exceed [`Limits::max_data_bytes`], whose hidden
+    /// dictionary (`atoms × features`) would exceed [`Limits::max_w_bytes`], or whose
+    /// features exceed [`Limits::max_features`]; `at` names the spec in the error.
+    ///
+    /// # Errors
+    /// [`Error::Limit`] with the bytes needed and the limit.
+    pub fn check_limits(&self, limits: &Limits, at: &str) -> Result<()> {
+        limits.check_features(at, "features", self.features as u64)?;
+        limits.check_matrix(at, "hidden dictionary", self.atoms, self.features)?;
+        let n = self.samples as u128 + self.test as u128;
+        let what = format!(
+            "{} + {} samples of {} features",
+            self.samples, self.test, self.features
+        );
+        let bytes = data_bytes(n, n.saturating_mul(self.features as u128), false);
+        limits.check_data_bytes(at, &what, bytes)
     }
 }
 

@@ -14,10 +14,18 @@
 //! A listen address with port 0 means "any free port"; the launcher then exchanges the
 //! real addresses at start-up (see `sfb run --transport libp2p`).
 //!
+//! Writing a cluster ([`Cluster::init`]) never replaces an existing file or key folder
+//! unless told to ([`Existing::Replace`]), and never leaves half-written files: keys and
+//! file are written under temporary names beside the target and renamed into place at the
+//! end; on any error what was created is removed (and a replaced key folder restored).
+//! Key files are created with mode 0600 inside a 0700 folder; a node refuses a key file
+//! that group or others may access ([`Cluster::check_key_permissions`]), as ssh does.
+//!
 //! An FMS (parameter-server) cluster has a top-level `server = S` naming the server's entry;
 //! it is a star: the server sends to every client, each client only to the server.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use libp2p::identity::Keypair;
 use libp2p::{Multiaddr, PeerId as Libp2pId};
@@ -25,6 +33,17 @@ use sfb_topology::{ClusterFile, Topology};
 
 use crate::error::ClusterError;
 use crate::{Error, Result};
+
+/// What [`Cluster::init_with`] does when the cluster file or its key folder exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Existing {
+    /// Fail with [`Error::ClusterExists`] (the default: keys are not thrown away silently).
+    #[default]
+    Refuse,
+    /// Replace them: the new file and keys are renamed over the old ones once complete.
+    Replace,
+}
 
 /// A validated cluster.
 #[derive(Debug, Clone)]
@@ -154,18 +173,37 @@ impl Cluster {
     }
 
     /// Writes a new cluster: one fresh ed25519 key per peer (in `<stem>-keys/` next to
-    /// `path`), listen addresses `/ip4/<host>/tcp/<base_port + i>` (hosts assigned round
-    /// robin), and `topology`. Returns the loaded cluster.
+    /// `path`, see [`keys_dir`](Self::keys_dir)), listen addresses
+    /// `/ip4/<host>/tcp/<base_port + i>` (hosts assigned round robin), and `topology`.
+    /// Returns the loaded cluster. Refuses to replace an existing cluster file or key
+    /// folder ([`init_with`](Self::init_with) can).
     ///
     /// # Errors
-    /// [`Error::Cluster`] for IO errors or an empty host list.
+    /// [`Error::ClusterExists`]; [`Error::Cluster`] for IO errors or an empty host list
+    /// (nothing is left behind).
     pub fn init(
         path: &Path,
         topology: &Topology,
         hosts: &[String],
         base_port: u16,
     ) -> Result<Self> {
-        Self::write(path, ClusterFile::from_topology(topology), hosts, base_port)
+        Self::init_with(path, topology, hosts, base_port, Existing::Refuse)
+    }
+
+    /// [`init`](Self::init), replacing an existing cluster file and key folder when
+    /// `existing` says so.
+    ///
+    /// # Errors
+    /// As [`init`](Self::init).
+    pub fn init_with(
+        path: &Path,
+        topology: &Topology,
+        hosts: &[String],
+        base_port: u16,
+        existing: Existing,
+    ) -> Result<Self> {
+        let file = ClusterFile::from_topology(topology);
+        Self::write(path, file, hosts, base_port, existing)
     }
 
     /// Writes a new FMS cluster: `clients` clients (ids `0..clients`) and a server (id
@@ -174,6 +212,21 @@ impl Cluster {
     /// # Errors
     /// As [`init`](Self::init); [`Error::Cluster`] for zero clients.
     pub fn init_fms(path: &Path, clients: usize, hosts: &[String], base_port: u16) -> Result<Self> {
+        Self::init_fms_with(path, clients, hosts, base_port, Existing::Refuse)
+    }
+
+    /// [`init_fms`](Self::init_fms), replacing an existing cluster file and key folder
+    /// when `existing` says so.
+    ///
+    /// # Errors
+    /// As [`init_fms`](Self::init_fms).
+    pub fn init_fms_with(
+        path: &Path,
+        clients: usize,
+        hosts: &[String],
+        base_port: u16,
+        existing: Existing,
+    ) -> Result<Self> {
         if clients == 0 {
             return Err(cfg_err(path, ClusterError::NoClients));
         }
@@ -191,31 +244,55 @@ impl Cluster {
             .collect();
         file.extra
             .insert("server".into(), toml::Value::Integer(clients as i64));
-        Self::write(path, file, hosts, base_port)
+        Self::write(path, file, hosts, base_port, existing)
     }
 
-    fn write(path: &Path, mut file: ClusterFile, hosts: &[String], base_port: u16) -> Result<Self> {
+    /// The key folder of the cluster file `path`: `<stem>-keys` beside it.
+    pub fn keys_dir(path: &Path) -> PathBuf {
+        parent_dir(path).join(keys_dir_name(path))
+    }
+
+    /// Checks, without writing anything, that a cluster can be written at `path`: unless
+    /// `existing` is [`Existing::Replace`], neither `path` nor its
+    /// [`keys_dir`](Self::keys_dir) exists; and the folder of `path` takes new files.
+    ///
+    /// # Errors
+    /// [`Error::ClusterExists`]; [`Error::Cluster`] with the operating system's reason.
+    pub fn check_init(path: &Path, existing: Existing) -> Result<()> {
+        if existing == Existing::Refuse {
+            for p in [path.to_path_buf(), Self::keys_dir(path)] {
+                if std::fs::symlink_metadata(&p).is_ok() {
+                    return Err(Error::ClusterExists { path: p });
+                }
+            }
+        }
+        let probe = temp_name(parent_dir(path), ".sfb-probe");
+        std::fs::create_dir(&probe).map_err(io(path))?;
+        std::fs::remove_dir(&probe).map_err(io(path))
+    }
+
+    fn write(
+        path: &Path,
+        mut file: ClusterFile,
+        hosts: &[String],
+        base_port: u16,
+        existing: Existing,
+    ) -> Result<Self> {
         if hosts.is_empty() {
             return Err(cfg_err(path, ClusterError::NoHosts));
         }
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let stem = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("cluster");
-        let keys_rel = format!("{stem}-keys");
-        std::fs::create_dir_all(dir.join(&keys_rel)).map_err(io(path))?;
+        Self::check_init(path, existing)?;
+        let keys_rel = keys_dir_name(path);
+        let mut staged = Staged::new(path)?;
         for e in &mut file.peers {
             let key = Keypair::generate_ed25519();
-            let rel = format!("{keys_rel}/peer-{}.key", e.id);
+            let name = format!("peer-{}.key", e.id);
             let bytes = key
                 .to_protobuf_encoding()
                 .map_err(|err| cfg_err(path, ClusterError::KeyEncoding(err)))?;
-            let key_path = dir.join(&rel);
+            let key_path = staged.keys.join(&name);
             write_private(&key_path, &bytes).map_err(io(&key_path))?;
+            let rel = format!("{keys_rel}/{name}");
             let host = &hosts[e.id % hosts.len()];
             let port = if base_port == 0 {
                 0
@@ -232,7 +309,9 @@ impl Cluster {
             e.extra.insert("key".into(), toml::Value::String(rel));
         }
         let text = file.to_toml_string().map_err(topo(path))?;
-        std::fs::write(path, text).map_err(io(path))?;
+        let tmp = staged.file.clone();
+        write_new(&tmp, text.as_bytes()).map_err(io(&tmp))?;
+        staged.commit(path, existing)?;
         Self::from_file(file, path.to_path_buf())
     }
 
@@ -317,12 +396,12 @@ impl Cluster {
         Ok(())
     }
 
-    /// Reads peer `i`'s private key and checks it matches its `peer_id`.
+    /// Where peer `i`'s private key file is (its `key` entry, relative to the cluster
+    /// file's folder).
     ///
     /// # Errors
-    /// [`Error::Cluster`] for a missing `key` entry, an unreadable or malformed key file, or
-    /// a key whose identity is not the listed `peer_id`.
-    pub fn keypair(&self, i: usize) -> Result<Keypair> {
+    /// [`Error::Cluster`] for a peer the file does not list or without a `key` entry.
+    pub fn key_path(&self, i: usize) -> Result<PathBuf> {
         let e = self
             .file
             .peers
@@ -334,12 +413,41 @@ impl Cluster {
             .get("key")
             .and_then(|v| v.as_str())
             .ok_or_else(|| cfg_err(&self.path, ClusterError::MissingKey { peer: i }))?;
-        let dir = self
-            .path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let kp = dir.join(rel);
+        Ok(parent_dir(&self.path).join(rel))
+    }
+
+    /// Refuses peer `i`'s private key file when group or others may access it (any bit of
+    /// mode `0o077`), as ssh refuses an unprotected private key. Does nothing off Unix.
+    ///
+    /// # Errors
+    /// [`Error::Cluster`] naming the key file: [`ClusterError::KeyPermissions`], or the
+    /// errors of [`key_path`](Self::key_path) and of reading the file's metadata.
+    pub fn check_key_permissions(&self, i: usize) -> Result<()> {
+        let kp = self.key_path(i)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&kp)
+                .map_err(io(&kp))?
+                .permissions()
+                .mode()
+                & 0o7777;
+            if mode & 0o077 != 0 {
+                return Err(cfg_err(&kp, ClusterError::KeyPermissions { mode }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads peer `i`'s private key and checks it matches its `peer_id`. (It does not
+    /// check the file's permissions: see
+    /// [`check_key_permissions`](Self::check_key_permissions).)
+    ///
+    /// # Errors
+    /// [`Error::Cluster`] for a missing `key` entry, an unreadable or malformed key file, or
+    /// a key whose identity is not the listed `peer_id`.
+    pub fn keypair(&self, i: usize) -> Result<Keypair> {
+        let kp = self.key_path(i)?;
         let bytes = std::fs::read(&kp).map_err(io(&kp))?;
         let key = Keypair::from_protobuf_encoding(&bytes)
             .map_err(|err| cfg_err(&kp, ClusterError::BadKey(err)))?;
@@ -367,14 +475,128 @@ impl Cluster {
     }
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::write(path, bytes)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+/// The folder of `path` (`.` for a bare file name).
+fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// `<stem>-keys`, the key folder's name beside the cluster file `path`.
+fn keys_dir_name(path: &Path) -> String {
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("cluster");
+    format!("{stem}-keys")
+}
+
+/// A fresh hidden name in `dir`: `<prefix>.tmp-<pid>-<n>`.
+fn temp_name(dir: &Path, prefix: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    dir.join(format!(
+        "{prefix}.tmp-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// A new cluster being written under temporary names beside its target: removed on drop
+/// unless [`commit`](Self::commit)ted.
+struct Staged {
+    /// The temporary key folder (mode 0700).
+    keys: PathBuf,
+    /// The temporary cluster file.
+    file: PathBuf,
+    committed: bool,
+}
+
+impl Staged {
+    fn new(path: &Path) -> Result<Self> {
+        let dir = parent_dir(path);
+        let name = path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or("cluster.toml");
+        let keys = temp_name(dir, &format!(".{}", keys_dir_name(path)));
+        let mut b = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        b.create(&keys).map_err(io(path))?;
+        Ok(Self {
+            keys,
+            file: temp_name(dir, &format!(".{name}")),
+            committed: false,
+        })
     }
-    Ok(())
+
+    /// Renames the key folder, then the file, into place (over old ones if `existing`
+    /// says so); on failure puts back what was there.
+    fn commit(&mut self, path: &Path, existing: Existing) -> Result<()> {
+        let keys = Cluster::keys_dir(path);
+        if existing == Existing::Refuse {
+            // Checked before the keys were made; checked again just before renaming.
+            Cluster::check_init(path, existing)?;
+        }
+        let backup = match std::fs::symlink_metadata(&keys) {
+            Ok(_) => {
+                let b = temp_name(parent_dir(path), &format!(".{}-old", keys_dir_name(path)));
+                std::fs::rename(&keys, &b).map_err(io(&keys))?;
+                Some(b)
+            }
+            Err(_) => None,
+        };
+        let restore = |backup: &Option<PathBuf>| {
+            if let Some(b) = backup {
+                let _ = std::fs::rename(b, &keys);
+            }
+        };
+        if let Err(e) = std::fs::rename(&self.keys, &keys) {
+            restore(&backup);
+            return Err(cfg_err(&keys, ClusterError::Io(e)));
+        }
+        if let Err(e) = std::fs::rename(&self.file, path) {
+            let _ = std::fs::remove_dir_all(&keys);
+            restore(&backup);
+            return Err(cfg_err(path, ClusterError::Io(e)));
+        }
+        self.committed = true;
+        if let Some(b) = backup
+            && let Err(e) = std::fs::remove_dir_all(&b)
+        {
+            tracing::warn!(folder = %b.display(), error = %e, "could not remove the replaced keys");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.keys);
+            let _ = std::fs::remove_file(&self.file);
+        }
+    }
+}
+
+/// Writes a new file (never an existing one); mode 0600 from its creation on Unix.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    o.open(path)?.write_all(bytes)
+}
+
+/// Writes a new file (never an existing one).
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?
+        .write_all(bytes)
 }
 
 /// The out-lists of an FMS star, checked: ids `0..n`, the server sends to every client, each
@@ -414,4 +636,114 @@ fn star_lists(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh folder for one test (removed first if a previous run left it).
+    fn tempdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("sfb-net-cluster-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn hosts() -> Vec<String> {
+        vec!["127.0.0.1".into()]
+    }
+
+    #[test]
+    fn init_refuses_to_replace_a_cluster_unless_told_to() {
+        let d = tempdir("replace");
+        let path = d.join("c.toml");
+        let t = sfb_topology::full(3).unwrap();
+        let first = Cluster::init(&path, &t, &hosts(), 0).unwrap();
+        assert_eq!(listing(&d), ["c-keys", "c.toml"]);
+        let e = Cluster::init(&path, &t, &hosts(), 0).unwrap_err();
+        assert!(
+            matches!(&e, Error::ClusterExists { path: p } if *p == path),
+            "{e}"
+        );
+        assert!(e.to_string().contains("already exists"), "{e}");
+        // The refused attempt changed nothing.
+        assert_eq!(Cluster::load(&path).unwrap().peer_id(0), first.peer_id(0));
+        // Keys alone also count as a cluster.
+        std::fs::remove_file(&path).unwrap();
+        let e = Cluster::init_fms(&path, 2, &hosts(), 0).unwrap_err();
+        assert!(matches!(&e, Error::ClusterExists { path: p } if *p == d.join("c-keys")));
+        let second = Cluster::init_with(&path, &t, &hosts(), 0, Existing::Replace).unwrap();
+        assert_ne!(second.peer_id(0), first.peer_id(0));
+        assert_eq!(listing(&d), ["c-keys", "c.toml"]);
+        assert_eq!(listing(&d.join("c-keys")).len(), 3);
+        let loaded = Cluster::load(&path).unwrap();
+        assert_eq!(
+            loaded.keypair(2).unwrap().public().to_peer_id(),
+            second.peer_id(2)
+        );
+        let fms = Cluster::init_fms_with(&path, 2, &hosts(), 0, Existing::Replace).unwrap();
+        assert_eq!(fms.server(), Some(2));
+        assert_eq!(listing(&d), ["c-keys", "c.toml"]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_failed_init_leaves_nothing_behind() {
+        let d = tempdir("half");
+        let path = d.join("c.toml");
+        let t = sfb_topology::full(3).unwrap();
+        // Ports run past 65535 at the second peer, after the first key was written.
+        let e = Cluster::init(&path, &t, &hosts(), 65535).unwrap_err();
+        assert!(e.to_string().contains("ports run past 65535"), "{e}");
+        assert!(listing(&d).is_empty(), "{:?}", listing(&d));
+        // Replacing: the old cluster survives a failed replacement untouched.
+        let old = Cluster::init(&path, &t, &hosts(), 0).unwrap();
+        Cluster::init_with(&path, &t, &hosts(), 65535, Existing::Replace).unwrap_err();
+        assert_eq!(listing(&d), ["c-keys", "c.toml"]);
+        let back = Cluster::load(&path).unwrap();
+        assert_eq!(
+            back.keypair(0).unwrap().public().to_peer_id(),
+            old.peer_id(0)
+        );
+        // A folder that does not exist: refused before anything is made.
+        let e = Cluster::init(&d.join("no/such/c.toml"), &t, &hosts(), 0).unwrap_err();
+        assert!(e.to_string().contains("No such file or directory"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn keys_are_private_and_open_ones_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempdir("perms");
+        let path = d.join("c.toml");
+        let c = Cluster::init(&path, &sfb_topology::full(2).unwrap(), &hosts(), 0).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let key = c.key_path(1).unwrap();
+        assert_eq!(key, d.join("c-keys/peer-1.key"));
+        assert_eq!(mode(&key), 0o600);
+        assert_eq!(mode(&d.join("c-keys")), 0o700);
+        c.check_key_permissions(1).unwrap();
+        for bad in [0o644, 0o640, 0o604, 0o660] {
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(bad)).unwrap();
+            let e = c.check_key_permissions(1).unwrap_err().to_string();
+            assert!(e.contains(&key.display().to_string()), "{e}");
+            assert!(e.contains(&format!("(mode {bad:04o})")), "{e}");
+        }
+        // The key itself still loads: the policy is the caller's.
+        c.keypair(1).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+        c.check_key_permissions(1).unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }

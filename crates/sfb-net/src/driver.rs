@@ -89,6 +89,18 @@ impl<L: Links + ?Sized> Links for &mut L {
     }
 }
 
+/// Which of a node's per-clock records [`drive`] keeps. Every record reaches
+/// [`DriveOptions::progress`] first, so a caller that streams them (to a metrics file, a
+/// progress bar) needs only the last, and memory then does not grow with the clocks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Keep {
+    /// Every record (one per clock and a final one: O(clocks) memory).
+    #[default]
+    All,
+    /// Only the latest record.
+    Last,
+}
+
 /// Options of [`drive`].
 #[derive(Clone)]
 pub struct DriveOptions {
@@ -96,6 +108,8 @@ pub struct DriveOptions {
     pub timeout: Duration,
     /// Called with each record as the node emits it, the final one included.
     pub progress: Option<ProgressFn>,
+    /// Which records `drive` appends to its `records`.
+    pub keep: Keep,
 }
 
 impl std::fmt::Debug for DriveOptions {
@@ -103,13 +117,16 @@ impl std::fmt::Debug for DriveOptions {
         f.debug_struct("DriveOptions")
             .field("timeout", &self.timeout)
             .field("progress", &self.progress.is_some())
+            .field("keep", &self.keep)
             .finish()
     }
 }
 
 /// Drives `node` over `links` until it is done (then calls
 /// [`finish`](StateMachine::finish)) or fails. Every record the node emits is passed to
-/// [`DriveOptions::progress`] and appended to `records`.
+/// [`DriveOptions::progress`] and appended to `records` (with [`Keep::Last`], replacing
+/// what is there). A node held back by flow control ([`Event::Drift`]) is reported with a
+/// warning at most every [`DRIFT_WARN_EVERY`].
 ///
 /// # Arguments
 /// - `time`: the node's clock (for [`StateMachine::on_message`], `on_tick` and `finish`);
@@ -162,7 +179,7 @@ where
                     drain_events(node, opts, records);
                     return Ok(());
                 }
-                Progress::Blocked => {}
+                Progress::Blocked => drain_events(node, opts, records),
             }
         }
         match links.wait(room_on, last_progress + opts.timeout)? {
@@ -187,17 +204,84 @@ where
     }
 }
 
+/// Shortest interval between two flow-control warnings of one node.
+pub const DRIFT_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Rate-limits flow-control warnings across every node of the process (an in-memory run
+/// drives thousands): the first at once, then at most one per [`DRIFT_WARN_EVERY`],
+/// saying how many clocks were held since the last.
+static DRIFT_WARNINGS: std::sync::Mutex<DriftWarnings> = std::sync::Mutex::new(DriftWarnings {
+    last: None,
+    held: 0,
+});
+
+/// Whether a node of this process has reported divergence (reported once per process).
+static DIVERGING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[derive(Debug)]
+struct DriftWarnings {
+    last: Option<Instant>,
+    held: u64,
+}
+
+fn note_drift(me: PeerId, clock: u64, bound: u64, behind: &[(PeerId, u64)]) {
+    let mut w = DRIFT_WARNINGS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    w.held += 1;
+    if w.last.is_some_and(|t| t.elapsed() < DRIFT_WARN_EVERY) {
+        return;
+    }
+    let who: Vec<String> = behind
+        .iter()
+        .take(4)
+        .map(|(p, d)| format!("{p} has delivered {d}"))
+        .collect();
+    let more = match behind.len().saturating_sub(4) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    tracing::warn!(
+        "flow control: {me} waits to start clock {clock}, more than max_drift = {bound} \
+         clocks ahead ({}{more}); {} clock(s) held in this process since the last warning",
+        who.join(", "),
+        w.held,
+    );
+    w.held = 0;
+    w.last = Some(Instant::now());
+}
+
 fn drain_events<N: StateMachine + ?Sized>(
     node: &mut N,
     opts: &DriveOptions,
     records: &mut Vec<ClockRecord>,
 ) {
     while let Some(ev) = node.poll_event() {
-        if let Event::Clock(r) = ev {
-            if let Some(f) = &opts.progress {
-                f(&r);
+        match ev {
+            Event::Clock(r) => {
+                if let Some(f) = &opts.progress {
+                    f(&r);
+                }
+                if opts.keep == Keep::Last {
+                    records.clear();
+                }
+                records.push(r);
             }
-            records.push(r);
+            Event::Drift {
+                clock,
+                bound,
+                behind,
+            } => note_drift(node.id(), clock, bound, &behind),
+            Event::Diverging { clock, first, now }
+                if !DIVERGING.swap(true, std::sync::atomic::Ordering::Relaxed) =>
+            {
+                tracing::warn!(
+                    "{}: the held-out objective went from {first:.4} to {now:.4e} by clock \
+                     {clock}: training is diverging; try a smaller step size (--lr)",
+                    node.id()
+                );
+            }
+            _ => {}
         }
     }
 }
@@ -368,6 +452,7 @@ mod tests {
         DriveOptions {
             timeout: Duration::from_secs(3600),
             progress: None,
+            keep: Keep::All,
         }
     }
 

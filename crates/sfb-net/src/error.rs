@@ -1,8 +1,10 @@
 //! The crate's error type.
 //!
 //! Transport-level errors of the libp2p driver name nodes by their index in the cluster
-//! file (`usize`, displayed `peer 3`); errors that come from a node's protocol name it by
-//! its sfb-core [`PeerId`] (displayed `p3`, or `server`).
+//! file (`usize`, displayed `peer 3`) or by [`NodeName`] (displayed `peer 3`, or `the
+//! server` for an FMS server); errors that come from a node's protocol name it by its
+//! sfb-core [`PeerId`] (displayed `p3`, or `server`). Errors about a broken stream say
+//! which node was lost: the one at the other end (`lost peer 3: …`).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -11,6 +13,8 @@ use std::time::Duration;
 use libp2p::Multiaddr;
 use sfb_core::fms::Push;
 use sfb_core::{Consistency, PeerId};
+
+use crate::p2p::NodeName;
 
 /// Errors raised by sfb-net.
 #[derive(Debug, thiserror::Error)]
@@ -77,14 +81,16 @@ pub enum Error {
         #[source]
         source: libp2p::noise::Error,
     },
-    /// The node could not listen on its address.
-    #[error("listening on {addr}: {source}")]
+    /// The node could not listen on its address: at once, with the OS's reason ("address
+    /// in use" when another process holds the port: a peer owns its port alone).
+    #[error("{node} cannot listen on {addr}: {}", listen_problem(reason))]
     Listen {
+        /// The node.
+        node: NodeName,
         /// The address from the cluster file.
         addr: Multiaddr,
-        /// The transport's error.
-        #[source]
-        source: libp2p::TransportError<std::io::Error>,
+        /// The OS's (or the transport's) reason.
+        reason: std::io::Error,
     },
     /// The node got no listen address within the start-up timeout.
     #[error("no listen address on {addr} within {waited:?}")]
@@ -144,45 +150,46 @@ pub enum Error {
         /// Why (the refusing side's words).
         reason: String,
     },
-    /// Writing to an out-neighbour's stream failed.
-    #[error("peer {peer} → peer {to}: {source}")]
+    /// Writing to an out-neighbour's stream failed: the out-neighbour is gone (it died,
+    /// or its connection did). The message names it as the node lost.
+    #[error("lost {to}: the stream from {peer} to it broke after {frames} frames ({reason})")]
     Send {
-        /// The writing node (index in the cluster file).
-        peer: usize,
-        /// The out-neighbour (index in the cluster file).
-        to: usize,
+        /// The writing node.
+        peer: NodeName,
+        /// The out-neighbour, the node lost.
+        to: NodeName,
+        /// Frames written before the failure.
+        frames: u64,
         /// The IO error.
-        #[source]
-        source: std::io::Error,
+        reason: std::io::Error,
     },
-    /// An in-neighbour closed its stream before sending every clock.
-    #[error("peer {from} closed its stream to peer {to} after {frames} of {clocks} clocks")]
+    /// An in-neighbour closed its stream before sending every clock: it is gone (its
+    /// process ended). The message names it as the node lost.
+    #[error("lost {from}: it closed its stream to {to} after {frames} of {clocks} clocks")]
     StreamClosed {
-        /// The in-neighbour (index in the cluster file).
-        from: usize,
-        /// The receiving node (index in the cluster file).
-        to: usize,
+        /// The in-neighbour, the node lost.
+        from: NodeName,
+        /// The receiving node.
+        to: NodeName,
         /// Frames received on the stream.
         frames: u64,
         /// Clocks of the run.
         clocks: u64,
     },
-    /// Reading an in-neighbour's stream failed.
-    #[error(
-        "stream from peer {from} to peer {to} broke after {frames} of {clocks} clocks: {source}"
-    )]
+    /// Reading an in-neighbour's stream failed: it is gone (it died, or its connection
+    /// did). The message names it as the node lost.
+    #[error("lost {from}: its stream to {to} broke after {frames} of {clocks} clocks ({reason})")]
     StreamBroken {
-        /// The in-neighbour (index in the cluster file).
-        from: usize,
-        /// The receiving node (index in the cluster file).
-        to: usize,
+        /// The in-neighbour, the node lost.
+        from: NodeName,
+        /// The receiving node.
+        to: NodeName,
         /// Frames received on the stream.
         frames: u64,
         /// Clocks of the run.
         clocks: u64,
         /// The IO error.
-        #[source]
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     /// A peer sent a frame that failed validation.
     #[error("bad frame from peer {peer}: {reason}")]
@@ -222,6 +229,13 @@ pub enum Error {
         #[source]
         source: ClusterError,
     },
+    /// A new cluster would replace an existing cluster file or key folder, and was not
+    /// told to ([`Existing::Replace`](crate::cluster::Existing::Replace)).
+    #[error("{} already exists: refusing to replace a cluster file and its keys", path.display())]
+    ClusterExists {
+        /// The cluster file or key folder found.
+        path: PathBuf,
+    },
     /// An in-memory run was handed an engine at the wrong index or of another cluster size.
     #[error(
         "invalid cluster: engine at index {index} is {id} of {peers} peers; the run has {expected}"
@@ -258,6 +272,17 @@ pub enum Error {
         /// The server's setup.
         server: FmsSetup,
     },
+}
+
+/// A listen error's reason, with "address in use" spelled out.
+fn listen_problem(reason: &std::io::Error) -> String {
+    if reason.kind() == std::io::ErrorKind::AddrInUse {
+        format!(
+            "address in use: another process already listens on this port ({reason}); is this node running twice?"
+        )
+    } else {
+        reason.to_string()
+    }
 }
 
 /// What a timed-out node was waiting for.
@@ -466,6 +491,13 @@ pub enum ClusterError {
     /// A fresh key could not be encoded for its key file.
     #[error("encoding a key: {0}")]
     KeyEncoding(#[source] libp2p::identity::DecodingError),
+    /// A private key file that group or others may access (any of mode `0o077`), refused
+    /// as ssh refuses one.
+    #[error("private key is accessible by group or others (mode {mode:04o}); chmod 600 it")]
+    KeyPermissions {
+        /// The file's permission bits.
+        mode: u32,
+    },
     /// A key file's identity is not the `peer_id` listed for its peer.
     #[error("key does not match peer {peer}'s peer_id {peer_id}")]
     KeyMismatch {

@@ -21,5 +21,5 @@ pub mod mem_fms;
 pub mod p2p;
 pub mod virtual_time;
 
-pub use clock::WallClock;
+pub use clock::{Stop, WallClock};
 pub use error::{Awaiting, ClusterError, ConnectProblem, Error, FmsSetup, Result};

@@ -16,8 +16,8 @@ use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
 use sfb_core::{Engine, Model, Output, PeerId, StateMachine, Stragglers};
 
-use crate::clock::WallClock;
-use crate::driver::{self, DriveOptions, Links, ProgressFn, Sent, Wake};
+use crate::clock::{Stop, WallClock};
+use crate::driver::{self, DriveOptions, Keep, Links, ProgressFn, Sent, Wake};
 use crate::{Error, Result};
 
 /// Options of an in-memory run.
@@ -32,6 +32,9 @@ pub struct Options {
     pub progress: Option<ProgressFn>,
     /// Injected slowness: real delay after the slow nodes' compute. Default: none.
     pub stragglers: Stragglers,
+    /// Which per-clock records each [`PeerRun`] keeps (every one reaches `progress`).
+    /// Default: all.
+    pub keep: Keep,
 }
 
 impl std::fmt::Debug for Options {
@@ -41,6 +44,7 @@ impl std::fmt::Debug for Options {
             .field("timeout", &self.timeout)
             .field("progress", &self.progress.is_some())
             .field("stragglers", &self.stragglers)
+            .field("keep", &self.keep)
             .finish()
     }
 }
@@ -52,6 +56,7 @@ impl Default for Options {
             timeout: Duration::from_secs(30),
             progress: None,
             stragglers: Stragglers::None,
+            keep: Keep::All,
         }
     }
 }
@@ -90,13 +95,14 @@ pub fn run<M: Model>(engines: Vec<Engine<M>>, opts: &Options) -> Result<Vec<Peer
         }
     }
     let (txs, rxs) = inboxes(p, opts);
+    let stop = &Stop::default();
     let results: Vec<Result<PeerRun<M>>> = thread::scope(|s| {
         let handles: Vec<_> = engines
             .into_iter()
             .zip(rxs)
             .map(|(engine, rx)| {
                 let txs = txs.clone();
-                s.spawn(move || drive(engine, rx, txs, peer_slot, opts))
+                s.spawn(move || drive(engine, rx, txs, peer_slot, opts, stop))
             })
             .collect();
         drop(txs);
@@ -206,11 +212,12 @@ pub(crate) fn drive<N: StateMachine>(
     txs: Vec<Sender<Envelope>>,
     slot: Slot,
     opts: &Options,
+    stop: &Stop,
 ) -> Result<(N, Vec<ClockRecord>)> {
     let me = node.id();
     let mine = slot(me, txs.len());
     let mut records = Vec::new();
-    let mut time = WallClock::new(Instant::now(), opts.stragglers);
+    let mut time = WallClock::new(Instant::now(), opts.stragglers).with_stop(stop.clone());
     let mut links = ChannelLinks {
         me,
         rx,
@@ -220,11 +227,14 @@ pub(crate) fn drive<N: StateMachine>(
     let drive_opts = DriveOptions {
         timeout: opts.timeout,
         progress: opts.progress.clone(),
+        keep: opts.keep,
     };
     let r = driver::drive(&mut node, &mut links, &mut time, &drive_opts, &mut records);
     if let Err(e) = &r
         && !matches!(e, Error::Aborted { .. })
     {
+        // Cut every injected delay short, then tell every node to stop.
+        stop.stop();
         for (i, tx) in txs.iter().enumerate() {
             if i != mine {
                 let _ = tx.try_send(Envelope::Abort(me));

@@ -86,6 +86,7 @@ pub fn run<M: Model, S: Model>(
         }
     }
     let (txs, rxs) = inboxes(p + 1, opts);
+    let stop = &crate::Stop::default();
     let mut rxs = rxs.into_iter();
     let (client_results, server_result) = thread::scope(|s| {
         let handles: Vec<_> = clients
@@ -93,12 +94,13 @@ pub fn run<M: Model, S: Model>(
             .zip(rxs.by_ref())
             .map(|(client, rx)| {
                 let txs = txs.clone();
-                s.spawn(move || drive(client, rx, txs, fms_slot, opts))
+                s.spawn(move || drive(client, rx, txs, fms_slot, opts, stop))
             })
             .collect();
         let server_rx = rxs.next().expect("one inbox per node");
         let server_txs = txs.clone();
-        let server_handle = s.spawn(move || drive(server, server_rx, server_txs, fms_slot, opts));
+        let server_handle =
+            s.spawn(move || drive(server, server_rx, server_txs, fms_slot, opts, stop));
         drop(txs);
         let clients: Vec<_> = handles
             .into_iter()

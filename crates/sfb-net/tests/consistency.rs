@@ -112,6 +112,17 @@ fn ids(v: &[usize]) -> Vec<PeerId> {
 
 /// MLR engines on `t`, peer `i` at index `i`, evaluated never (only the apply path runs).
 fn engines(t: &Topology, consistency: &Consistency, clocks: u64, seed: u64) -> Vec<Engine<Mlr>> {
+    engines_with_drift(t, consistency, clocks, seed, sfb_core::DEFAULT_MAX_DRIFT)
+}
+
+/// [`engines`] with flow control at `max_drift` clocks.
+fn engines_with_drift(
+    t: &Topology,
+    consistency: &Consistency,
+    clocks: u64,
+    seed: u64,
+    max_drift: u64,
+) -> Vec<Engine<Mlr>> {
     let data = train();
     let p = t.peers();
     (0..p)
@@ -124,6 +135,7 @@ fn engines(t: &Topology, consistency: &Consistency, clocks: u64, seed: u64) -> V
             cfg.batch_size = BATCH;
             cfg.lr = 0.3;
             cfg.eval_every = 0;
+            cfg.max_drift = max_drift;
             let samples = shard_indices(data.len(), p, i)
                 .map(|k| data[k].clone())
                 .collect();
@@ -453,6 +465,42 @@ proptest! {
             .max()
             .unwrap();
         prop_assert!(late >= 1, "{:?} behaved like BSP", model);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Flow control: under Async and throttled release with `max_drift = m`, a fast peer
+    /// never gets more than `m + 1` completed clocks ahead of a straggler (checked at every
+    /// tick as SSP(m)'s rule), reaches exactly that lead, applies the straggler's batches
+    /// at most `m` clocks late, and the held clocks are counted.
+    #[test]
+    fn flow_control_bounds_how_far_async_runs_ahead(
+        peers in 3..=5usize,
+        m in 1..=4u64,
+        throttle in proptest::option::of(1..4usize),
+        slow_pick in any::<u32>(),
+        net_seed in any::<u64>(),
+    ) {
+        let slow = slow_pick % peers as u32;
+        let model = match throttle {
+            Some(k) => Model::Throttle(k.min(peers - 2)),
+            None => Model::Async,
+        };
+        let c = straggler_case(peers, model, m + 8, slow, net_seed);
+        let t = c.topo.build(c.peers);
+        let mut checker = Checker::new(&t, Some(m), Some(slow as usize));
+        let nodes = engines_with_drift(&t, &model.consistency(), c.clocks, c.data_seed, m);
+        let out = network(nodes, &c).run_with(&mut checker).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        checker.finish();
+        prop_assert!(checker.violations.is_empty(), "{:#?}", checker.violations);
+        prop_assert_eq!(checker.max_lead, m as i64 + 1, "largest lead of a fast peer");
+        for n in out.nodes.iter().filter(|n| n.node.config().id != PeerId(slow)) {
+            prop_assert!(n.node.metrics().max_staleness <= m);
+            prop_assert!(n.node.metrics().drift_waits > 0);
+            prop_assert_eq!(n.node.metrics().batches_applied, peers as u64 * c.clocks);
+        }
     }
 }
 

@@ -380,3 +380,210 @@ async fn libp2p_and_in_memory_runs_give_the_same_replicas_and_frames() {
     let first = p2p[0].node.replica().checksum();
     assert!(p2p.iter().all(|p| p.node.replica().checksum() == first));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_node_on_a_taken_address_fails_at_once_with_the_os_reason() {
+    let dir = tempdir("twice");
+    let topo = sfb_topology::full(2).unwrap();
+    let mut cluster =
+        Cluster::init(&dir.join("cluster.toml"), &topo, &["127.0.0.1".into()], 0).unwrap();
+    let first = Node::start(&cluster, 0, &SHAPE, &Options::default())
+        .await
+        .unwrap();
+    let taken = first.listen_addr().clone();
+    let other = cluster.addr(1).clone();
+    cluster.set_addrs(vec![taken.clone(), other]).unwrap();
+    let started = std::time::Instant::now();
+    let err = Node::start(&cluster, 0, &SHAPE, &Options::default())
+        .await
+        .expect_err("a second node bound the same address");
+    assert!(started.elapsed() < Duration::from_secs(2), "not at once");
+    match &err {
+        sfb_net::Error::Listen { reason, .. } => {
+            assert_eq!(reason.kind(), std::io::ErrorKind::AddrInUse, "{err}");
+        }
+        other => panic!("not a listen error: {other}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("peer 0 cannot listen on {taken}: address in use"))
+            && text.contains("(os error"),
+        "{text}"
+    );
+    // An address that is not TCP is refused with a reason too, not an empty one.
+    cluster
+        .set_addrs(vec![
+            "/ip4/127.0.0.1/udp/0".parse().unwrap(),
+            cluster.addr(1).clone(),
+        ])
+        .unwrap();
+    let err = Node::start(&cluster, 0, &SHAPE, &Options::default())
+        .await
+        .expect_err("listened on a UDP address");
+    assert!(
+        err.to_string()
+            .contains("is not an /ip4/…/tcp/PORT or /ip6/…/tcp/PORT address"),
+        "{err}"
+    );
+    drop(first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_pending_handshake_cap_are_refused_and_counted() {
+    use tokio::io::AsyncReadExt;
+    const CAP: u32 = 4;
+    let dir = tempdir("cap");
+    let topo = sfb_topology::full(2).unwrap();
+    let cluster =
+        Cluster::init(&dir.join("cluster.toml"), &topo, &["127.0.0.1".into()], 0).unwrap();
+    let opts = Options {
+        max_pending_handshakes: CAP,
+        ..Options::default()
+    };
+    let node = Node::start(&cluster, 0, &SHAPE, &opts).await.unwrap();
+    let addr = node.listen_addr().clone();
+    let tcp: std::net::SocketAddr = {
+        let mut it = addr.iter();
+        let ip = match it.next() {
+            Some(libp2p::multiaddr::Protocol::Ip4(ip)) => ip,
+            other => panic!("{other:?}"),
+        };
+        let port = match it.next() {
+            Some(libp2p::multiaddr::Protocol::Tcp(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        (ip, port).into()
+    };
+    let hello = Hello {
+        version: frame::PROTOCOL_VERSION,
+        wire_version: wire::WIRE_VERSION,
+        peer: 1,
+        j: 3,
+        d: 4,
+        batch: 2,
+        clocks: 5,
+        topology_hash: cluster.topology_hash(),
+        dtype: "f32".into(),
+    };
+    // CAP silent connections hold every handshake slot (until the 10 s handshake timeout).
+    let mut silent = Vec::new();
+    for _ in 0..CAP {
+        silent.push(tokio::net::TcpStream::connect(tcp).await.unwrap());
+    }
+    // The next one is closed at once, unread.
+    let mut extra = tokio::net::TcpStream::connect(tcp).await.unwrap();
+    let mut buf = [0u8; 16];
+    let r = tokio::time::timeout(Duration::from_secs(5), extra.read(&mut buf))
+        .await
+        .expect("the connection over the cap is closed at once");
+    assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
+    let refused = || {
+        node.stats()
+            .refused_connections
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    // The swarm closes the socket, then reports the refusal: poll the counter.
+    eventually(|| refused() == 1, "one refusal counted").await;
+    // So is a cluster member while the slots are held…
+    let denied = try_deliver(
+        cluster.keypair(1).unwrap(),
+        cluster.peer_id(0),
+        addr.clone(),
+        hello.clone(),
+        factor_frame(1),
+    )
+    .await;
+    assert!(denied.is_err(), "{denied:?}");
+    // …and it gets through once they are free.
+    drop(silent);
+    let mut accepted = Err(String::new());
+    for _ in 0..50 {
+        accepted = try_deliver(
+            cluster.keypair(1).unwrap(),
+            cluster.peer_id(0),
+            addr.clone(),
+            hello.clone(),
+            factor_frame(1),
+        )
+        .await;
+        if accepted.is_ok() {
+            break;
+        }
+        // Polling for the freed slots (the node's swarm sees the closes on its own time).
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        accepted,
+        Ok(Ack {
+            ok: true,
+            reason: String::new()
+        })
+    );
+    // The silent ones ended as refusals too (closed before a handshake).
+    eventually(
+        || refused() >= 2 + u64::from(CAP),
+        "the silent connections counted",
+    )
+    .await;
+    drop(node);
+}
+
+/// Polls `cond` (every 5 ms) until it holds; panics with `what` after 10 s.
+async fn eventually(cond: impl Fn() -> bool, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within 10 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[test]
+fn a_broken_stream_names_the_node_lost_and_the_server_as_the_server() {
+    use sfb_net::Error;
+    use sfb_net::p2p::NodeName;
+    let peer = |index| NodeName {
+        index,
+        server: false,
+    };
+    let server = NodeName {
+        index: 3,
+        server: true,
+    };
+    let closed = Error::StreamClosed {
+        from: server,
+        to: peer(0),
+        frames: 4,
+        clocks: 10,
+    };
+    assert_eq!(
+        closed.to_string(),
+        "lost the server: it closed its stream to peer 0 after 4 of 10 clocks"
+    );
+    let broken = Error::StreamBroken {
+        from: peer(2),
+        to: server,
+        frames: 4,
+        clocks: 10,
+        reason: std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+    };
+    assert!(
+        broken
+            .to_string()
+            .starts_with("lost peer 2: its stream to the server broke after 4 of 10 clocks ("),
+        "{broken}"
+    );
+    let send = Error::Send {
+        peer: peer(1),
+        to: peer(2),
+        frames: 7,
+        reason: std::io::Error::from(std::io::ErrorKind::BrokenPipe),
+    };
+    assert!(
+        send.to_string()
+            .starts_with("lost peer 2: the stream from peer 1 to it broke after 7 frames ("),
+        "{send}"
+    );
+}

@@ -107,7 +107,10 @@ impl Runner {
         })?;
         let r = if arm.env.is_empty() {
             let progress = self.observer.start(arm);
-            (self.exec)(&arm.spec, progress)
+            // The report plots every clock: keep the records (bench runs are short).
+            let mut spec = arm.spec.clone();
+            spec.output.keep_records = true;
+            (self.exec)(&spec, progress)
                 .map(|o| (o.summary, o.records))
                 .map_err(|source| Error::Run {
                     arm: arm.name.clone(),

@@ -7,7 +7,13 @@
 //!
 //! Roles of the tasks, one module each:
 //! - `node`: the **swarm task** owns the swarm: it refuses connections from identities not
-//!   in the cluster file (allow list) and dials on request;
+//!   in the cluster file (allow list), caps the connections still in their handshake
+//!   ([`Options::max_pending_handshakes`]) and dials on request;
+//! - `listen`: the TCP transport; its listening socket owns the peer's port (no
+//!   `SO_REUSEPORT`), so a peer started twice fails at once with "address in use";
+//! - `refusals`: connections refused before authentication (garbage, over the cap,
+//!   strangers) are counted in [`NetStats::refused_connections`] and logged as one line,
+//!   then at most one summary line per [`REFUSAL_LOG_WINDOW`], never one line each;
 //! - `writer`: one **writer** per out-neighbour opens the stream, sends a [`Hello`], waits
 //!   for the [`Ack`](crate::frame::Ack), then writes the engine's frames from a bounded
 //!   queue, paced by the optional bandwidth [`Bucket`] shared by all writers of the peer;
@@ -23,7 +29,8 @@
 //!
 //! Every wait is bounded: start-up by [`Options::startup_timeout`], the run by
 //! [`Options::timeout`] without progress. A peer that dies makes its neighbours fail with
-//! an error naming it (its streams end early) instead of hanging.
+//! an error naming it as the node they lost (`lost peer 3: …`, `lost the server: …`:
+//! its streams end early) instead of hanging.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,12 +47,50 @@ use crate::cluster::Cluster;
 use crate::frame::{self, Hello};
 
 mod links;
+mod listen;
 mod node;
 mod reader;
+mod refusals;
 mod writer;
 
 pub use crate::driver::ProgressFn;
 pub use node::{Behaviour, Node, build_swarm};
+pub use refusals::REFUSAL_LOG_WINDOW;
+
+/// A node of a cluster file as transport errors name it: `peer 3`, or `the server` for
+/// an FMS cluster's parameter server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NodeName {
+    /// Index in the cluster file.
+    pub index: usize,
+    /// Whether it is the cluster's FMS server.
+    pub server: bool,
+}
+
+impl NodeName {
+    /// Node `index` of `cluster`.
+    pub fn of(cluster: &Cluster, index: usize) -> Self {
+        Self {
+            index,
+            server: cluster.server() == Some(index),
+        }
+    }
+
+    /// Every node of `cluster`, by index.
+    fn all(cluster: &Cluster) -> Vec<Self> {
+        (0..cluster.peers()).map(|i| Self::of(cluster, i)).collect()
+    }
+}
+
+impl std::fmt::Display for NodeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.server {
+            f.write_str("the server")
+        } else {
+            write!(f, "peer {}", self.index)
+        }
+    }
+}
 
 /// Options of a libp2p peer.
 #[derive(Clone)]
@@ -65,6 +110,13 @@ pub struct Options {
     pub progress: Option<ProgressFn>,
     /// Injected slowness: real delay after the slow nodes' compute. Default: none.
     pub stragglers: Stragglers,
+    /// Which per-clock records the run keeps (every one reaches `progress`). Default: all.
+    pub keep: crate::driver::Keep,
+    /// Incoming connections allowed in their handshake (TCP accepted, not yet
+    /// authenticated) at once; more are refused as they arrive, so a flood of connections
+    /// costs bounded memory. A refused cluster member retries until the start-up timeout.
+    /// Default: 32.
+    pub max_pending_handshakes: u32,
 }
 
 impl std::fmt::Debug for Options {
@@ -76,6 +128,7 @@ impl std::fmt::Debug for Options {
             .field("queue_frames", &self.queue_frames)
             .field("progress", &self.progress.is_some())
             .field("stragglers", &self.stragglers)
+            .field("max_pending_handshakes", &self.max_pending_handshakes)
             .finish()
     }
 }
@@ -97,6 +150,8 @@ impl Default for Options {
             queue_frames: 4,
             progress: None,
             stragglers: Stragglers::None,
+            max_pending_handshakes: 32,
+            keep: crate::driver::Keep::All,
         }
     }
 }
@@ -113,6 +168,10 @@ pub struct NetStats {
     pub bad_frames: AtomicU64,
     /// Streams refused (unknown or unexpected sender, handshake mismatch).
     pub refused_streams: AtomicU64,
+    /// Incoming connections refused before authentication: bytes that are not the
+    /// protocol, an identity not in the cluster file, or over
+    /// [`Options::max_pending_handshakes`].
+    pub refused_connections: AtomicU64,
     /// Microseconds from the first frame written to the last, over all writers.
     first_write_us: AtomicU64,
     last_write_us: AtomicU64,
@@ -126,6 +185,7 @@ impl NetStats {
             received: (0..peers).map(|_| AtomicU64::new(0)).collect(),
             bad_frames: AtomicU64::new(0),
             refused_streams: AtomicU64::new(0),
+            refused_connections: AtomicU64::new(0),
             first_write_us: AtomicU64::new(u64::MAX),
             last_write_us: AtomicU64::new(0),
             epoch: Instant::now(),

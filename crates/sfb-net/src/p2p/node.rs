@@ -1,23 +1,28 @@
 //! The swarm and the node's life cycle: start (listen, accept), run (dial, drive, flush).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use libp2p::allow_block_list;
+use libp2p::core::upgrade::Version;
+use libp2p::core::{Transport, muxing::StreamMuxerBox};
 use libp2p::identity::Keypair;
 use libp2p::multiaddr::Protocol;
 use libp2p::swarm::SwarmEvent;
 use libp2p::{Multiaddr, PeerId as Libp2pId, Swarm};
+use libp2p::{allow_block_list, connection_limits};
 use sfb_core::wire::Expect;
 use sfb_core::{PeerId, StateMachine};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 use super::links::QueueLinks;
+use super::listen;
 use super::reader::Readers;
+use super::refusals::{Kind, REFUSAL_LOG_WINDOW, RefusalLog};
 use super::writer::Writer;
-use super::{Inbound, NetStats, Options, Outcome, RunShape, protocol};
+use super::{Inbound, NetStats, NodeName, Options, Outcome, RunShape, protocol};
 use crate::clock::WallClock;
 use crate::cluster::Cluster;
 use crate::driver::{self, DriveOptions};
@@ -26,12 +31,15 @@ use crate::{Error, Result};
 
 mod behaviour {
     #![allow(missing_docs, missing_debug_implementations)]
-    use libp2p::allow_block_list;
     use libp2p::swarm::NetworkBehaviour;
+    use libp2p::{allow_block_list, connection_limits};
 
-    /// The swarm's behaviour: an allow list of cluster identities and generic streams.
+    /// The swarm's behaviour: a cap on connections in their handshake, an allow list of
+    /// cluster identities and generic streams.
     #[derive(NetworkBehaviour)]
     pub struct Behaviour {
+        /// Refuses incoming connections beyond the cap on pending handshakes.
+        pub limits: connection_limits::Behaviour,
         /// Refuses connections from identities not in the cluster file.
         pub allow: allow_block_list::Behaviour<allow_block_list::AllowedPeers>,
         /// `libp2p-stream`'s generic stream protocol.
@@ -50,6 +58,8 @@ pub struct Node {
     listen: Multiaddr,
     stats: Arc<NetStats>,
     swarm_task: tokio::task::JoinHandle<()>,
+    /// Stops the swarm task (dropping it does too).
+    stop_swarm: oneshot::Sender<()>,
 }
 
 impl std::fmt::Debug for Node {
@@ -61,20 +71,41 @@ impl std::fmt::Debug for Node {
     }
 }
 
-/// Builds a swarm for `key` that only accepts connections from `allowed`.
+/// Builds a swarm for `key` that only accepts connections from `allowed`, with at most
+/// [`Options::default`]'s `max_pending_handshakes` incoming connections in their
+/// handshake at once. Its TCP listeners own their port (a second bind of the same
+/// address fails with "address in use").
 ///
 /// # Errors
 /// [`Error::Transport`] if the transport cannot be built.
 pub fn build_swarm(key: Keypair, allowed: &[Libp2pId]) -> Result<Swarm<Behaviour>> {
+    swarm(key, allowed, Options::default().max_pending_handshakes).map(|(s, _)| s)
+}
+
+/// The swarm, and the slot where its transport keeps its last listen error.
+fn swarm(
+    key: Keypair,
+    allowed: &[Libp2pId],
+    max_pending: u32,
+) -> Result<(Swarm<Behaviour>, listen::LastError)> {
+    let last_error = listen::LastError::default();
+    let slot = last_error.clone();
+    let limits = connection_limits::ConnectionLimits::default()
+        .with_max_pending_incoming(Some(max_pending.max(1)));
+    let noise = libp2p::noise::Config::new(&key).map_err(|source| Error::Transport { source })?;
     let mut swarm = libp2p::SwarmBuilder::with_existing_identity(key)
         .with_tokio()
-        .with_tcp(
-            libp2p::tcp::Config::default().nodelay(true),
-            libp2p::noise::Config::new,
-            libp2p::yamux::Config::default,
-        )
-        .map_err(|source| Error::Transport { source })?
+        .with_other_transport(|_| {
+            // What `with_tcp` builds, over a listener that owns its port.
+            listen::Tcp::new(libp2p::tcp::Config::default().nodelay(true), slot)
+                .upgrade(Version::V1Lazy)
+                .authenticate(noise)
+                .multiplex(libp2p::yamux::Config::default())
+                .map(|(peer, muxer), _| (peer, StreamMuxerBox::new(muxer)))
+        })
+        .unwrap_or_else(|never| match never {})
         .with_behaviour(|_| Behaviour {
+            limits: connection_limits::Behaviour::new(limits),
             allow: allow_block_list::Behaviour::default(),
             stream: libp2p_stream::Behaviour::new(),
         })
@@ -84,7 +115,20 @@ pub fn build_swarm(key: Keypair, allowed: &[Libp2pId]) -> Result<Swarm<Behaviour
     for id in allowed {
         swarm.behaviour_mut().allow.allow_peer(*id);
     }
-    Ok(swarm)
+    Ok((swarm, last_error))
+}
+
+/// The reason of a listen error when the transport kept none (it was not a bind error):
+/// the error's own words.
+fn listen_reason(e: &libp2p::TransportError<std::io::Error>) -> std::io::Error {
+    use std::io;
+    match e {
+        libp2p::TransportError::MultiaddrNotSupported(a) => io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{a} is not an /ip4/…/tcp/PORT or /ip6/…/tcp/PORT address"),
+        ),
+        libp2p::TransportError::Other(io) => io::Error::new(io.kind(), error_chain(io)),
+    }
 }
 
 impl Node {
@@ -92,8 +136,9 @@ impl Node {
     /// free port) and starts accepting streams from its in-neighbours.
     ///
     /// # Errors
-    /// [`Error::Cluster`] for key problems; [`Error::Transport`], [`Error::Listen`],
-    /// [`Error::NoListenAddr`] or [`Error::Accept`] if it cannot listen in time.
+    /// [`Error::Cluster`] for key problems; [`Error::Transport`], [`Error::Listen`] (at
+    /// once, with the OS's reason, e.g. "address in use" when another process holds the
+    /// port), [`Error::NoListenAddr`] or [`Error::Accept`] if it cannot listen in time.
     pub async fn start(
         cluster: &Cluster,
         id: usize,
@@ -105,13 +150,14 @@ impl Node {
             .filter(|&i| i != id)
             .map(|i| cluster.peer_id(i))
             .collect();
-        let mut swarm = build_swarm(key, &allowed)?;
+        let (mut swarm, last_error) = swarm(key, &allowed, opts.max_pending_handshakes)?;
         let control = swarm.behaviour().stream.new_control();
         swarm
             .listen_on(cluster.addr(id).clone())
-            .map_err(|source| Error::Listen {
+            .map_err(|e| Error::Listen {
+                node: NodeName::of(cluster, id),
                 addr: cluster.addr(id).clone(),
-                source,
+                reason: last_error.take().unwrap_or_else(|| listen_reason(&e)),
             })?;
         let listen = tokio::time::timeout(opts.startup_timeout, async {
             loop {
@@ -129,8 +175,9 @@ impl Node {
         info!(peer = id, %listen, "listening");
 
         let (dial_tx, dial_rx) = mpsc::channel(64);
-        let swarm_task = tokio::spawn(swarm_loop(swarm, dial_rx));
+        let (stop_swarm, stop_rx) = oneshot::channel();
         let stats = Arc::new(NetStats::new(cluster.peers()));
+        let swarm_task = tokio::spawn(swarm_loop(id, swarm, dial_rx, stop_rx, Arc::clone(&stats)));
         // Room for every node's per-edge queue.
         let (inbox_tx, inbox) = mpsc::channel(opts.edge_queue() * cluster.peers().max(1));
         let mut control2 = control.clone();
@@ -140,6 +187,7 @@ impl Node {
         let readers = Readers {
             me: id,
             ids: (0..cluster.peers()).map(|i| cluster.peer_id(i)).collect(),
+            names: NodeName::all(cluster),
             in_neighbors: cluster.in_neighbours(id).to_vec(),
             core_ids: (0..cluster.peers()).map(|i| cluster.core_id(i)).collect(),
             hello: shape.hello(id, cluster),
@@ -164,12 +212,18 @@ impl Node {
             listen,
             stats,
             swarm_task,
+            stop_swarm,
         })
     }
 
     /// The address this peer listens on, with its `/p2p/<id>` suffix.
     pub fn listen_addr(&self) -> &Multiaddr {
         &self.listen
+    }
+
+    /// The peer's network counters (live: the swarm and readers count from the start).
+    pub fn stats(&self) -> &Arc<NetStats> {
+        &self.stats
     }
 
     /// Dials the out-neighbours (at the addresses in `cluster`) and drives `engine` until
@@ -193,6 +247,7 @@ impl Node {
             inbox_tx,
             stats,
             swarm_task,
+            stop_swarm,
             ..
         } = self;
         let hello = frame::encode(&shape.hello(id, cluster));
@@ -208,8 +263,10 @@ impl Node {
                 .with(Protocol::P2p(cluster.peer_id(to)));
             let _ = dial.send(addr.clone()).await;
             let w = Writer {
-                me: id,
+                me: NodeName::of(cluster, id),
                 to,
+                to_name: NodeName::of(cluster, to),
+                to_core: cluster.core_id(to),
                 to_id: cluster.peer_id(to),
                 addr,
                 control: control.clone(),
@@ -237,6 +294,7 @@ impl Node {
         let drive_opts = DriveOptions {
             timeout: opts.timeout,
             progress: opts.progress.clone(),
+            keep: opts.keep,
         };
         let stragglers = opts.stragglers;
         let (engine, records, result) = tokio::task::spawn_blocking(move || {
@@ -294,7 +352,15 @@ impl Node {
             }
             Err(e) => Err(e),
         };
-        swarm_task.abort();
+        // The swarm task logs what it still holds (refused connections) and stops.
+        let _ = stop_swarm.send(());
+        let abort = swarm_task.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(1), swarm_task)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
         outcome
     }
 }
@@ -321,28 +387,90 @@ async fn join_writer(
     }
 }
 
-async fn swarm_loop(mut swarm: Swarm<Behaviour>, mut dial: mpsc::Receiver<Multiaddr>) {
+/// The swarm task: drives the swarm, dials on request, and logs refused connections
+/// through [`RefusalLog`]s (one line, then at most one summary per window) until told to
+/// stop, when it logs what it still holds.
+async fn swarm_loop(
+    me: usize,
+    mut swarm: Swarm<Behaviour>,
+    mut dial: mpsc::Receiver<Multiaddr>,
+    mut stop: oneshot::Receiver<()>,
+    stats: Arc<NetStats>,
+) {
+    let mut refused = RefusalLog::new(Kind::Refused, REFUSAL_LOG_WINDOW);
+    let mut accept_errors = RefusalLog::new(Kind::AcceptError, REFUSAL_LOG_WINDOW);
+    let mut dialing = true;
     loop {
+        let due = match (refused.due(), accept_errors.due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let summary_at = tokio::time::Instant::from_std(
+            due.unwrap_or_else(|| Instant::now() + REFUSAL_LOG_WINDOW),
+        );
         tokio::select! {
             ev = swarm.select_next_some() => match ev {
                 SwarmEvent::ConnectionEstablished { peer_id, .. } => debug!(%peer_id, "connected"),
                 SwarmEvent::ConnectionClosed { peer_id, cause, .. } => debug!(%peer_id, ?cause, "connection closed"),
                 SwarmEvent::IncomingConnectionError { error, send_back_addr, .. } => {
-                    warn!(%send_back_addr, %error, "refused incoming connection");
+                    stats.refused_connections.fetch_add(1, Ordering::Relaxed);
+                    debug!(%send_back_addr, %error, "refused incoming connection");
+                    let line = refused.note(Instant::now(), || {
+                        format!("from {send_back_addr}: {}", error_chain(&error))
+                    });
+                    if let Some(line) = line {
+                        warn!(peer = me, "{line}");
+                    }
+                }
+                SwarmEvent::ListenerError { error, .. } => {
+                    debug!(%error, "accept failed");
+                    if let Some(line) = accept_errors.note(Instant::now(), || error_chain(&error)) {
+                        warn!(peer = me, "{line}");
+                    }
                 }
                 SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
                     debug!(?peer_id, %error, "dial failed");
                 }
                 _ => {}
             },
-            addr = dial.recv() => match addr {
+            () = tokio::time::sleep_until(summary_at), if due.is_some() => {
+                let now = Instant::now();
+                for log in [&mut refused, &mut accept_errors] {
+                    if let Some(line) = log.tick(now) {
+                        warn!(peer = me, "{line}");
+                    }
+                }
+            }
+            addr = dial.recv(), if dialing => match addr {
                 Some(addr) => {
                     if let Err(e) = swarm.dial(addr.clone()) {
                         debug!(%addr, %e, "dial refused");
                     }
                 }
-                None => break,
+                None => dialing = false,
             },
+            _ = &mut stop => break,
         }
     }
+    let now = Instant::now();
+    for log in [&mut refused, &mut accept_errors] {
+        if let Some(line) = log.finish(now) {
+            warn!(peer = me, "{line}");
+        }
+    }
+}
+
+/// An error and its causes, `: `-separated, empty messages skipped.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(x) = cur {
+        let m = x.to_string();
+        if !m.is_empty() && !out.ends_with(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        cur = x.source();
+    }
+    out
 }

@@ -11,7 +11,7 @@ use sfb_core::wire::{self, Expect};
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use super::{Inbound, NetStats};
+use super::{Inbound, NetStats, NodeName};
 use crate::Error;
 use crate::frame::{self, Ack, Hello};
 
@@ -19,6 +19,8 @@ use crate::frame::{self, Ack, Hello};
 pub(super) struct Readers {
     pub(super) me: usize,
     pub(super) ids: Vec<Libp2pId>,
+    /// How errors name each node (`peer 3`, `the server`).
+    pub(super) names: Vec<NodeName>,
     pub(super) in_neighbors: Vec<usize>,
     pub(super) core_ids: Vec<PeerId>,
     pub(super) hello: Hello,
@@ -85,7 +87,7 @@ impl Readers {
             let _ = self
                 .inbox
                 .send(Inbound::Fatal(Error::Handshake {
-                    peer: PeerId(from as u32),
+                    peer: self.core_ids[from],
                     reason: why,
                 }))
                 .await;
@@ -126,7 +128,7 @@ impl Readers {
                             let _ = self
                                 .inbox
                                 .send(Inbound::Fatal(Error::BadFrame {
-                                    peer: PeerId(from as u32),
+                                    peer: self.core_ids[from],
                                     reason: why,
                                 }))
                                 .await;
@@ -139,8 +141,8 @@ impl Readers {
                         let _ = self
                             .inbox
                             .send(Inbound::Fatal(Error::StreamClosed {
-                                from,
-                                to: me,
+                                from: self.names[from],
+                                to: self.names[me],
                                 frames,
                                 clocks: self.clocks,
                             }))
@@ -153,11 +155,11 @@ impl Readers {
                     let _ = self
                         .inbox
                         .send(Inbound::Fatal(Error::StreamBroken {
-                            from,
-                            to: me,
+                            from: self.names[from],
+                            to: self.names[me],
                             frames,
                             clocks: self.clocks,
-                            source: e,
+                            reason: e,
                         }))
                         .await;
                     return;

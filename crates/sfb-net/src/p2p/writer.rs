@@ -11,7 +11,7 @@ use sfb_core::PeerId;
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use super::{Inbound, NetStats, protocol};
+use super::{Inbound, NetStats, NodeName, protocol};
 use crate::bandwidth::Bucket;
 use crate::error::ConnectProblem;
 use crate::frame::{self, Ack};
@@ -19,8 +19,10 @@ use crate::{Error, Result};
 
 /// Writes one out-edge: opens the stream, handshakes, then writes the engine's frames.
 pub(super) struct Writer {
-    pub(super) me: usize,
+    pub(super) me: NodeName,
     pub(super) to: usize,
+    pub(super) to_name: NodeName,
+    pub(super) to_core: PeerId,
     pub(super) to_id: Libp2pId,
     pub(super) addr: Multiaddr,
     pub(super) control: libp2p_stream::Control,
@@ -53,7 +55,7 @@ impl Writer {
     /// dropped the inbound stream under load: libp2p-stream drops streams an acceptor is
     /// too slow to take). A refused handshake is final.
     async fn connect(&self) -> Result<libp2p::Stream> {
-        let (me, to) = (self.me, self.to);
+        let (me, to) = (self.me.index, self.to);
         let mut control = self.control.clone();
         let mut last_problem = ConnectProblem::NoAttempt;
         loop {
@@ -119,7 +121,7 @@ impl Writer {
             })?;
             if !ack.ok {
                 return Err(Error::Handshake {
-                    peer: PeerId(to as u32),
+                    peer: self.to_core,
                     reason: ack.reason,
                 });
             }
@@ -128,14 +130,16 @@ impl Writer {
     }
 
     async fn run_inner(&self, mut rx: mpsc::Receiver<Arc<Vec<u8>>>) -> Result<()> {
-        let (me, to) = (self.me, self.to);
+        let to = self.to;
         let mut stream = self.connect().await?;
-        let io = |source| Error::Send {
-            peer: me,
-            to,
-            source,
+        let mut frames = 0u64;
+        let io = |frames, reason| Error::Send {
+            peer: self.me,
+            to: self.to_name,
+            frames,
+            reason,
         };
-        debug!(peer = me, to, "stream open");
+        debug!(peer = self.me.index, to, "stream open");
         while let Some(buf) = rx.recv().await {
             let started = Instant::now();
             let len = (buf.len() as u32).to_le_bytes();
@@ -148,13 +152,14 @@ impl Writer {
                         tokio::time::sleep(wait).await;
                     }
                 }
-                stream.write_all(piece).await.map_err(io)?;
+                stream.write_all(piece).await.map_err(|e| io(frames, e))?;
             }
-            stream.flush().await.map_err(io)?;
+            stream.flush().await.map_err(|e| io(frames, e))?;
+            frames += 1;
             self.stats.sent[to].fetch_add(buf.len() as u64 + 4, Ordering::Relaxed);
             self.stats.mark_write(started);
         }
-        stream.close().await.map_err(io)?;
+        stream.close().await.map_err(|e| io(frames, e))?;
         // Wait for the receiver to close its side: it has read everything.
         let mut rest = Vec::new();
         let _ = tokio::time::timeout(self.ack_timeout, stream.read_to_end(&mut rest)).await;

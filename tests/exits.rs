@@ -1,0 +1,234 @@
+//! Clean exits (issue 13): a launcher stopped by SIGTERM or SIGKILL leaves no child
+//! process and no temporary directory behind; a stuck in-memory peer is reported and the
+//! process exits at the timeout, not when the peer wakes up. Processes are found and
+//! signalled by PID, and every wait is bounded.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SFB: &str = env!("CARGO_BIN_EXE_sfb");
+
+/// Longest any wait here may take.
+const WAIT: Duration = Duration::from_secs(120);
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sfb-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Polls `cond` until it holds; panics naming `what` after [`WAIT`].
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < WAIT, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// PIDs whose parent is `ppid` (from /proc).
+fn children_of(ppid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid …: comm may hold spaces, so split after the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        if rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()) == Some(ppid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Whether `pid` is gone (or a zombie nobody will reap: a child of the test's own process
+/// is reaped by `wait`).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -{sig} {pid}");
+}
+
+/// The launcher's directories under `tmp`.
+fn run_dirs(tmp: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("sfb-run-"))
+        })
+        .collect()
+}
+
+/// Starts a long libp2p run of 3 peers with its temporary files under `tmp`, and waits
+/// until every peer has completed a clock. Returns the launcher and its children's PIDs.
+fn start_long_run(tmp: &Path) -> (Child, Vec<u32>) {
+    let launcher = Command::new(SFB)
+        .args([
+            "run",
+            "--transport",
+            "libp2p",
+            "--peers",
+            "3",
+            "--clocks",
+            "1000000",
+            "--eval-every",
+            "0",
+            "--synthetic",
+            "classes=4,features=16,samples=600",
+        ])
+        .env("TMPDIR", tmp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = launcher.id();
+    wait_for("every peer's first clock", || {
+        run_dirs(tmp).iter().any(|d| {
+            (0..3).all(|i| {
+                std::fs::read_to_string(d.join(format!("node-{i}.jsonl")))
+                    .is_ok_and(|t| t.lines().count() >= 1)
+            })
+        })
+    });
+    let children = children_of(pid);
+    assert_eq!(children.len(), 3, "three peer processes: {children:?}");
+    (launcher, children)
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(start.elapsed() < WAIT, "the launcher did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn sigterm_of_the_launcher_stops_every_child_and_removes_its_directory() {
+    let tmp = tempdir("sigterm");
+    let (mut launcher, children) = start_long_run(&tmp);
+    signal(launcher.id(), "TERM");
+    let st = wait_exit(&mut launcher);
+    assert_eq!(st.code(), Some(1), "{st}");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut launcher.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("interrupted"), "{err}");
+    for pid in children {
+        wait_for(&format!("peer process {pid} to end"), || gone(pid));
+    }
+    assert!(
+        run_dirs(&tmp).is_empty(),
+        "left behind: {:?}",
+        run_dirs(&tmp)
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn sigkill_of_the_launcher_stops_every_child_and_they_remove_its_directory() {
+    let tmp = tempdir("sigkill");
+    let (mut launcher, children) = start_long_run(&tmp);
+    signal(launcher.id(), "KILL");
+    let st = wait_exit(&mut launcher);
+    assert_eq!(st.code(), None, "killed by a signal: {st}");
+    for pid in children {
+        wait_for(&format!("orphaned peer process {pid} to end"), || gone(pid));
+    }
+    // The last child out removes the directory; its siblings may still be on the way.
+    wait_for("the launcher's directory to be removed", || {
+        run_dirs(&tmp).is_empty()
+    });
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn a_stuck_in_memory_peer_is_reported_and_the_process_exits_at_the_timeout() {
+    // Peer 0 sleeps 100 s after its first compute; the others give up after 5 s.
+    let start = Instant::now();
+    let out = Command::new(SFB)
+        .args([
+            "run",
+            "--peers",
+            "3",
+            "--clocks",
+            "3",
+            "--straggler",
+            "0:100000",
+            "--timeout",
+            "5",
+            "--synthetic",
+            "classes=4,features=16,samples=600",
+        ])
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("without progress"), "{err}");
+    assert!(err.contains("waiting on p0"), "{err}");
+    // Well before the straggler would wake (100 s): the delay is cut short.
+    assert!(took < Duration::from_secs(60), "exited after {took:?}");
+}
+
+/// The `--id` a peer process was started with (from its command line).
+fn peer_id_of(pid: u32) -> Option<String> {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = cmd
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let at = args.iter().position(|a| a == "--id")?;
+    args.get(at + 1).cloned()
+}
+
+#[test]
+fn the_launcher_names_the_peer_that_was_killed() {
+    let tmp = tempdir("blame");
+    let (mut launcher, children) = start_long_run(&tmp);
+    let victim = children[1];
+    let id = peer_id_of(victim).expect("a peer's command line has --id");
+    signal(victim, "KILL");
+    let st = wait_exit(&mut launcher);
+    assert_eq!(st.code(), Some(1), "{st}");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut launcher.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains(&format!("peer {id} died (killed by signal 9)")),
+        "{err}"
+    );
+    for pid in children {
+        wait_for(&format!("peer process {pid} to end"), || gone(pid));
+    }
+    assert!(
+        run_dirs(&tmp).is_empty(),
+        "left behind: {:?}",
+        run_dirs(&tmp)
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}
