@@ -4,20 +4,14 @@
 //! signalled by PID, and every wait is bounded.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-const SFB: &str = env!("CARGO_BIN_EXE_sfb");
+mod common;
+use common::{SFB, running, tempdir, wait_timeout};
 
 /// Longest any wait here may take.
 const WAIT: Duration = Duration::from_secs(120);
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sfb-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// Polls `cond` until it holds; panics naming `what` after [`WAIT`].
 fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
@@ -49,17 +43,6 @@ fn children_of(ppid: u32) -> Vec<u32> {
     out
 }
 
-/// Whether `pid` is gone (or a zombie nobody will reap: a child of the test's own process
-/// is reaped by `wait`).
-fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
-    }
-}
-
 fn signal(pid: u32, sig: &str) {
     let st = Command::new("kill")
         .arg(format!("-{sig}"))
@@ -84,7 +67,7 @@ fn run_dirs(tmp: &Path) -> Vec<PathBuf> {
 
 /// Starts a long libp2p run of 3 peers with its temporary files under `tmp`, and waits
 /// until every peer has completed a clock. Returns the launcher and its children's PIDs.
-fn start_long_run(tmp: &Path) -> (Child, Vec<u32>) {
+fn start_long_run(tmp: &Path) -> (Launcher, Vec<u32>) {
     let launcher = Command::new(SFB)
         .args([
             "run",
@@ -115,32 +98,36 @@ fn start_long_run(tmp: &Path) -> (Child, Vec<u32>) {
     });
     let children = children_of(pid);
     assert_eq!(children.len(), 3, "three peer processes: {children:?}");
-    (launcher, children)
+    (Launcher(launcher), children)
 }
 
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        assert!(start.elapsed() < WAIT, "the launcher did not exit");
-        std::thread::sleep(Duration::from_millis(50));
+/// The launcher, killed by PID if a test fails before it exits; its peers then see their
+/// end of its pipe close and stop too.
+struct Launcher(Child);
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
+}
+
+fn wait_exit(child: &mut Child) -> ExitStatus {
+    wait_timeout(child, WAIT).expect("the launcher did not exit")
 }
 
 #[test]
 fn sigterm_of_the_launcher_stops_every_child_and_removes_its_directory() {
-    let tmp = tempdir("sigterm");
+    let tmp = tempdir("exits", "sigterm");
     let (mut launcher, children) = start_long_run(&tmp);
-    signal(launcher.id(), "TERM");
-    let st = wait_exit(&mut launcher);
+    signal(launcher.0.id(), "TERM");
+    let st = wait_exit(&mut launcher.0);
     assert_eq!(st.code(), Some(1), "{st}");
     let mut err = String::new();
-    std::io::Read::read_to_string(&mut launcher.stderr.take().unwrap(), &mut err).unwrap();
+    std::io::Read::read_to_string(&mut launcher.0.stderr.take().unwrap(), &mut err).unwrap();
     assert!(err.contains("interrupted"), "{err}");
     for pid in children {
-        wait_for(&format!("peer process {pid} to end"), || gone(pid));
+        wait_for(&format!("peer process {pid} to end"), || !running(pid));
     }
     assert!(
         run_dirs(&tmp).is_empty(),
@@ -152,13 +139,15 @@ fn sigterm_of_the_launcher_stops_every_child_and_removes_its_directory() {
 
 #[test]
 fn sigkill_of_the_launcher_stops_every_child_and_they_remove_its_directory() {
-    let tmp = tempdir("sigkill");
+    let tmp = tempdir("exits", "sigkill");
     let (mut launcher, children) = start_long_run(&tmp);
-    signal(launcher.id(), "KILL");
-    let st = wait_exit(&mut launcher);
+    signal(launcher.0.id(), "KILL");
+    let st = wait_exit(&mut launcher.0);
     assert_eq!(st.code(), None, "killed by a signal: {st}");
     for pid in children {
-        wait_for(&format!("orphaned peer process {pid} to end"), || gone(pid));
+        wait_for(&format!("orphaned peer process {pid} to end"), || {
+            !running(pid)
+        });
     }
     // The last child out removes the directory; its siblings may still be on the way.
     wait_for("the launcher's directory to be removed", || {
@@ -209,21 +198,21 @@ fn peer_id_of(pid: u32) -> Option<String> {
 
 #[test]
 fn the_launcher_names_the_peer_that_was_killed() {
-    let tmp = tempdir("blame");
+    let tmp = tempdir("exits", "blame");
     let (mut launcher, children) = start_long_run(&tmp);
     let victim = children[1];
     let id = peer_id_of(victim).expect("a peer's command line has --id");
     signal(victim, "KILL");
-    let st = wait_exit(&mut launcher);
+    let st = wait_exit(&mut launcher.0);
     assert_eq!(st.code(), Some(1), "{st}");
     let mut err = String::new();
-    std::io::Read::read_to_string(&mut launcher.stderr.take().unwrap(), &mut err).unwrap();
+    std::io::Read::read_to_string(&mut launcher.0.stderr.take().unwrap(), &mut err).unwrap();
     assert!(
         err.contains(&format!("peer {id} died (killed by signal 9)")),
         "{err}"
     );
     for pid in children {
-        wait_for(&format!("peer process {pid} to end"), || gone(pid));
+        wait_for(&format!("peer process {pid} to end"), || !running(pid));
     }
     assert!(
         run_dirs(&tmp).is_empty(),

@@ -5,15 +5,14 @@
 //! timeout; on any failure every child is killed by PID (a guard), and the test checks no
 //! child outlives it.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 
-const SFB: &str = env!("CARGO_BIN_EXE_sfb");
+mod common;
+use common::{Children, SFB, assert_gone, init, start, tempdir};
 
 /// The DESIGN's `--summary` keys.
 const SUMMARY_KEYS: &[&str] = &[
@@ -45,136 +44,6 @@ const TRAIN: &[&str] = &[
     "--eval-every",
     "3",
 ];
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("hand-run")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// Children killed (by PID, through `Child::kill`) when the guard drops: on panic too.
-struct Children(Vec<(String, Child)>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for (_, c) in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Children {
-    /// Waits for every child under one deadline; panics (the guard kills the rest) if one
-    /// fails or the deadline passes. Returns each child's stderr.
-    fn wait_all(&mut self, limit: Duration) -> Vec<String> {
-        let start = Instant::now();
-        let mut errs = vec![None; self.0.len()];
-        while errs.iter().any(Option::is_none) {
-            for (k, (name, c)) in self.0.iter_mut().enumerate() {
-                if errs[k].is_some() {
-                    continue;
-                }
-                if let Some(s) = c.try_wait().unwrap() {
-                    let mut err = String::new();
-                    std::io::Read::read_to_string(c.stderr.as_mut().unwrap(), &mut err).unwrap();
-                    assert!(s.success(), "{name} failed ({s}):\n{err}");
-                    errs[k] = Some(err);
-                }
-            }
-            assert!(
-                start.elapsed() < limit,
-                "the cluster did not finish within {limit:?}"
-            );
-            // Polling exit statuses; std has no wait-with-timeout.
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        errs.into_iter().map(Option::unwrap).collect()
-    }
-
-    fn pids(&self) -> Vec<u32> {
-        self.0.iter().map(|(_, c)| c.id()).collect()
-    }
-}
-
-/// No process with one of these PIDs is left running (a zombie counts as gone).
-fn assert_gone(pids: &[u32]) {
-    for pid in pids {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .next();
-        assert!(
-            matches!(state, None | Some("Z" | "X")),
-            "child {pid} is still running: {stat}"
-        );
-    }
-}
-
-fn init(dir: &Path, args: &[&str]) -> PathBuf {
-    let cluster = dir.join("cluster.toml");
-    let out = Command::new(SFB)
-        .args(["cluster", "init", "--base-port", "0"])
-        .args(args)
-        .arg("-o")
-        .arg(&cluster)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cluster init: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    cluster
-}
-
-/// Starts `sfb <role…> --cluster FILE --exchange-addrs <args>` for every node, exchanges
-/// the addresses they print (JSON lines), and returns the guard.
-fn start(cluster: &Path, nodes: &[(String, Vec<String>)]) -> Children {
-    let (tx, rx) = mpsc::channel();
-    let mut children = Children(Vec::new());
-    for (k, (name, args)) in nodes.iter().enumerate() {
-        let mut c = Command::new(SFB)
-            .args(args)
-            .arg("--cluster")
-            .arg(cluster)
-            .arg("--exchange-addrs")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = BufReader::new(c.stdout.take().unwrap());
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                let _ = tx.send((k, line));
-            }
-        });
-        children.0.push((name.clone(), c));
-    }
-    let mut addrs = vec![None; nodes.len()];
-    while addrs.iter().any(Option::is_none) {
-        let (k, line) = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("every node says where it listens within 60 s");
-        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
-        if let Some(a) = v["listening"].as_str() {
-            addrs[k] = Some(a.to_string());
-        }
-    }
-    let line = serde_json::json!({ "addrs": addrs }).to_string();
-    for (_, c) in &mut children.0 {
-        writeln!(c.stdin.take().unwrap(), "{line}").unwrap();
-    }
-    children
-}
 
 /// Checks one node's summary (the DESIGN keys, one checksum) and its metrics (one JSON
 /// line per clock with the record keys); returns its checksum.
@@ -214,34 +83,39 @@ fn check_node(dir: &Path, name: &str, backend: &str, peers: u64) -> String {
     sums[0].as_str().unwrap().to_string()
 }
 
-fn outputs(dir: &Path, name: &str) -> Vec<String> {
+/// A node called `name`: its `role`, the training options, and its own `--summary` and
+/// `--metrics` in `dir`.
+fn node(dir: &Path, name: &str, role: &[&str]) -> (String, Vec<String>) {
     let p = |ext: &str| dir.join(format!("{name}.{ext}")).display().to_string();
-    vec![
+    let mut args: Vec<String> = role.iter().chain(TRAIN).map(|s| s.to_string()).collect();
+    args.extend([
         "--summary".into(),
         p("json"),
         "--metrics".into(),
         p("jsonl"),
-    ]
+    ]);
+    (name.to_string(), args)
+}
+
+/// Starts the nodes, hands them their addresses, waits (120 s at most) until every one
+/// has succeeded, and checks none outlives the run.
+fn run_to_end(cluster: &Path, nodes: &[(String, Vec<String>)]) {
+    let mut c = start(cluster, nodes);
+    let pids = c.children.pids();
+    c.exchange();
+    c.children.wait_all(Duration::from_secs(120));
+    drop(c);
+    assert_gone(&pids);
 }
 
 #[test]
 fn four_hand_run_peers_write_their_summaries_and_metrics() {
-    let d = tempdir("sfb");
+    let d = tempdir("hand-run", "sfb");
     let cluster = init(&d, &["--peers", "4", "--out-degree", "3"]);
     let nodes: Vec<(String, Vec<String>)> = (0..4)
-        .map(|i| {
-            let name = format!("peer{i}");
-            let mut args = vec!["peer".into(), "--id".into(), i.to_string()];
-            args.extend(TRAIN.iter().map(|s| s.to_string()));
-            args.extend(outputs(&d, &name));
-            (name, args)
-        })
+        .map(|i| node(&d, &format!("peer{i}"), &["peer", "--id", &i.to_string()]))
         .collect();
-    let mut children = start(&cluster, &nodes);
-    let pids = children.pids();
-    children.wait_all(Duration::from_secs(120));
-    drop(children);
-    assert_gone(&pids);
+    run_to_end(&cluster, &nodes);
     let sums: Vec<String> = (0..4)
         .map(|i| check_node(&d, &format!("peer{i}"), "sfb", 4))
         .collect();
@@ -251,28 +125,15 @@ fn four_hand_run_peers_write_their_summaries_and_metrics() {
 
 #[test]
 fn a_hand_run_fms_server_and_clients_agree() {
-    let d = tempdir("fms");
+    let d = tempdir("hand-run", "fms");
     let cluster = init(&d, &["--peers", "3", "--backend", "fms"]);
     let toml = std::fs::read_to_string(&cluster).unwrap();
     assert!(toml.contains("server"), "{toml}");
     let mut nodes: Vec<(String, Vec<String>)> = (0..3)
-        .map(|i| {
-            let name = format!("client{i}");
-            let mut args = vec!["peer".into(), "--id".into(), i.to_string()];
-            args.extend(TRAIN.iter().map(|s| s.to_string()));
-            args.extend(outputs(&d, &name));
-            (name, args)
-        })
+        .map(|i| node(&d, &format!("client{i}"), &["peer", "--id", &i.to_string()]))
         .collect();
-    let mut server = vec!["server".to_string()];
-    server.extend(TRAIN.iter().map(|s| s.to_string()));
-    server.extend(outputs(&d, "server"));
-    nodes.push(("server".into(), server));
-    let mut children = start(&cluster, &nodes);
-    let pids = children.pids();
-    children.wait_all(Duration::from_secs(120));
-    drop(children);
-    assert_gone(&pids);
+    nodes.push(node(&d, "server", &["server"]));
+    run_to_end(&cluster, &nodes);
     let mut sums: Vec<String> = (0..3)
         .map(|i| check_node(&d, &format!("client{i}"), "fms", 3))
         .collect();
@@ -282,35 +143,27 @@ fn a_hand_run_fms_server_and_clients_agree() {
 
 /// Runs `sfb args…` expecting a quick refusal; returns its stderr.
 fn refused(args: &[&str]) -> String {
-    let mut c = Command::new(SFB)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let guard_pid = c.id();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = c.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > Duration::from_secs(30) {
-            let _ = c.kill();
-            let _ = c.wait();
-            panic!("sfb {args:?} (pid {guard_pid}) was not refused within 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(c.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let mut c = Children(vec![(
+        format!("sfb {args:?}"),
+        Command::new(SFB)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )]);
+    let guard_pid = c.pids()[0];
+    let (status, err) = c
+        .try_wait_one(0, Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("sfb {args:?} (pid {guard_pid}) was not refused within 30 s"));
     assert!(!status.success(), "sfb {args:?} was accepted");
     err
 }
 
 #[test]
 fn options_a_node_cannot_honour_are_refused() {
-    let d = tempdir("refused");
+    let d = tempdir("hand-run", "refused");
     let sfb_file = init(&d, &["--peers", "2", "--out-degree", "1"]);
     let fms_dir = d.join("fms");
     std::fs::create_dir_all(&fms_dir).unwrap();

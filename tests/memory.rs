@@ -21,6 +21,15 @@ fn available() -> u64 {
         * 1024
 }
 
+/// Runs `sfb run ARGS`, expects it refused (rc 1, no panic) and returns its stderr.
+fn refused(args: &[&str]) -> String {
+    let out = Command::new(SFB).arg("run").args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
 #[test]
 fn replicas_that_cannot_fit_are_refused_before_they_are_allocated() {
     // 1024×1024 f32 = 4 MiB per replica; enough peers for twice the available memory.
@@ -28,22 +37,16 @@ fn replicas_that_cannot_fit_are_refused_before_they_are_allocated() {
     let peers = (2 * available() / replica + 1).to_string();
     for transport in ["mem", "libp2p"] {
         let start = Instant::now();
-        let out = Command::new(SFB)
-            .args([
-                "run",
-                "--transport",
-                transport,
-                "--peers",
-                &peers,
-                "--clocks",
-                "1",
-                "--synthetic",
-                "classes=1024,features=1024,samples=200",
-            ])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{transport}: {err}");
+        let err = refused(&[
+            "--transport",
+            transport,
+            "--peers",
+            &peers,
+            "--clocks",
+            "1",
+            "--synthetic",
+            "classes=1024,features=1024,samples=200",
+        ]);
         assert!(
             err.contains(&format!("{peers} replicas of a 1024×1024 W need")),
             "{transport}: {err}"
@@ -52,4 +55,22 @@ fn replicas_that_cannot_fit_are_refused_before_they_are_allocated() {
         // Refused up front, not after allocating (or swapping) its way there.
         assert!(start.elapsed() < Duration::from_secs(60), "{transport}");
     }
+}
+
+#[test]
+fn a_batch_larger_than_the_data_set_is_refused_before_anything_is_allocated() {
+    let err = refused(&[
+        "--peers",
+        "2",
+        "--clocks",
+        "1",
+        "--batch",
+        "1000000000",
+        "--synthetic",
+        "classes=4,features=16,samples=600",
+    ]);
+    assert!(
+        err.contains("batch 1000000000 is larger than the whole training set"),
+        "{err}"
+    );
 }

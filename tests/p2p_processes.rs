@@ -1,22 +1,17 @@
 //! Real peer processes over libp2p on loopback (ports chosen by the OS, exchanged at
 //! start-up), driven through the `sfb` binary.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
 
-const SFB: &str = env!("CARGO_BIN_EXE_sfb");
+mod common;
+use common::{SFB, Started, init, start, tempdir};
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sfb-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+/// This binary's group of temporary directories.
+const GROUP: &str = "p2p-processes";
 
 fn run_summary(args: &[&str], out: &Path) -> Value {
     let st = Command::new(SFB)
@@ -45,7 +40,7 @@ const SMALL_RUN: [&str; 8] = [
 
 #[test]
 fn four_processes_bsp_match_the_in_memory_cluster_bitwise() {
-    let d = tempdir("bsp4");
+    let d = tempdir(GROUP, "bsp4");
     let common = SMALL_RUN;
     let p2p = run_summary(
         &[&common[..], &["--transport", "libp2p"]].concat(),
@@ -77,7 +72,7 @@ fn four_processes_bsp_match_the_in_memory_cluster_bitwise() {
 
 #[test]
 fn partial_broadcast_trains_into_the_full_broadcast_accuracy_band() {
-    let d = tempdir("partial");
+    let d = tempdir(GROUP, "partial");
     let common = [
         "--transport",
         "libp2p",
@@ -120,95 +115,24 @@ fn partial_broadcast_trains_into_the_full_broadcast_accuracy_band() {
     assert!((ratio - 0.4).abs() < 0.01, "byte ratio {ratio}");
 }
 
-/// Starts `p` peers of a fresh cluster file with address exchange; returns the children,
-/// a receiver of `(peer, stdout line)` and the cluster directory.
-fn start_peers(
-    p: usize,
-    q: usize,
-    extra: &[&str],
-    name: &str,
-) -> (
-    Vec<std::process::Child>,
-    mpsc::Receiver<(usize, String)>,
-    PathBuf,
-) {
-    let d = tempdir(name);
-    let cluster = d.join("cluster.toml");
-    let st = Command::new(SFB)
-        .args([
-            "cluster",
-            "init",
-            "--peers",
-            &p.to_string(),
-            "--out-degree",
-            &q.to_string(),
-            "--base-port",
-            "0",
-            "-o",
-        ])
-        .arg(&cluster)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let (tx, rx) = mpsc::channel();
-    let mut children = Vec::new();
-    for i in 0..p {
-        let mut c = Command::new(SFB)
-            .args(["peer", "--cluster"])
-            .arg(&cluster)
-            .args(["--id", &i.to_string(), "--exchange-addrs"])
-            .args(extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = BufReader::new(c.stdout.take().unwrap());
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                let _ = tx.send((i, line));
-            }
-        });
-        children.push(c);
-    }
-    let mut addrs = vec![String::new(); p];
-    let mut got = 0;
-    while got < p {
-        let (i, line) = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("peers report their addresses");
-        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
-        if let Some(a) = v["listening"].as_str() {
-            addrs[i] = a.to_string();
-            got += 1;
-        }
-    }
-    let line = serde_json::json!({ "addrs": addrs }).to_string();
-    for c in &mut children {
-        let mut stdin = c.stdin.take().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-    }
-    (children, rx, d)
-}
-
-fn wait_with_timeout(
-    c: &mut std::process::Child,
-    limit: Duration,
-) -> Option<std::process::ExitStatus> {
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(s) = c.try_wait().unwrap() {
-            return Some(s);
-        }
-        if start.elapsed() > limit {
-            let _ = c.kill();
-            return None;
-        }
-        // Polling a child's exit status; nothing else to wait on without extra threads.
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Starts `p` peers (out-degree `q`, options `extra`) of a fresh cluster file and hands
+/// them their addresses: the run begins.
+fn start_peers(p: usize, q: usize, extra: &[&str], name: &str) -> Started {
+    let d = tempdir(GROUP, name);
+    let cluster = init(
+        &d,
+        &["--peers", &p.to_string(), "--out-degree", &q.to_string()],
+    );
+    let nodes: Vec<(String, Vec<String>)> = (0..p)
+        .map(|i| {
+            let mut args = vec!["peer".to_string(), "--id".into(), i.to_string()];
+            args.extend(extra.iter().map(|s| s.to_string()));
+            (format!("peer {i}"), args)
+        })
+        .collect();
+    let mut started = start(&cluster, &nodes);
+    started.exchange();
+    started
 }
 
 #[test]
@@ -224,27 +148,19 @@ fn killing_a_peer_mid_run_stops_the_others_with_a_clear_error() {
         "--synthetic",
         "classes=4,features=10,samples=400",
     ];
-    let (mut children, rx, _d) = start_peers(3, 2, &extra, "kill");
+    let mut c = start_peers(3, 2, &extra, "kill");
     // Wait until peer 0 has completed a few clocks, then kill peer 2.
-    loop {
-        let (i, line) = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("progress from peer 0");
-        if i == 0 && line == r#"{"clock":5}"# {
-            break;
-        }
-    }
-    children[2].kill().unwrap();
-    let _ = children[2].wait();
+    c.wait_clock(0, 5);
+    c.children.kill(2);
     // The survivors fail (the first to notice names peer 2; the other may report the first
     // one's exit, a cascade) instead of hanging: 30 s bounds the test, peers use 5 s.
     let mut errors = Vec::new();
     for i in [0, 1] {
-        let status = wait_with_timeout(&mut children[i], Duration::from_secs(30))
+        let (status, err) = c
+            .children
+            .try_wait_one(i, Duration::from_secs(30))
             .unwrap_or_else(|| panic!("peer {i} still running 30 s after peer 2 was killed"));
         assert!(!status.success(), "peer {i} exited successfully");
-        let mut err = String::new();
-        std::io::Read::read_to_string(children[i].stderr.as_mut().unwrap(), &mut err).unwrap();
         let last = err
             .lines()
             .rfind(|l| l.starts_with("error:"))
@@ -267,7 +183,7 @@ fn killing_a_peer_mid_run_stops_the_others_with_a_clear_error() {
 
 #[test]
 fn fms_over_libp2p_processes_is_bitwise_identical_to_sfb() {
-    let d = tempdir("fms");
+    let d = tempdir(GROUP, "fms");
     let common = SMALL_RUN;
     let fms = run_summary(
         &[&common[..], &["--transport", "libp2p", "--backend", "fms"]].concat(),
@@ -294,7 +210,7 @@ fn fms_over_libp2p_processes_is_bitwise_identical_to_sfb() {
 
 #[test]
 fn f16_wire_halves_the_bytes_and_keeps_replicas_identical() {
-    let d = tempdir("f16");
+    let d = tempdir(GROUP, "f16");
     let common = [
         "--transport",
         "libp2p",

@@ -76,11 +76,22 @@ impl Config {
     /// Peer `id` of `peers` with full broadcast (every other peer in and out) and defaults.
     pub fn full_broadcast(id: PeerId, peers: usize) -> Self {
         let others: Vec<PeerId> = (0..peers as u32).map(PeerId).filter(|&p| p != id).collect();
+        Self::new(id, peers, others.clone(), others)
+    }
+
+    /// Peer `id` of `peers` sending to `out_neighbors` and waiting for `in_neighbors`, with
+    /// the defaults (O(Q) to build, whatever `peers` is).
+    pub fn new(
+        id: PeerId,
+        peers: usize,
+        out_neighbors: Vec<PeerId>,
+        in_neighbors: Vec<PeerId>,
+    ) -> Self {
         Self {
             id,
             peers,
-            out_neighbors: others.clone(),
-            in_neighbors: others,
+            out_neighbors,
+            in_neighbors,
             consistency: Consistency::Bsp,
             clocks: 100,
             batch_size: 16,

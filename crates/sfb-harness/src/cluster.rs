@@ -625,9 +625,7 @@ impl<K: Kind> Builder<K> {
             seed: peer_seed(self.s.seed, id),
         };
         let parts = self.kind.parts(&peer, self.s.seed)?;
-        let mut cfg = Config::full_broadcast(peer.id, peer.peers);
-        cfg.out_neighbors = out;
-        cfg.in_neighbors = inn;
+        let mut cfg = Config::new(peer.id, peer.peers, out, inn);
         cfg.consistency = self.s.consistency.clone();
         cfg.clocks = self.s.clocks;
         cfg.batch_size = self.s.batch;

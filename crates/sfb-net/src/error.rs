@@ -110,35 +110,35 @@ pub enum Error {
     /// A node could not open its stream to an out-neighbour and complete the handshake
     /// within the start-up timeout.
     #[error(
-        "peer {peer}: could not open a stream to peer {to} at {addr} within the start-up timeout ({last_problem})"
+        "{peer}: could not open a stream to {to} at {addr} within the start-up timeout ({last_problem})"
     )]
     Connect {
-        /// The dialing node (index in the cluster file).
-        peer: usize,
-        /// The out-neighbour (index in the cluster file).
-        to: usize,
+        /// The dialing node.
+        peer: NodeName,
+        /// The out-neighbour.
+        to: NodeName,
         /// Its address.
         addr: Multiaddr,
         /// What went wrong on the last attempt.
         last_problem: ConnectProblem,
     },
     /// An out-neighbour accepted the stream but sent no handshake reply in time.
-    #[error("peer {peer} → peer {to}: no handshake reply within {waited:?}")]
+    #[error("{peer} → {to}: no handshake reply within {waited:?}")]
     NoAck {
-        /// The dialing node (index in the cluster file).
-        peer: usize,
-        /// The out-neighbour (index in the cluster file).
-        to: usize,
+        /// The dialing node.
+        peer: NodeName,
+        /// The out-neighbour.
+        to: NodeName,
         /// How long the dialer waited.
         waited: Duration,
     },
     /// An out-neighbour's handshake reply could not be decoded.
-    #[error("peer {peer} → peer {to}: bad handshake reply: {reason}")]
+    #[error("{peer} → {to}: bad handshake reply: {reason}")]
     BadAck {
-        /// The dialing node (index in the cluster file).
-        peer: usize,
-        /// The out-neighbour (index in the cluster file).
-        to: usize,
+        /// The dialing node.
+        peer: NodeName,
+        /// The out-neighbour.
+        to: NodeName,
         /// The decoder's complaint.
         reason: String,
     },
@@ -200,12 +200,12 @@ pub enum Error {
         reason: String,
     },
     /// An out-neighbour did not finish reading this node's frames in time after the run.
-    #[error("peer {peer}: peer {to} did not finish reading within {waited:?}")]
+    #[error("{peer}: {to} did not finish reading within {waited:?}")]
     Flush {
-        /// The finished node (index in the cluster file).
-        peer: usize,
-        /// The out-neighbour (index in the cluster file).
-        to: usize,
+        /// The finished node.
+        peer: NodeName,
+        /// The out-neighbour.
+        to: NodeName,
         /// How long the node waited.
         waited: Duration,
     },
@@ -510,3 +510,38 @@ pub enum ClusterError {
 
 /// Result alias for sfb-net.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handshake_and_flush_errors_call_the_fms_server_the_server() {
+        let peer = NodeName {
+            index: 2,
+            server: false,
+        };
+        let server = NodeName {
+            index: 3,
+            server: true,
+        };
+        let e = Error::NoAck {
+            peer,
+            to: server,
+            waited: Duration::from_secs(1),
+        };
+        assert_eq!(
+            e.to_string(),
+            "peer 2 → the server: no handshake reply within 1s"
+        );
+        let e = Error::Flush {
+            peer: server,
+            to: peer,
+            waited: Duration::from_secs(2),
+        };
+        assert_eq!(
+            e.to_string(),
+            "the server: peer 2 did not finish reading within 2s"
+        );
+    }
+}

@@ -324,7 +324,7 @@ impl Node {
                 // Writers flush, close and wait for their receivers to finish reading.
                 let mut done = Ok(());
                 for (to, w) in writers {
-                    done = join_writer(id, to, w, timeout).await;
+                    done = join_writer(cluster, id, to, w, timeout).await;
                     if done.is_err() {
                         break;
                     }
@@ -342,7 +342,7 @@ impl Node {
                     .into_iter()
                     .find_map(|(t, w)| (t == to).then_some(w));
                 let real = match w {
-                    Some(w) => join_writer(id, to, w, timeout).await.err(),
+                    Some(w) => join_writer(cluster, id, to, w, timeout).await.err(),
                     None => None,
                 };
                 Err(real.unwrap_or(Error::Disconnected {
@@ -367,6 +367,7 @@ impl Node {
 
 /// Waits for the writer to peer `to` to finish.
 async fn join_writer(
+    cluster: &Cluster,
     me: usize,
     to: usize,
     w: tokio::task::JoinHandle<Result<()>>,
@@ -376,12 +377,12 @@ async fn join_writer(
         Ok(Ok(r)) => r,
         Ok(Err(source)) => Err(Error::Task {
             peer: me,
-            task: format!("writer to peer {to}"),
+            task: format!("writer to {}", NodeName::of(cluster, to)),
             source,
         }),
         Err(_) => Err(Error::Flush {
-            peer: me,
-            to,
+            peer: NodeName::of(cluster, me),
+            to: NodeName::of(cluster, to),
             waited: timeout,
         }),
     }

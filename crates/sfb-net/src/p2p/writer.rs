@@ -55,7 +55,7 @@ impl Writer {
     /// dropped the inbound stream under load: libp2p-stream drops streams an acceptor is
     /// too slow to take). A refused handshake is final.
     async fn connect(&self) -> Result<libp2p::Stream> {
-        let (me, to) = (self.me.index, self.to);
+        let (me, to) = (self.me, self.to_name);
         let mut control = self.control.clone();
         let mut last_problem = ConnectProblem::NoAttempt;
         loop {
@@ -74,7 +74,7 @@ impl Writer {
                 {
                     Ok(Ok(s)) => s,
                     Ok(Err(e)) => {
-                        debug!(peer = me, to, %e, "open_stream failed; re-dialing");
+                        debug!(peer = %me, to = %to, %e, "open_stream failed; re-dialing");
                         last_problem = ConnectProblem::OpenStream(e);
                         let _ = self.dial.send(self.addr.clone()).await;
                         // Back off before re-dialing a peer that is not up yet.
@@ -96,13 +96,13 @@ impl Writer {
                 Ok(Ok(Some(reply))) => reply,
                 Ok(Ok(None)) => {
                     last_problem = ConnectProblem::ClosedBeforeReply;
-                    debug!(peer = me, to, "{last_problem}; retrying");
+                    debug!(peer = %me, to = %to, "{last_problem}; retrying");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
                 Ok(Err(e)) => {
                     last_problem = ConnectProblem::Handshake(e);
-                    debug!(peer = me, to, "{last_problem}; retrying");
+                    debug!(peer = %me, to = %to, "{last_problem}; retrying");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }

@@ -1,0 +1,252 @@
+//! Helpers shared by the root integration tests that drive real `sfb` processes
+//! (`hand_run`, `flood`, `p2p_processes`, `exits`): temporary directories, a guard that
+//! kills its children by PID, `sfb cluster init`, and starting hand-run nodes that
+//! exchange their addresses (`--base-port 0 … --exchange-addrs`). Every wait is under a
+//! timeout.
+
+// Each test binary compiles this module on its own and uses a subset of it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const SFB: &str = env!("CARGO_BIN_EXE_sfb");
+
+/// A fresh, empty `CARGO_TARGET_TMPDIR/<group>/<name>`.
+pub fn tempdir(group: &str, name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(group)
+        .join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Children killed (by PID, through `Child::kill`) when the guard drops: on panic too.
+pub struct Children(pub Vec<(String, Child)>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Children {
+    /// Waits for every child under one deadline; panics (the guard kills the rest) if one
+    /// fails or the deadline passes. Returns each child's stderr.
+    pub fn wait_all(&mut self, limit: Duration) -> Vec<String> {
+        let start = Instant::now();
+        let mut errs = vec![None; self.0.len()];
+        while errs.iter().any(Option::is_none) {
+            for (k, (name, c)) in self.0.iter_mut().enumerate() {
+                if errs[k].is_some() {
+                    continue;
+                }
+                if let Some(s) = c.try_wait().unwrap() {
+                    let err = stderr_of(c);
+                    assert!(s.success(), "{name} failed ({s}):\n{err}");
+                    errs[k] = Some(err);
+                }
+            }
+            assert!(
+                start.elapsed() < limit,
+                "the cluster did not finish within {limit:?}"
+            );
+            // Polling exit statuses; std has no wait-with-timeout.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        errs.into_iter().map(Option::unwrap).collect()
+    }
+
+    /// Waits for child `k` to exit within `limit`; returns its status and stderr, or
+    /// `None` if it is still running then (the guard kills it).
+    pub fn try_wait_one(&mut self, k: usize, limit: Duration) -> Option<(ExitStatus, String)> {
+        let c = &mut self.0[k].1;
+        let s = wait_timeout(c, limit)?;
+        Some((s, stderr_of(c)))
+    }
+
+    /// Waits for child `k` to exit within `limit` (panics otherwise; the guard kills it);
+    /// returns its status and stderr.
+    pub fn wait_one(&mut self, k: usize, limit: Duration) -> (ExitStatus, String) {
+        self.try_wait_one(k, limit)
+            .unwrap_or_else(|| panic!("{} still running after {limit:?}", self.0[k].0))
+    }
+
+    pub fn kill(&mut self, k: usize) {
+        let c = &mut self.0[k].1;
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.0.iter().map(|(_, c)| c.id()).collect()
+    }
+}
+
+/// Waits for `c` to exit within `limit`: its status, or `None` if it is still running
+/// then (it is left running).
+pub fn wait_timeout(c: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            return Some(s);
+        }
+        if start.elapsed() >= limit {
+            return None;
+        }
+        // Polling an exit status; std has no wait-with-timeout.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Everything left on a child's (piped) stderr.
+pub fn stderr_of(c: &mut Child) -> String {
+    let mut err = String::new();
+    std::io::Read::read_to_string(c.stderr.as_mut().unwrap(), &mut err).unwrap();
+    err
+}
+
+/// Whether `pid` is a live process (a zombie counts as gone).
+pub fn running(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .next();
+    !matches!(state, None | Some("Z" | "X"))
+}
+
+/// No process with one of these PIDs is left running.
+pub fn assert_gone(pids: &[u32]) {
+    for &pid in pids {
+        assert!(!running(pid), "child {pid} is still running");
+    }
+}
+
+/// `sfb cluster init --base-port 0 <args> -o DIR/cluster.toml`; returns the file.
+pub fn init(dir: &Path, args: &[&str]) -> PathBuf {
+    let cluster = dir.join("cluster.toml");
+    let out = Command::new(SFB)
+        .args(["cluster", "init", "--base-port", "0"])
+        .args(args)
+        .arg("-o")
+        .arg(&cluster)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cluster init: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cluster
+}
+
+/// A started cluster: the guard, each node's listen address, and its stdout lines
+/// (`(node, line)`: the `{"clock":N}` progress lines).
+pub struct Started {
+    pub children: Children,
+    pub addrs: Vec<String>,
+    pub lines: mpsc::Receiver<(usize, String)>,
+    /// The nodes' stdin after [`Started::exchange`], open as long as this lives. (A
+    /// hand-run node reads its one line and no more; only a node started by the launcher
+    /// takes a closed stdin for its launcher gone.)
+    pub stdins: Vec<ChildStdin>,
+}
+
+/// Starts `sfb <role…> --cluster FILE --exchange-addrs` for every node (`(name, role and
+/// options)`), waits until each says where it listens, and returns before handing them
+/// the addresses ([`Started::exchange`]).
+pub fn start(cluster: &Path, nodes: &[(String, Vec<String>)]) -> Started {
+    let (tx, rx) = mpsc::channel();
+    let mut children = Children(Vec::new());
+    for (k, (name, args)) in nodes.iter().enumerate() {
+        let mut c = Command::new(SFB)
+            .args(args)
+            .arg("--cluster")
+            .arg(cluster)
+            .arg("--exchange-addrs")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(c.stdout.take().unwrap());
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let _ = tx.send((k, line));
+            }
+        });
+        children.0.push((name.clone(), c));
+    }
+    let mut addrs = vec![None; nodes.len()];
+    while addrs.iter().any(Option::is_none) {
+        let (k, line) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("every node says where it listens within 60 s");
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        if let Some(a) = v["listening"].as_str() {
+            addrs[k] = Some(a.to_string());
+        }
+    }
+    Started {
+        children,
+        addrs: addrs.into_iter().map(Option::unwrap).collect(),
+        lines: rx,
+        stdins: Vec::new(),
+    }
+}
+
+impl Started {
+    /// Hands every node the addresses (keeping their stdin open): the run begins.
+    pub fn exchange(&mut self) {
+        let line = serde_json::json!({ "addrs": self.addrs }).to_string();
+        for (_, c) in &mut self.children.0 {
+            let mut stdin = c.stdin.take().unwrap();
+            writeln!(stdin, "{line}").unwrap();
+            stdin.flush().unwrap();
+            self.stdins.push(stdin);
+        }
+    }
+
+    /// Waits until node `k` reports clock `clock` (60 s at most for each line).
+    pub fn wait_clock(&self, k: usize, clock: u64) {
+        let want = format!(r#"{{"clock":{clock}}}"#);
+        loop {
+            let (i, line) = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("node {k} did not reach clock {clock} within 60 s"));
+            if i == k && line == want {
+                return;
+            }
+        }
+    }
+
+    /// The TCP address node `k` listens on.
+    pub fn socket_addr(&self, k: usize) -> SocketAddr {
+        tcp_of(&self.addrs[k])
+    }
+}
+
+/// `/ip4/A/tcp/P[/p2p/…]` → `A:P`.
+pub fn tcp_of(multiaddr: &str) -> SocketAddr {
+    let parts: Vec<&str> = multiaddr.split('/').collect();
+    assert!(
+        parts.len() >= 5 && parts[1] == "ip4" && parts[3] == "tcp",
+        "{multiaddr}"
+    );
+    format!("{}:{}", parts[2], parts[4]).parse().unwrap()
+}
