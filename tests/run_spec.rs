@@ -87,6 +87,8 @@ fn every_option_lands_in_the_spec() {
         "rotate:5",
         "--max-drift",
         "12",
+        "--scale",
+        "maxabs",
         "--metrics",
         "m.jsonl",
         "--summary",
@@ -113,6 +115,7 @@ fn every_option_lands_in_the_spec() {
             eval_every: 4,
             straggler: Some(StragglerSpec::Rotating { delay_ms: 5 }),
             max_drift: 12,
+            scale: sfb::harness::ScaleSpec(sfb::models::Scale::MaxAbs),
         },
         topology: TopologyOptions {
             out_degree: Some(2),

@@ -188,6 +188,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "summary",
     "straggler",
     "max_drift",
+    "scale",
     "data",
     "test_data",
     "holdout",

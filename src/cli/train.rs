@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use sfb_harness::{
-    ConsistencySpec, DataSource, ModelChoice, OutputOptions, RunSpec, StragglerSpec, TrainOptions,
+    ConsistencySpec, DataSource, ModelChoice, OutputOptions, RunSpec, ScaleSpec, StragglerSpec,
+    TrainOptions,
 };
 
 /// Which model to train.
@@ -129,6 +130,11 @@ pub struct TrainArgs {
     /// memory; BSP and SSP ignore it).
     #[arg(long, value_name = "N", default_value_t = sfb_core::DEFAULT_MAX_DRIFT)]
     pub max_drift: u64,
+    /// Feature scaling: none, standard (dense: zero mean, unit variance) or maxabs
+    /// (divide by each feature's largest magnitude; keeps sparse data sparse). Statistics
+    /// from the training data only.
+    #[arg(long, default_value = "none")]
+    pub scale: ScaleSpec,
     /// Data files and per-model parameters.
     #[command(flatten)]
     pub model_opts: Box<ModelOptions>,
@@ -185,6 +191,7 @@ impl TrainArgs {
             eval_every: self.eval_every,
             straggler: self.straggler,
             max_drift: self.max_drift,
+            scale: self.scale,
         };
         spec.output = OutputOptions {
             metrics: self.metrics.clone(),

@@ -74,7 +74,7 @@ impl Cluster {
     pub fn from_spec(spec: &RunSpec) -> Result<Builder<Builtin>> {
         spec.validate()?;
         let t = &spec.train;
-        let problem = spec.data.load(&spec.model, t.seed)?;
+        let problem = spec.data.load(&spec.model, t.seed)?.scaled(t.scale.0)?;
         problem.check_batch(t.batch)?;
         let mut b = Cluster::builder()
             .peers(spec.peers)

@@ -92,6 +92,6 @@ pub use error::{Error, Result};
 pub use run::run;
 pub use spec::{
     Backend, ConsistencySpec, DataSource, ModelChoice, NetOptions, OutputOptions, Push, RunSpec,
-    StragglerSpec, TopologyMethod, TopologyOptions, TrainOptions, Transport, flag_for,
+    ScaleSpec, StragglerSpec, TopologyMethod, TopologyOptions, TrainOptions, Transport, flag_for,
 };
 pub use summary::{NodeOutcome, summarize};

@@ -301,6 +301,37 @@ pub struct TrainOptions {
     /// in-neighbour has delivered fewer than `t − max_drift` clocks, which bounds every
     /// peer's queues (and memory). Default [`sfb_core::DEFAULT_MAX_DRIFT`].
     pub max_drift: u64,
+    /// Feature scaling (`none`, `standard`, `maxabs`), statistics from the training set
+    /// only, applied to training and held-out data alike. Default none.
+    pub scale: ScaleSpec,
+}
+
+/// [`sfb_models::Scale`] as JSON and command line write it (`none`, `standard`,
+/// `maxabs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ScaleSpec(pub sfb_models::Scale);
+
+impl std::str::FromStr for ScaleSpec {
+    type Err = sfb_models::Error;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        s.parse().map(ScaleSpec)
+    }
+}
+
+impl TryFrom<String> for ScaleSpec {
+    type Error = sfb_models::Error;
+
+    fn try_from(s: String) -> std::result::Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<ScaleSpec> for String {
+    fn from(s: ScaleSpec) -> String {
+        s.0.to_string()
+    }
 }
 
 impl Default for TrainOptions {
@@ -315,6 +346,7 @@ impl Default for TrainOptions {
             eval_every: 10,
             straggler: None,
             max_drift: sfb_core::DEFAULT_MAX_DRIFT,
+            scale: ScaleSpec::default(),
         }
     }
 }
