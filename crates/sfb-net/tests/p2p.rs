@@ -14,8 +14,10 @@ use sfb_net::cluster::Cluster;
 use sfb_net::frame::{self, Ack, Hello};
 use sfb_net::p2p::{Node, Options, RunShape, build_swarm};
 
+/// A fresh folder for one test under the build's own temporary directory (cluster files
+/// and private keys stay out of the system's /tmp; removed first if a run left it).
 fn tempdir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("sfb-net-{name}-{}", std::process::id()));
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sfb-net-{name}"));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
