@@ -254,30 +254,9 @@ impl NodeArgs {
         Ok(spec)
     }
 
-    /// Refuses, before any work, a private key that others may read (unless
-    /// `--allow-open-key`) and output files that cannot be written.
-    fn check(&self, spec: &NodeSpec, role: Role) -> Result<()> {
-        // A cluster file that does not load, or an id it does not have, is left to
-        // `run_node`, which says so in its own words.
-        if !self.allow_open_key
-            && let Ok(cluster) = Cluster::load(&self.cluster)
-        {
-            let id = match role {
-                Role::Server => cluster.server(),
-                Role::Peer(i) => (i < cluster.peers()).then_some(i),
-            };
-            if let Some(id) = id {
-                match cluster.check_key_permissions(id) {
-                    Err(
-                        e @ sfb_net::Error::Cluster {
-                            source: sfb_net::ClusterError::KeyPermissions { .. },
-                            ..
-                        },
-                    ) => bail!("{e}, or pass --allow-open-key to use it anyway"),
-                    r => r?,
-                }
-            }
-        }
+    /// Refuses, before any work, output files that cannot be written (a private key
+    /// that others may read is refused by `run_node` unless `--allow-open-key`).
+    fn check(&self, spec: &NodeSpec) -> Result<()> {
         spec.run.check_outputs().map_err(cli_error)?;
         for (flag, path) in [("--report", &self.report), ("--dump-w", &self.dump_w)] {
             if let Some(path) = path {
@@ -289,8 +268,9 @@ impl NodeArgs {
 
     /// Runs node `role` and writes `--report` / `--dump-w`.
     fn run(&self, role: Role) -> Result<()> {
-        let spec = self.node_spec()?;
-        self.check(&spec, role)?;
+        let mut spec = self.node_spec()?;
+        spec.allow_open_key = self.allow_open_key;
+        self.check(&spec)?;
         let done = sfb_harness::launch::run_node(&spec, &self.cluster, role).map_err(cli_error)?;
         if let Some(path) = &self.dump_w {
             sfb_harness::launch::write_w(path, &done.w).map_err(|e| cli_error(e.into()))?;

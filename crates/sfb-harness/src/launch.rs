@@ -123,6 +123,10 @@ pub struct NodeSpec {
     /// `exchange_addrs`.
     #[serde(default)]
     pub owned_by_launcher: bool,
+    /// Use the node's private key even if group or others may access its file (by
+    /// default [`run_node`] refuses such a key, as ssh does).
+    #[serde(default)]
+    pub allow_open_key: bool,
 }
 
 impl NodeSpec {
@@ -133,6 +137,7 @@ impl NodeSpec {
             exchange_addrs: false,
             out_dir: None,
             owned_by_launcher: false,
+            allow_open_key: false,
         }
     }
 
@@ -246,6 +251,9 @@ pub fn run_node(spec: &NodeSpec, cluster: &Path, role: Role) -> crate::Result<No
         }
         Role::Peer(i) => i,
     };
+    if !spec.allow_open_key {
+        file.check_key_permissions(id).map_err(Error::from)?;
+    }
     let mut run = spec.run.clone();
     run.peers = file.workers();
     run.backend = if fms { Backend::Fms } else { Backend::Sfb };
@@ -637,6 +645,7 @@ impl Launcher {
             exchange_addrs: true,
             out_dir: Some(dir.path().to_path_buf()),
             owned_by_launcher: true,
+            allow_open_key: false,
         };
         child.run.output = Default::default();
         child.run.net.netns = false;
@@ -1003,6 +1012,7 @@ mod tests {
             exchange_addrs: true,
             out_dir: Some("/x".into()),
             owned_by_launcher: false,
+            allow_open_key: false,
         };
         let back: NodeSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);

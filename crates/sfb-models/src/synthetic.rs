@@ -364,6 +364,21 @@ impl std::str::FromStr for ClusterSpec {
     }
 }
 
+/// Refuses `samples + test` dense samples of `features` values beyond
+/// [`Limits::max_data_bytes`].
+fn check_dense_samples(
+    limits: &Limits,
+    at: &str,
+    samples: usize,
+    test: usize,
+    features: usize,
+) -> Result<()> {
+    let n = samples as u128 + test as u128;
+    let what = format!("{samples} + {test} samples of {features} features");
+    let bytes = data_bytes(n, n.saturating_mul(features as u128), false);
+    limits.check_data_bytes(at, &what, bytes)
+}
+
 impl ClusterSpec {
     /// Refuses a spec whose samples would exceed [`Limits::max_data_bytes`] or whose
     /// features exceed [`Limits::max_features`]; `at` names the spec in the error.
@@ -373,13 +388,7 @@ impl ClusterSpec {
     pub fn check_limits(&self, limits: &Limits, at: &str) -> Result<()> {
         limits.check_features(at, "features", self.features as u64)?;
         limits.check_matrix(at, "class centres", self.classes, self.informative)?;
-        let n = self.samples as u128 + self.test as u128;
-        let what = format!(
-            "{} + {} samples of {} features",
-            self.samples, self.test, self.features
-        );
-        let bytes = data_bytes(n, n.saturating_mul(self.features as u128), false);
-        limits.check_data_bytes(at, &what, bytes)
+        check_dense_samples(limits, at, self.samples, self.test, self.features)
     }
 }
 
@@ -482,13 +491,7 @@ impl SignalSpec {
     pub fn check_limits(&self, limits: &Limits, at: &str) -> Result<()> {
         limits.check_features(at, "features", self.features as u64)?;
         limits.check_matrix(at, "hidden dictionary", self.atoms, self.features)?;
-        let n = self.samples as u128 + self.test as u128;
-        let what = format!(
-            "{} + {} samples of {} features",
-            self.samples, self.test, self.features
-        );
-        let bytes = data_bytes(n, n.saturating_mul(self.features as u128), false);
-        limits.check_data_bytes(at, &what, bytes)
+        check_dense_samples(limits, at, self.samples, self.test, self.features)
     }
 }
 

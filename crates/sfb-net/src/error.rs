@@ -493,7 +493,9 @@ pub enum ClusterError {
     KeyEncoding(#[source] libp2p::identity::DecodingError),
     /// A private key file that group or others may access (any of mode `0o077`), refused
     /// as ssh refuses one.
-    #[error("private key is accessible by group or others (mode {mode:04o}); chmod 600 it")]
+    #[error(
+        "private key is accessible by group or others (mode {mode:04o}); chmod 600 it, or pass --allow-open-key to use it anyway"
+    )]
     KeyPermissions {
         /// The file's permission bits.
         mode: u32,
