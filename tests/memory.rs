@@ -48,7 +48,7 @@ fn replicas_that_cannot_fit_are_refused_before_they_are_allocated() {
             "classes=1024,features=1024,samples=200",
         ]);
         assert!(
-            err.contains(&format!("{peers} replicas of a 1024×1024 W need")),
+            err.contains(&format!("{peers} replicas of a 1024×1024 W")) && err.contains(" need "),
             "{transport}: {err}"
         );
         assert!(err.contains("is available (MemAvailable)"), "{err}");

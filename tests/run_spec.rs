@@ -73,6 +73,12 @@ fn every_option_lands_in_the_spec() {
         "5",
         "--lr",
         "0.25",
+        "--optimizer",
+        "momentum",
+        "--lr-schedule",
+        "step:5:0.5",
+        "--warmup",
+        "3",
         "--clocks",
         "11",
         "--staleness",
@@ -107,7 +113,10 @@ fn every_option_lands_in_the_spec() {
         data: RunSpec::default().data,
         train: TrainOptions {
             batch: 5,
-            lr: 0.25,
+            lr: Some(0.25),
+            optimizer: Some(sfb::harness::MethodSpec(sfb::core::Method::Momentum)),
+            lr_schedule: "step:5:0.5".parse().unwrap(),
+            warmup: Some(3),
             clocks: 11,
             consistency: ConsistencySpec::Ssp { staleness: 2 },
             seed: 9,
@@ -219,7 +228,7 @@ fn demo_arms_are_the_documented_runs() {
     }
     .arms()
     .unwrap();
-    let base = "--model mlr --synthetic classes=256,features=1024,samples=24000,test=1000,rank=16 --batch 16 --lr 0.05 --seed 2016 --transport mem --peers 6 --clocks 40 --eval-every 2";
+    let base = "--model mlr --synthetic classes=256,features=1024,samples=24000,test=1000,rank=16,blobs=0.3 --batch 16 --seed 2016 --transport mem --peers 6 --clocks 40 --eval-every 2";
     let want = [
         base.to_string(),
         format!("{base} --out-degree 2"),

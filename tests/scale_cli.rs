@@ -37,7 +37,8 @@ const SMALL: [&str; 6] = [
 
 #[test]
 fn standard_scaling_is_the_same_on_every_peer_and_changes_the_run() {
-    let (rc, err, plain) = run(&SMALL, "none");
+    let plain_args = [&SMALL[..], &["--scale", "none"]].concat();
+    let (rc, err, plain) = run(&plain_args, "none");
     assert_eq!(rc, 0, "{err}");
     let scaled_args = [&SMALL[..], &["--scale", "standard"]].concat();
     let (rc, err, mem) = run(&scaled_args, "mem");

@@ -13,7 +13,7 @@ use super::train::cli_error;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Scenario to run: kernel, link, fms-vs-sfb, q-sweep, staleness, scaling, model-size,
-    /// budget-check (root only: token bucket vs kernel tbf shaping; skipped elsewhere), or
+    /// optimizers, adarevision, saga, budget-check (root only: token bucket vs kernel tbf shaping; skipped elsewhere), or
     /// `all` (kernel and the training scenarios, in that order).
     #[arg(long, default_value = "kernel")]
     pub scenario: String,
@@ -25,10 +25,11 @@ pub struct BenchArgs {
     #[arg(long, default_value = "libp2p", value_parser = ["libp2p", "mem"])]
     pub transport: String,
     /// Training scenarios: peers (default per scenario: fms-vs-sfb 8, q-sweep 12,
-    /// staleness 4, scaling up to 8, model-size 4).
+    /// staleness 4, scaling up to 8, model-size 4, optimizers 4, adarevision 4).
     #[arg(long)]
     pub peers: Option<usize>,
-    /// Training scenarios: J = D of the MLR model (default: fms-vs-sfb 4096, others 1024).
+    /// Training scenarios: J = D of the MLR model (default: fms-vs-sfb 4096, others 1024;
+    /// optimizers: of its cost-per-clock arms).
     #[arg(long)]
     pub size: Option<usize>,
     /// model-size: comma-separated J = D values (default 256,512,1024,2048).
@@ -41,7 +42,8 @@ pub struct BenchArgs {
     /// fraction of its clocks.
     #[arg(long)]
     pub target_frac: Option<f64>,
-    /// staleness: the straggler's extra milliseconds per step (default 40).
+    /// staleness, adarevision, saga: the straggler's extra milliseconds per step (default
+    /// 40; adarevision 20; saga 10).
     #[arg(long)]
     pub straggler_ms: Option<u64>,
     /// Rows J of W (kernel scenario).

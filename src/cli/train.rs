@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use sfb_harness::{
-    ConsistencySpec, DataSource, ModelChoice, OutputOptions, RunSpec, ScaleSpec, StragglerSpec,
-    TrainOptions,
+    ConsistencySpec, DataSource, MethodSpec, ModelChoice, OutputOptions, RunSpec, ScaleSpec,
+    ScheduleSpec, StragglerSpec, TrainOptions,
 };
 
 /// Which model to train.
@@ -93,9 +93,32 @@ pub struct TrainArgs {
     /// Mini-batch size K per peer and clock.
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
-    /// Learning rate.
-    #[arg(long, default_value_t = 0.5)]
-    pub lr: f32,
+    /// Learning rate: SGD's multiplier of the gradient, the adaptive optimizers' step per
+    /// coordinate. Default: for factored, adagrad and adarevision, set from the data so the
+    /// first step moves a score by a fixed amount (5 / mean ‖x‖₁ for mlr, 1.5 / … for dml,
+    /// 0.5 / … for sc, after scaling; printed with the run); 0.5 for sgd, momentum and saga.
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// How updates become steps: factored (adaptive per row and column, keeps the rank-1
+    /// apply; default except for l2mlr), sgd (default for l2mlr, whose SDCA steps take no
+    /// step size), adagrad (dense per-coordinate AdaGrad), adarevision (delay-tolerant
+    /// AdaGrad, dense), momentum (heavy ball, dense), saga (variance-reduced SAGA for mlr
+    /// and l2mlr: each peer keeps its samples' last gradient factors and sends the
+    /// differences, every replica keeps the table mean; for l2mlr it trains the primal
+    /// (1/n)Σ CE + λ/2‖W‖² on W instead of SDCA; linear convergence at a constant step;
+    /// needs factor push with --backend fms).
+    #[arg(long, value_name = "METHOD")]
+    pub optimizer: Option<MethodSpec>,
+    /// Step-size schedule over clocks: constant, inv-sqrt[:TAU] (1/√(1+t/τ), τ=100),
+    /// step:EVERY[:GAMMA] (×γ every EVERY clocks, γ=0.5), cosine[:FLOOR] (to FLOOR×lr at
+    /// the last clock).
+    #[arg(long, default_value = "constant")]
+    pub lr_schedule: ScheduleSpec,
+    /// Linear warm-up of the step size over the first N clocks. Default: min(10, clocks/4)
+    /// for factored, adagrad and adarevision (their first steps are their largest), none
+    /// for the others.
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u64>,
     /// Clocks (iterations per peer).
     #[arg(long, default_value_t = 100)]
     pub clocks: u64,
@@ -130,10 +153,11 @@ pub struct TrainArgs {
     /// memory; BSP and SSP ignore it).
     #[arg(long, value_name = "N", default_value_t = sfb_core::DEFAULT_MAX_DRIFT)]
     pub max_drift: u64,
-    /// Feature scaling: none, standard (dense: zero mean, unit variance) or maxabs
-    /// (divide by each feature's largest magnitude; keeps sparse data sparse). Statistics
-    /// from the training data only.
-    #[arg(long, default_value = "none")]
+    /// Feature scaling: auto (standard for dense data, maxabs for sparse; none for sc),
+    /// none, standard
+    /// (dense: zero mean, unit variance) or maxabs (divide by each feature's largest
+    /// magnitude; keeps sparse data sparse). Statistics from the training data only.
+    #[arg(long, default_value = "auto")]
     pub scale: ScaleSpec,
     /// Data files and per-model parameters.
     #[command(flatten)]
@@ -180,6 +204,9 @@ impl TrainArgs {
         spec.train = TrainOptions {
             batch: self.batch,
             lr: self.lr,
+            optimizer: self.optimizer,
+            lr_schedule: self.lr_schedule,
+            warmup: self.warmup,
             clocks: self.clocks,
             consistency: match (self.consistency, self.staleness) {
                 (Some(c), _) => c,

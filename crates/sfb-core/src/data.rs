@@ -52,6 +52,15 @@ impl<S> Shard<S> {
 
     /// The next `k` samples (fewer only if the shard is empty), crossing epochs as needed.
     pub fn next_batch(&mut self, k: usize) -> Vec<&S> {
+        self.next_batch_indexed(k)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect()
+    }
+
+    /// [`next_batch`](Self::next_batch) with each sample's index in
+    /// [`samples`](Self::samples) (what [`Model::compute_sv_indexed`](crate::Model::compute_sv_indexed) gets).
+    pub fn next_batch_indexed(&mut self, k: usize) -> Vec<(usize, &S)> {
         let mut idx = Vec::with_capacity(k);
         if self.samples.is_empty() {
             return Vec::new();
@@ -65,7 +74,7 @@ impl<S> Shard<S> {
             idx.push(self.order[self.pos]);
             self.pos += 1;
         }
-        idx.into_iter().map(|i| &self.samples[i]).collect()
+        idx.into_iter().map(|i| (i, &self.samples[i])).collect()
     }
 }
 

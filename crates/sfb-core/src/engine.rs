@@ -28,7 +28,8 @@ use crate::time::{TimeSource, Work, secs};
 use crate::wire::{self, Message};
 use crate::worker::{Inbound, Plan, Side, Worker, WorkerParts};
 use crate::{
-    Consistency, Error, Evaluation, Evaluator, FactorBatch, Model, PeerId, Replica, Result, Shard,
+    Consistency, Error, Evaluation, Evaluator, FactorBatch, Model, Optimizer, PeerId, Replica,
+    Result, Shard, Stepper,
 };
 
 /// Configuration of one peer's engine.
@@ -65,6 +66,9 @@ pub struct Config {
     /// peer upstream of it, as SSP's bound does. BSP and SSP ignore it. Default:
     /// [`DEFAULT_MAX_DRIFT`].
     pub max_drift: u64,
+    /// How the updates this peer applies become steps on its replica (method, schedule);
+    /// every peer of a run must use the same. Default: plain SGD.
+    pub optimizer: Optimizer,
 }
 
 /// Default [`Config::max_drift`]: 64 clocks, room for a straggler several times slower than
@@ -99,6 +103,7 @@ impl Config {
             eval_every: 10,
             wire: wire::Dtype::F32,
             max_drift: DEFAULT_MAX_DRIFT,
+            optimizer: Optimizer::default(),
         }
     }
 
@@ -134,7 +139,8 @@ impl Config {
                 }
             }
         }
-        check_step(self.batch_size, self.lr)
+        check_step(self.batch_size, self.lr)?;
+        self.optimizer.validate(self.lr)
     }
 
     /// What the worker runs.
@@ -214,6 +220,7 @@ pub enum Event {
 /// out-neighbours.
 struct PeerSide {
     replica: Replica,
+    stepper: Stepper,
     pending: BTreeMap<(u64, PeerId), Arc<FactorBatch>>,
     out_neighbors: Vec<PeerId>,
     wire: wire::Dtype,
@@ -243,7 +250,7 @@ impl<M: Model> Side<M> for PeerSide {
         let t0 = time.now();
         let batches: Vec<Arc<FactorBatch>> = keys.iter().map(|k| self.pending[k].clone()).collect();
         let refs: Vec<&FactorBatch> = batches.iter().map(|b| b.as_ref()).collect();
-        let stats = self.replica.apply(&refs)?;
+        let stats = self.stepper.apply(&mut self.replica, &refs, worker.clock)?;
         for k in &keys {
             self.pending.remove(k);
             let late = worker.clock.saturating_sub(1).saturating_sub(k.0);
@@ -330,6 +337,7 @@ impl<M: Model> Engine<M> {
         );
         Ok(Self {
             side: PeerSide {
+                stepper: Stepper::new(cfg.optimizer.clone(), cfg.lr, cfg.clocks, replica.dim())?,
                 replica,
                 pending: BTreeMap::new(),
                 out_neighbors: cfg.out_neighbors.clone(),

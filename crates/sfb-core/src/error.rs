@@ -149,6 +149,14 @@ pub enum ConfigError {
         /// The rate given.
         lr: f32,
     },
+    /// The optimizer's constants do not fit the run.
+    #[error("optimizer {optimizer}: {reason}")]
+    Optimizer {
+        /// The method.
+        optimizer: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// An FMS run with too few or too many clients.
     #[error("FMS needs between 1 and {max} clients, got {got}")]
     FmsClients {

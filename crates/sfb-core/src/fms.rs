@@ -137,6 +137,9 @@ pub struct Config {
     pub eval_every: u64,
     /// What clients push. Default: [`Push::Factors`].
     pub push: Push,
+    /// How the server turns the clients' updates into steps on W (the server plays the
+    /// optimizer for everyone; clients only compute). Default: plain SGD.
+    pub optimizer: crate::Optimizer,
 }
 
 impl Config {
@@ -150,6 +153,7 @@ impl Config {
             lr: 0.1,
             eval_every: 10,
             push: Push::Factors,
+            optimizer: crate::Optimizer::default(),
         }
     }
 
@@ -164,6 +168,7 @@ impl Config {
             lr: cfg.lr,
             eval_every: cfg.eval_every,
             push,
+            optimizer: cfg.optimizer.clone(),
         }
     }
 
@@ -171,7 +176,7 @@ impl Config {
     ///
     /// # Errors
     /// [`Error::Config`] naming the problem (no clients, a consistency model other than
-    /// BSP or SSP, a zero batch size, a non-finite learning rate).
+    /// BSP or SSP, a zero batch size, a non-finite learning rate, SAGA with dense push).
     pub fn validate(&self) -> Result<()> {
         let max = PeerId::SERVER.index() - 1;
         if self.clients == 0 || self.clients > max {
@@ -187,7 +192,24 @@ impl Config {
             }
             .into());
         }
-        check_step(self.batch_size, self.lr)
+        check_step(self.batch_size, self.lr)?;
+        if self.push == Push::Dense && self.optimizer.method == crate::Method::Saga {
+            return Err(ConfigError::Optimizer {
+                optimizer: self.optimizer.method.to_string(),
+                reason: "needs factor push: the server keeps SAGA's table mean from the \
+                         clients' factors, which a dense ΔW does not carry"
+                    .into(),
+            }
+            .into());
+        }
+        if self.push == Push::Dense && self.optimizer.method == crate::Method::Factored {
+            return Err(ConfigError::Optimizer {
+                optimizer: self.optimizer.method.to_string(),
+                reason: crate::optim::DENSE_PUSH_FACTORED.into(),
+            }
+            .into());
+        }
+        self.optimizer.validate(self.lr)
     }
 
     fn plan(&self) -> Plan {
@@ -219,6 +241,7 @@ pub struct Server<M: Model> {
     cfg: Config,
     model: M,
     replica: Replica,
+    stepper: crate::Stepper,
     clock: u64,
     /// What each client has delivered (the shared arrival check of every node).
     inbound: Inbound,
@@ -250,8 +273,10 @@ impl<M: Model> Server<M> {
     pub fn new(cfg: Config, model: M, w0: Array2<f32>) -> Result<Self> {
         cfg.validate()?;
         let clients: Vec<PeerId> = (0..cfg.clients as u32).map(PeerId).collect();
+        let replica = Replica::new(w0)?;
         Ok(Self {
-            replica: Replica::new(w0)?,
+            stepper: crate::Stepper::new(cfg.optimizer.clone(), cfg.lr, cfg.clocks, replica.dim())?,
+            replica,
             inbound: Inbound::new(&clients, cfg.clients),
             cfg,
             model,
@@ -458,7 +483,7 @@ impl<M: Model> Server<M> {
                         Update::Dense(_) => unreachable!("push kind checked on receipt"),
                     })
                     .collect();
-                let stats = self.replica.apply(&refs)?;
+                let stats = self.stepper.apply(&mut self.replica, &refs, c + 1)?;
                 Work::Apply {
                     pairs: stats.pairs(),
                     j,
@@ -466,15 +491,15 @@ impl<M: Model> Server<M> {
                 }
             }
             Push::Dense => {
-                let views: Vec<(PeerId, ArrayView2<'_, f32>)> = updates
+                let views: Vec<(PeerId, u64, ArrayView2<'_, f32>)> = updates
                     .iter()
                     .enumerate()
                     .map(|(p, u)| match u {
-                        Update::Dense(m) => (PeerId(p as u32), m.view()),
+                        Update::Dense(m) => (PeerId(p as u32), c, m.view()),
                         Update::Factors(_) => unreachable!("push kind checked on receipt"),
                     })
                     .collect();
-                self.replica.add_dense(&views)?;
+                self.stepper.apply_dense(&mut self.replica, &views, c + 1)?;
                 Work::Dense {
                     matrices: views.len(),
                     j,

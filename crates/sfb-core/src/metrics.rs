@@ -137,6 +137,11 @@ pub struct RunInfo {
     pub clocks: u64,
     /// Mini-batch size per peer and clock.
     pub batch: usize,
+    /// The optimizer, as [`crate::Optimizer`] displays it (`factored`, `sgd, schedule
+    /// inv-sqrt:100`, …).
+    pub optimizer: String,
+    /// The learning rate every node used.
+    pub lr: f32,
 }
 
 /// The `--summary` JSON of a run (keys fixed by DESIGN.md's CLI contract, plus extras).
@@ -158,6 +163,12 @@ pub struct Summary {
     pub clocks: u64,
     /// Mini-batch size per peer and clock.
     pub batch: usize,
+    /// The optimizer (method and schedule).
+    #[serde(default)]
+    pub optimizer: String,
+    /// The learning rate every node used.
+    #[serde(default)]
+    pub lr: f64,
     /// Longest peer wall time, seconds.
     pub wall_s: f64,
     /// Mean over peers of the held-out objective of their final replicas.
@@ -251,6 +262,8 @@ impl Summary {
             out_degree: info.out_degree,
             clocks: info.clocks,
             batch: info.batch,
+            optimizer: info.optimizer,
+            lr: f64::from(info.lr),
             wall_s,
             objective: mean_opt(&|r| r.objective),
             test_accuracy: mean_opt(&|r| r.test_accuracy),
@@ -332,8 +345,16 @@ impl std::fmt::Display for Summary {
         let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.4}"));
         writeln!(
             f,
-            "{} over {} · {} peers · Q={} · {} · {} clocks × K={}",
-            s.backend, s.transport, s.peers, s.out_degree, s.consistency, s.clocks, s.batch
+            "{} over {} · {} peers · Q={} · {} · {} clocks × K={} · {} · lr {}",
+            s.backend,
+            s.transport,
+            s.peers,
+            s.out_degree,
+            s.consistency,
+            s.clocks,
+            s.batch,
+            s.optimizer,
+            s.lr as f32
         )?;
         writeln!(
             f,

@@ -12,7 +12,8 @@ use crate::{ModelError, SvList};
 /// # When things are called
 /// Once per clock, after every update that the consistency model requires has been applied
 /// to the local replica (and [`prox`](Model::prox) has run), the engine draws a mini-batch
-/// from the peer's shard and calls `compute_sv` with a read view of W (`J × D`). The model
+/// from the peer's shard and calls `compute_sv` (through
+/// [`compute_sv_indexed`](Model::compute_sv_indexed)) with a read view of W (`J × D`). The model
 /// pushes one `(u, v)` pair per sample (or per term of its gradient) into `sv`; `u` must
 /// have length `J`, `v` length `D` (dense) or indices `< D` (sparse). At the end of the
 /// iteration the engine commits the list into a batch with scale
@@ -67,6 +68,25 @@ pub trait Model: Send {
         batch: &[&Self::Sample],
         sv: &mut SvList,
     ) -> Result<(), ModelError>;
+
+    /// [`compute_sv`](Model::compute_sv) with each sample's index in the peer's shard
+    /// (`(index, sample)`, in the order drawn): what the engine calls. A model that keeps
+    /// per-sample state (SAGA's table of last gradients, SDCA's duals) overrides it; the
+    /// index is stable for the whole run and below the shard's length. A sample may appear
+    /// twice in one batch (a batch that crosses an epoch boundary of a small shard).
+    /// Default: drops the indices and calls `compute_sv`.
+    ///
+    /// # Errors
+    /// As `compute_sv`.
+    fn compute_sv_indexed(
+        &mut self,
+        w: ArrayView2<'_, f32>,
+        batch: &[(usize, &Self::Sample)],
+        sv: &mut SvList,
+    ) -> Result<(), ModelError> {
+        let samples: Vec<&Self::Sample> = batch.iter().map(|&(_, s)| s).collect();
+        self.compute_sv(w, &samples, sv)
+    }
 
     /// Projects W after each step's updates are applied (e.g. unit-norm columns). Default:
     /// no-op.

@@ -129,11 +129,25 @@ impl Replica {
     /// # Complexity
     /// `O(J·D·R_dense + J·nnz)` flops, one pass over W.
     pub fn apply(&mut self, batches: &[&FactorBatch]) -> Result<ApplyStats> {
+        let scales: Vec<f32> = batches.iter().map(|b| b.scale).collect();
+        self.apply_scaled(batches, &scales)
+    }
+
+    /// [`apply`](Self::apply) with batch `b`'s scale replaced by `scales[b]`: `W += Σ_b
+    /// scales[b] Σ_i u_{b,i} v_{b,i}ᵀ` (how a step-size schedule rescales batches without
+    /// copying their factors).
+    ///
+    /// # Errors
+    /// [`Error::DimensionMismatch`] if `scales` and `batches` differ in length or a batch has
+    /// the wrong shape; [`Error::NonFinite`] for a non-finite scale; the errors of
+    /// [`FactorBatch::validate`]. If any check fails, W is left untouched.
+    pub fn apply_scaled(&mut self, batches: &[&FactorBatch], scales: &[f32]) -> Result<ApplyStats> {
         let (j, d) = self.w.dim();
+        check_scales(batches, scales)?;
         for b in batches {
             b.validate(j, d)?;
         }
-        Ok(apply_unchecked(&mut self.w, batches))
+        Ok(apply_unchecked(&mut self.w, batches, scales))
     }
 
     /// Adds dense updates, `W += Σ_i deltas[i]`, entry by entry in the order given (the
@@ -185,6 +199,37 @@ impl Replica {
     pub fn checksum(&self) -> String {
         checksum(self.w.view())
     }
+}
+
+/// `scales` has one finite value per batch.
+pub(crate) fn check_scales(batches: &[&FactorBatch], scales: &[f32]) -> Result<()> {
+    if scales.len() != batches.len() {
+        return Err(Error::DimensionMismatch {
+            what: "scales (one per batch)".into(),
+            expected: batches.len(),
+            got: scales.len(),
+        });
+    }
+    if let Some((b, _)) = batches.iter().zip(scales).find(|(_, s)| !s.is_finite()) {
+        return Err(Error::NonFinite {
+            origin: b.origin,
+            pair: usize::MAX,
+            what: "scale",
+        });
+    }
+    Ok(())
+}
+
+/// Adds `Σ_b scales[b] Σ_i u_{b,i} v_{b,i}ᵀ` to `w` with the replica's kernel, for batches
+/// already validated against `w`'s shape (the optimizer layer's dense paths use it to
+/// materialize updates into scratch matrices).
+pub(crate) fn accumulate(
+    w: &mut Array2<f32>,
+    batches: &[&FactorBatch],
+    scales: &[f32],
+) -> ApplyStats {
+    debug_assert_eq!(batches.len(), scales.len());
+    apply_unchecked(w, batches, scales)
 }
 
 /// Checks a dense `J × D` matrix that came from `origin` (a full W or a dense ΔW, named
@@ -246,7 +291,7 @@ struct SparsePair<'a> {
     values: &'a [f32],
 }
 
-fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> ApplyStats {
+fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch], scales: &[f32]) -> ApplyStats {
     let (j, d) = w.dim();
     let mut stats = ApplyStats {
         batches: batches.len(),
@@ -254,12 +299,13 @@ fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> ApplyStats 
     };
     // Stack the dense pairs: Ut holds J × R scaled values (row-major for the GEMM path, grouped
     // as below for the small-rank path); Vbar is R × D.
-    let dense: Vec<&FactorBatch> = batches
+    let dense: Vec<(&FactorBatch, f32)> = batches
         .iter()
         .copied()
-        .filter(|b| matches!(b.v, VFactors::Dense(_)) && !b.is_empty())
+        .zip(scales.iter().copied())
+        .filter(|(b, _)| matches!(b.v, VFactors::Dense(_)) && !b.is_empty())
         .collect();
-    let r: usize = dense.iter().map(|b| b.len()).sum();
+    let r: usize = dense.iter().map(|(b, _)| b.len()).sum();
     stats.dense_pairs = r;
     let small = r <= SMALL_RANK_MAX;
     // Small ranks: rows in groups of MR, each group's R×MR values interleaved by pair
@@ -268,7 +314,7 @@ fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> ApplyStats 
     let full = if small { j / MR * MR } else { 0 };
     let mut ut = vec![0f32; j * r];
     let mut col = 0;
-    for b in &dense {
+    for &(b, scale) in &dense {
         for i in 0..b.len() {
             for (row, &x) in b.u_row(i).iter().enumerate() {
                 let at = if row < full {
@@ -276,7 +322,7 @@ fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> ApplyStats 
                 } else {
                     row * r + col
                 };
-                ut[at] = b.scale * x;
+                ut[at] = scale * x;
             }
             col += 1;
         }
@@ -284,13 +330,13 @@ fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> ApplyStats 
     let stacked;
     let vbar: &[f32] = match dense.as_slice() {
         [] => &[],
-        [one] => match &one.v {
+        [(one, _)] => match &one.v {
             VFactors::Dense(v) => v,
             VFactors::Sparse { .. } => unreachable!("filtered to dense"),
         },
         many => {
             let mut s = Vec::with_capacity(r * d);
-            for b in many {
+            for (b, _) in many {
                 if let VFactors::Dense(v) = &b.v {
                     s.extend_from_slice(v);
                 }
@@ -300,7 +346,7 @@ fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> ApplyStats 
         }
     };
     let mut sparse = Vec::new();
-    for b in batches {
+    for (b, &scale) in batches.iter().zip(scales) {
         if let VFactors::Sparse {
             indptr,
             indices,
@@ -310,7 +356,7 @@ fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch]) -> ApplyStats 
             for i in 0..b.len() {
                 let (a, e) = (indptr[i] as usize, indptr[i + 1] as usize);
                 sparse.push(SparsePair {
-                    scale: b.scale,
+                    scale,
                     u: b.u_row(i),
                     indices: &indices[a..e],
                     values: &values[a..e],

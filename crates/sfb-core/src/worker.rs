@@ -385,10 +385,10 @@ impl<M: Model> Worker<M> {
         time: &mut dyn TimeSource,
     ) -> Result<FactorBatch> {
         let t0 = time.now();
-        let batch = self.shard.next_batch(self.plan.batch_size);
+        let batch = self.shard.next_batch_indexed(self.plan.batch_size);
         self.sv.clear();
         self.model
-            .compute_sv(w, &batch, &mut self.sv)
+            .compute_sv_indexed(w, &batch, &mut self.sv)
             .map_err(|source| Error::Model { clock, source })?;
         let pairs = self.sv.len();
         let scale = self.model.scale(clock, self.plan.lr, pairs);

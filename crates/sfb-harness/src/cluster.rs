@@ -74,23 +74,27 @@ impl Cluster {
     pub fn from_spec(spec: &RunSpec) -> Result<Builder<Builtin>> {
         spec.validate()?;
         let t = &spec.train;
-        let problem = spec.data.load(&spec.model, t.seed)?.scaled(t.scale.0)?;
+        let problem = spec
+            .data
+            .load(&spec.model, t.seed)?
+            .scaled(t.scale_for(&spec.model))?;
         problem.check_batch(t.batch)?;
         let mut b = Cluster::builder()
             .peers(spec.peers)
-            .spec(spec.model.spec())
+            .spec(spec.model.spec_for(t.method_for(&spec.model)))
             .data(problem)
             .init_std(t.init_std)
             .consistency(t.consistency.to_core())
             .clocks(t.clocks)
             .batch(t.batch)
-            .lr(t.lr)
+            .optimizer(t.optimizer_for(&spec.model))
             .seed(t.seed)
             .eval_every(t.eval_every)
             .max_drift(t.max_drift)
             .keep_records(spec.output.keep_records)
             .wire(spec.net.wire)
             .timeout(Duration::from_secs_f64(spec.net.timeout_s));
+        b.s.lr = t.lr;
         b.s.straggler = t.straggler;
         b.s.transport = spec.transport.name();
         b.s.metrics = spec.output.metrics.clone();
@@ -149,7 +153,7 @@ struct Settings {
     consistency: Consistency,
     clocks: u64,
     batch: usize,
-    lr: f32,
+    lr: Option<f32>,
     seed: u64,
     eval_every: u64,
     straggler: Option<StragglerSpec>,
@@ -158,6 +162,7 @@ struct Settings {
     progress: Option<Progress>,
     transport: &'static str,
     max_drift: u64,
+    optimizer: Option<sfb_core::Optimizer>,
     keep_all: bool,
     metrics: Option<PathBuf>,
 }
@@ -172,7 +177,7 @@ impl Default for Settings {
             consistency: t.consistency.to_core(),
             clocks: t.clocks,
             batch: t.batch,
-            lr: t.lr,
+            lr: None,
             seed: t.seed,
             eval_every: t.eval_every,
             straggler: t.straggler,
@@ -181,6 +186,7 @@ impl Default for Settings {
             progress: None,
             transport: "mem",
             max_drift: t.max_drift,
+            optimizer: None,
             keep_all: true,
             metrics: None,
         }
@@ -205,13 +211,15 @@ impl Settings {
             self.batch as f64,
             self.batch >= 1,
         )?;
-        let lr = self.lr;
-        range(
-            "train.lr",
-            "a positive number",
-            lr.into(),
-            lr.is_finite() && lr > 0.0,
-        )
+        match self.lr {
+            Some(lr) => range(
+                "train.lr",
+                "a positive number",
+                lr.into(),
+                lr.is_finite() && lr > 0.0,
+            ),
+            None => Ok(()),
+        }
     }
 }
 
@@ -271,6 +279,25 @@ mod kind {
         fn name(&self) -> &'static str;
         /// Builds `peer`'s model, starting matrix, shard and evaluator.
         fn parts(&mut self, peer: &Peer, seed: u64) -> Result<Parts<Self::Model>>;
+        /// The optimizer when none is set: plain SGD for a user's model (its factors mean
+        /// exactly `W += scale · Σ u vᵀ`), the built-in model's default otherwise.
+        fn default_method(&self) -> sfb_core::Method {
+            sfb_core::Method::Sgd
+        }
+        /// The learning rate of `method` when none is set ([`crate::default_lr`]; a
+        /// built-in model with its data: [`crate::default_lr_for_data`]).
+        fn default_lr(&self, method: sfb_core::Method) -> f32 {
+            crate::default_lr(method)
+        }
+        /// Training samples over all peers, once the data is given (SAGA's `n`).
+        fn samples(&self) -> Option<usize> {
+            None
+        }
+        /// The `λ` of `(λ/2)‖W‖²` the model's objective holds, if the optimizer applies it
+        /// ([`sfb_core::Optimizer::l2`]).
+        fn l2(&self) -> f32 {
+            0.0
+        }
     }
 }
 use kind::{Kind, Parts};
@@ -297,6 +324,9 @@ where
     fn name(&self) -> &'static str {
         "custom"
     }
+    fn samples(&self) -> Option<usize> {
+        self.data.as_ref().map(|d| d.len())
+    }
     fn parts(&mut self, peer: &Peer, seed: u64) -> Result<Parts<M>> {
         let data = self.data.as_ref().ok_or(Error::MissingData)?;
         let shard = shard(data, peer.peers, peer.id.0, seed);
@@ -316,6 +346,24 @@ impl Kind for Builtin {
     type Model = sfb_models::AnyModel;
     fn name(&self) -> &'static str {
         self.spec.name()
+    }
+    fn default_method(&self) -> sfb_core::Method {
+        crate::spec::method_for(&self.spec)
+    }
+    fn default_lr(&self, method: sfb_core::Method) -> f32 {
+        match &self.problem {
+            Some(p) => crate::default_lr_for_data(method, &self.spec, p.mean_l1()),
+            None => crate::default_lr(method),
+        }
+    }
+    fn samples(&self) -> Option<usize> {
+        self.problem.as_ref().map(|p| p.train.len())
+    }
+    fn l2(&self) -> f32 {
+        match self.spec {
+            ModelSpec::MlrPrimal { lambda, .. } => lambda as f32,
+            _ => 0.0,
+        }
     }
     fn parts(&mut self, peer: &Peer, seed: u64) -> Result<Parts<Self::Model>> {
         let problem = self.problem.as_ref().ok_or(Error::MissingData)?;
@@ -426,9 +474,18 @@ impl<K> Builder<K> {
         self
     }
 
-    /// Learning rate. Default 0.5.
+    /// Learning rate: SGD's multiplier of the gradient, the adaptive methods' step per
+    /// coordinate. Default: [`crate::default_lr`] of the optimizer (0.5 for SGD).
     pub fn lr(mut self, lr: f32) -> Self {
-        self.s.lr = lr;
+        self.s.lr = Some(lr);
+        self
+    }
+
+    /// How updates become steps (method, schedule; [`sfb_core::optim`]). Default: plain
+    /// SGD for your own model ([`model`](Self::model)); for a built-in one
+    /// ([`spec`](Self::spec)) the same default as `sfb run` ([`crate::default_method`]).
+    pub fn optimizer(mut self, optimizer: sfb_core::Optimizer) -> Self {
+        self.s.optimizer = Some(optimizer);
         self
     }
 
@@ -553,6 +610,14 @@ impl Builder<Builtin> {
         self.kind.init_std = std;
         self
     }
+
+    /// Replaces the built-in model (keeping the data and the other settings): a variant
+    /// a [`RunSpec`](crate::RunSpec) does not name, e.g. [`ModelSpec::MlrPrimal`] without
+    /// SAGA (SGD with weight decay on the L2-MLR primal) after [`Cluster::from_spec`].
+    pub fn model_spec(mut self, spec: ModelSpec) -> Self {
+        self.kind.spec = spec;
+        self
+    }
 }
 
 impl<K> Builder<K> {
@@ -617,6 +682,35 @@ impl<K> Builder<K> {
 }
 
 impl<K: Kind> Builder<K> {
+    /// The optimizer and learning rate every node will use: the ones set, else the
+    /// defaults (for a built-in model with its data, [`crate::default_method`] and
+    /// [`crate::default_lr_for_data`]; for your own model, plain SGD at 0.5).
+    pub fn resolved_optimizer(&self) -> (sfb_core::Optimizer, f32) {
+        let mut optimizer = self.s.optimizer.clone().unwrap_or_else(|| {
+            let method = self.kind.default_method();
+            let mut o = sfb_core::Optimizer::new(method);
+            o.warmup = crate::spec::default_warmup(method, self.s.clocks);
+            o
+        });
+        if optimizer.method == sfb_core::Method::Saga && optimizer.saga_samples == 0 {
+            // SAGA's table mean is over every peer's samples: the whole training set.
+            optimizer.saga_samples = self.kind.samples().unwrap_or(0);
+        }
+        if matches!(
+            optimizer.method,
+            sfb_core::Method::Saga | sfb_core::Method::Sgd
+        ) && optimizer.l2 == 0.0
+        {
+            // The model's own λ (L2-MLR on W): what its evaluator's objective holds.
+            optimizer.l2 = self.kind.l2();
+        }
+        let lr = self
+            .s
+            .lr
+            .unwrap_or_else(|| self.kind.default_lr(optimizer.method));
+        (optimizer, lr)
+    }
+
     fn engine(&mut self, id: u32, out: Vec<PeerId>, inn: Vec<PeerId>) -> Result<Engine<K::Model>> {
         self.s.check()?;
         let peer = Peer {
@@ -629,9 +723,11 @@ impl<K: Kind> Builder<K> {
         cfg.consistency = self.s.consistency.clone();
         cfg.clocks = self.s.clocks;
         cfg.batch_size = self.s.batch;
-        cfg.lr = self.s.lr;
+        let (optimizer, lr) = self.resolved_optimizer();
+        cfg.lr = lr;
         cfg.eval_every = self.s.eval_every;
         cfg.max_drift = self.s.max_drift;
+        cfg.optimizer = optimizer;
         let engine = Engine::new(cfg, parts.model, parts.w0, parts.shard)?;
         Ok(match parts.evaluator {
             Some(e) => engine.with_evaluator(e),
@@ -646,8 +742,10 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// [`Error::Memory`] with both figures; the build errors of peer 0.
     pub fn check_fits(&mut self, nodes: usize) -> Result<()> {
-        let (j, d) = self.engine(0, Vec::new(), Vec::new())?.replica().dim();
-        check_fits(nodes, j, d, available_memory())
+        let engine = self.engine(0, Vec::new(), Vec::new())?;
+        let (j, d) = engine.replica().dim();
+        let state = engine.config().optimizer.state_bytes(j, d) as u128;
+        check_fits(nodes, j, d, state, available_memory())
     }
 
     /// SFB peer `id`'s engine, its neighbours from the topology (for a driver of your own,
@@ -723,6 +821,8 @@ impl<K: Kind> Builder<K> {
             out_degree,
             clocks: self.s.clocks,
             batch: self.s.batch,
+            optimizer: self.resolved_optimizer().0.to_string(),
+            lr: self.resolved_optimizer().1,
         }
     }
 
@@ -814,11 +914,21 @@ impl<K: Kind> Builder<K> {
 ///
 /// # Errors
 /// [`Error::Memory`] with both figures.
-pub(crate) fn check_fits(nodes: usize, j: usize, d: usize, available: Option<u64>) -> Result<()> {
-    let need = (nodes as u128) * (j as u128) * (d as u128) * 4;
+pub(crate) fn check_fits(
+    nodes: usize,
+    j: usize,
+    d: usize,
+    optimizer_bytes: u128,
+    available: Option<u64>,
+) -> Result<()> {
+    let need = (nodes as u128) * ((j as u128) * (d as u128) * 4 + optimizer_bytes);
     match available {
         Some(avail) if need > u128::from(avail) => Err(Error::Memory {
-            what: format!("{nodes} replicas of a {j}×{d} W"),
+            what: if optimizer_bytes > 0 {
+                format!("{nodes} replicas of a {j}×{d} W with their optimizer state")
+            } else {
+                format!("{nodes} replicas of a {j}×{d} W")
+            },
             need: u64::try_from(need).unwrap_or(u64::MAX),
             available: avail,
         }),
@@ -936,12 +1046,12 @@ impl<M: Model> FmsRun<M> {
 mod tests {
     #[test]
     fn replicas_that_do_not_fit_are_refused_with_both_figures() {
-        let e = super::check_fits(2000, 4096, 4096, Some(24 << 30)).unwrap_err();
+        let e = super::check_fits(2000, 4096, 4096, 0, Some(24 << 30)).unwrap_err();
         let text = e.to_string();
         assert!(text.contains("2000 replicas of a 4096×4096 W"), "{text}");
         assert!(text.contains("134.2 GB"), "{text}");
         assert!(text.contains("25.8 GB"), "{text}");
-        super::check_fits(4, 4096, 4096, Some(24 << 30)).unwrap();
-        super::check_fits(2000, 4096, 4096, None).unwrap();
+        super::check_fits(4, 4096, 4096, 0, Some(24 << 30)).unwrap();
+        super::check_fits(2000, 4096, 4096, 0, None).unwrap();
     }
 }

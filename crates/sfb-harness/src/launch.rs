@@ -633,6 +633,16 @@ impl Launcher {
         // Every node's replica is on this machine: refuse before starting any.
         let mut builder = Cluster::from_spec(spec)?;
         builder.check_fits(nodes)?;
+        // A default learning rate may depend on the data (`default_lr_for_data`): resolve it
+        // once here, so every node and the summary use this one.
+        let resolved = RunSpec {
+            train: crate::TrainOptions {
+                lr: Some(builder.resolved_optimizer().1),
+                ..spec.train.clone()
+            },
+            ..spec.clone()
+        };
+        let spec = &resolved;
         if fms {
             ClusterFile::init_fms(&cluster_path, p, &hosts, 0).map_err(Error::from)?;
         } else {

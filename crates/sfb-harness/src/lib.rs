@@ -91,7 +91,9 @@ pub use cluster::{
 pub use error::{Error, Result};
 pub use run::run;
 pub use spec::{
-    Backend, ConsistencySpec, DataSource, ModelChoice, NetOptions, OutputOptions, Push, RunSpec,
-    ScaleSpec, StragglerSpec, TopologyMethod, TopologyOptions, TrainOptions, Transport, flag_for,
+    Backend, ConsistencySpec, DataSource, MethodSpec, ModelChoice, NetOptions, OutputOptions, Push,
+    RunSpec, ScaleSpec, ScheduleSpec, StragglerSpec, TopologyMethod, TopologyOptions, TrainOptions,
+    Transport, default_lr, default_lr_for_data, default_method, default_warmup, flag_for,
+    score_step,
 };
 pub use summary::{NodeOutcome, summarize};

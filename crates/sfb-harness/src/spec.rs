@@ -22,7 +22,7 @@ use crate::{Error, Result, preflight};
 /// a JSON spec names only what differs:
 /// ```
 /// let spec = sfb_harness::RunSpec::from_json(r#"{"peers": 2, "train": {"lr": 0.1}}"#)?;
-/// assert_eq!((spec.peers, spec.train.lr, spec.train.batch), (2, 0.1, 16));
+/// assert_eq!((spec.peers, spec.train.lr, spec.train.batch), (2, Some(0.1), 16));
 /// spec.validate()?;
 /// # Ok::<(), sfb_harness::Error>(())
 /// ```
@@ -197,6 +197,23 @@ impl ModelChoice {
         }
     }
 
+    /// The model as sfb-models builds it for training by `method`: with
+    /// [`Method::Saga`](sfb_core::Method::Saga), `mlr` and `l2mlr` train W itself by SAGA
+    /// ([`ModelSpec::MlrPrimal`]: l2mlr's primal `(1/n) Σ CE + (λ/2)‖W‖²` instead of SDCA's
+    /// dual); otherwise [`spec`](Self::spec).
+    pub fn spec_for(&self, method: sfb_core::Method) -> ModelSpec {
+        match (self, method) {
+            (ModelChoice::Mlr, sfb_core::Method::Saga) => ModelSpec::MlrPrimal {
+                lambda: 0.0,
+                saga: true,
+            },
+            (&ModelChoice::L2mlr { lambda }, sfb_core::Method::Saga) => {
+                ModelSpec::MlrPrimal { lambda, saga: true }
+            }
+            _ => self.spec(),
+        }
+    }
+
     /// Whether the model wants dense samples (files are densified on loading).
     pub fn dense(&self) -> bool {
         matches!(self, ModelChoice::Dml { .. } | ModelChoice::Sc { .. })
@@ -282,8 +299,17 @@ impl Default for DataSource {
 pub struct TrainOptions {
     /// Mini-batch size `K` per peer and clock. Default 16.
     pub batch: usize,
-    /// Learning rate. Default 0.5.
-    pub lr: f32,
+    /// Learning rate: SGD's multiplier of the gradient, the adaptive methods' step per
+    /// coordinate. Default (`None`): [`default_lr`] of the optimizer.
+    pub lr: Option<f32>,
+    /// How updates become steps. Default (`None`): [`default_method`] of the model.
+    pub optimizer: Option<MethodSpec>,
+    /// Step-size schedule (`constant`, `inv-sqrt[:TAU]`, `step:EVERY[:GAMMA]`,
+    /// `cosine[:FLOOR]`). Default constant.
+    pub lr_schedule: ScheduleSpec,
+    /// Linear warm-up over this many clocks (0: none). Default (`None`):
+    /// [`default_warmup`].
+    pub warmup: Option<u64>,
     /// Clocks (iterations per peer). Default 100.
     pub clocks: u64,
     /// When a peer may start its next clock. Default BSP.
@@ -301,16 +327,25 @@ pub struct TrainOptions {
     /// in-neighbour has delivered fewer than `t − max_drift` clocks, which bounds every
     /// peer's queues (and memory). Default [`sfb_core::DEFAULT_MAX_DRIFT`].
     pub max_drift: u64,
-    /// Feature scaling (`none`, `standard`, `maxabs`), statistics from the training set
-    /// only, applied to training and held-out data alike. Default none.
+    /// Feature scaling (`none`, `standard`, `maxabs`, `auto`), statistics from the
+    /// training set only, applied to training and held-out data alike. Default auto
+    /// (standard for dense data, maxabs for sparse).
     pub scale: ScaleSpec,
 }
 
 /// [`sfb_models::Scale`] as JSON and command line write it (`none`, `standard`,
-/// `maxabs`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// `maxabs`, `auto`). Default `auto`: standard for dense data, max-abs for sparse (chosen
+/// by the experiments of issue 15: unscaled features are the commonest reason a default
+/// step size fails, and scaling already-scaled data costs nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct ScaleSpec(pub sfb_models::Scale);
+
+impl Default for ScaleSpec {
+    fn default() -> Self {
+        ScaleSpec(sfb_models::Scale::Auto)
+    }
+}
 
 impl std::str::FromStr for ScaleSpec {
     type Err = sfb_models::Error;
@@ -334,11 +369,187 @@ impl From<ScaleSpec> for String {
     }
 }
 
+/// The optimizer a model trains with when none is named: plain SGD for `l2mlr` (SDCA's
+/// steps are exact coordinate maximizations, there is no step size to adapt), the factored
+/// adaptive step for the SGD models (chosen by the experiments of issue 15: it is robust to
+/// feature scale and to the step size, and keeps the rank-1 apply).
+pub fn default_method(model: &ModelChoice) -> sfb_core::Method {
+    method_for(&model.spec())
+}
+
+/// [`default_method`] of a built model.
+pub(crate) fn method_for(spec: &ModelSpec) -> sfb_core::Method {
+    match spec {
+        ModelSpec::L2Mlr { .. } => sfb_core::Method::Sgd,
+        ModelSpec::MlrPrimal { saga: true, .. } => sfb_core::Method::Saga,
+        ModelSpec::MlrPrimal { saga: false, .. } => sfb_core::Method::Sgd,
+        _ => sfb_core::Method::Factored,
+    }
+}
+
+/// The learning rate used when none is given and the data is not known: 0.5 for SGD,
+/// momentum and SAGA (a multiplier of the gradient), 0.1 for the adaptive methods (a step
+/// per coordinate in W's units). With the data known, see [`default_lr_for_data`].
+pub fn default_lr(method: sfb_core::Method) -> f32 {
+    if method.is_adaptive() { 0.1 } else { 0.5 }
+}
+
+/// The warm-up when none is given: for the adaptive methods `min(10, clocks / 4)` clocks,
+/// else none. AdaGrad-like methods take their largest steps first (nothing accumulated
+/// yet): on the digits data the held-out objective went from 2.30 to 6.14 within three
+/// clocks at the default step before falling, and never rose with 10 clocks of linear
+/// warm-up, which cost nothing at the end (accuracy 0.969 either way; issue 15).
+pub fn default_warmup(method: sfb_core::Method, clocks: u64) -> u64 {
+    if method.is_adaptive() {
+        (clocks / 4).min(10)
+    } else {
+        0
+    }
+}
+
+/// How far the adaptive methods' first step moves a model's score on a typical training
+/// sample: their default step per coordinate is this over the mean ℓ1 norm of the
+/// training features ([`default_lr_for_data`]).
+///
+/// Why: AdaGrad-like steps move every coordinate by about `η` at first, whatever the
+/// gradient's size, so a linear score `w·x` moves by `η ‖x‖₁`. A fixed `η` is then too
+/// large on many dense features and too small on few sparse ones. Measured (issue 15, 676
+/// runs over five data sets, three scalings, five optimizers): the best `η` of the
+/// adaptive methods spanned ×200 across data sets and scalings (0.0035 on 200 unscaled
+/// features, 0.03 after standardizing them, 0.5 on the 64 digit pixels) while
+/// `η·‖x‖₁` stayed within 2.6–16 (geometric mean 8); SGD's best step tracks `‖x‖₂²`
+/// instead and moved ×22000. MLR takes 5 (the low end: sparse data overshoots its
+/// starting objective above about 5); DML's factors are differences of two samples and
+/// its score a squared distance (best measured 1–3: 1.5); sparse coding's factors are
+/// codes against unit-norm atoms, its objective barely depends on the step between 0.01
+/// and 0.1 on its data (0.5).
+pub fn score_step(model: &ModelSpec) -> f64 {
+    match model {
+        ModelSpec::Dml { .. } => 1.5,
+        ModelSpec::SparseCoding { .. } => 0.5,
+        _ => 5.0,
+    }
+}
+
+/// The default learning rate of `method` for `model` on training data whose features
+/// have mean ℓ1 norm `mean_l1`: [`score_step`]` / mean_l1` (to 3 significant digits) for
+/// the adaptive methods, [`default_lr`] otherwise (and when `mean_l1` is 0).
+pub fn default_lr_for_data(method: sfb_core::Method, model: &ModelSpec, mean_l1: f64) -> f32 {
+    if method.is_adaptive() && mean_l1.is_finite() && mean_l1 > 0.0 {
+        let lr = score_step(model) / mean_l1;
+        format!("{lr:.2e}").parse().unwrap_or(lr as f32)
+    } else {
+        default_lr(method)
+    }
+}
+
+impl TrainOptions {
+    /// The feature scaling for `model`: the one named, with `auto` resolved to `none` for
+    /// sparse coding (its ℓ1 weight and reconstruction error are in the data's units:
+    /// standardizing measured five times the non-zero codes and a 20× slower evaluation).
+    pub fn scale_for(&self, model: &ModelChoice) -> sfb_models::Scale {
+        match (self.scale.0, model) {
+            (sfb_models::Scale::Auto, ModelChoice::Sc { .. }) => sfb_models::Scale::None,
+            (s, _) => s,
+        }
+    }
+
+    /// The method for `model`: the one named, else [`default_method`].
+    pub fn method_for(&self, model: &ModelChoice) -> sfb_core::Method {
+        self.optimizer
+            .map_or_else(|| default_method(model), |m| m.0)
+    }
+
+    /// The optimizer for `model` (method, schedule, warm-up; for SAGA on `l2mlr`, its λ as
+    /// [`l2`](sfb_core::Optimizer::l2). SAGA's `n` is the training set's size, which the
+    /// cluster builder sets from the data).
+    pub fn optimizer_for(&self, model: &ModelChoice) -> sfb_core::Optimizer {
+        let mut o =
+            sfb_core::Optimizer::new(self.method_for(model)).with_schedule(self.lr_schedule.0);
+        o.warmup = self
+            .warmup
+            .unwrap_or_else(|| default_warmup(o.method, self.clocks));
+        if let (sfb_core::Method::Saga, ModelChoice::L2mlr { lambda }) = (o.method, model) {
+            o.l2 = *lambda as f32;
+        }
+        o
+    }
+
+    /// The learning rate for `model`: the one given, else [`default_lr`] of its method.
+    pub fn lr_for(&self, model: &ModelChoice) -> f32 {
+        self.lr
+            .unwrap_or_else(|| default_lr(self.method_for(model)))
+    }
+
+    /// The learning rate for the default model (MLR).
+    pub fn lr(&self) -> f32 {
+        self.lr_for(&ModelChoice::Mlr)
+    }
+}
+
+/// [`sfb_core::Method`] as JSON and command line write it (`sgd`, `factored`, `adagrad`,
+/// `adarevision`, `momentum`, `saga`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct MethodSpec(pub sfb_core::Method);
+
+impl std::str::FromStr for MethodSpec {
+    type Err = sfb_core::optim::ParseOptimizerError;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        s.parse().map(MethodSpec)
+    }
+}
+
+impl TryFrom<String> for MethodSpec {
+    type Error = sfb_core::optim::ParseOptimizerError;
+
+    fn try_from(s: String) -> std::result::Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<MethodSpec> for String {
+    fn from(m: MethodSpec) -> String {
+        m.0.to_string()
+    }
+}
+
+/// [`sfb_core::Schedule`] as JSON and command line write it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ScheduleSpec(pub sfb_core::Schedule);
+
+impl std::str::FromStr for ScheduleSpec {
+    type Err = sfb_core::optim::ParseOptimizerError;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        s.parse().map(ScheduleSpec)
+    }
+}
+
+impl TryFrom<String> for ScheduleSpec {
+    type Error = sfb_core::optim::ParseOptimizerError;
+
+    fn try_from(s: String) -> std::result::Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<ScheduleSpec> for String {
+    fn from(s: ScheduleSpec) -> String {
+        s.0.to_string()
+    }
+}
+
 impl Default for TrainOptions {
     fn default() -> Self {
         Self {
             batch: 16,
-            lr: 0.5,
+            lr: None,
+            optimizer: None,
+            lr_schedule: ScheduleSpec::default(),
+            warmup: None,
             clocks: 100,
             consistency: ConsistencySpec::Bsp,
             seed: 1,
@@ -661,12 +872,26 @@ impl RunSpec {
         check("peers", "at least 1", p as f64, p >= 1)?;
         let t = &self.train;
         check("train.batch", "at least 1", t.batch as f64, t.batch >= 1)?;
-        check(
-            "train.lr",
-            "a positive number",
-            t.lr.into(),
-            t.lr.is_finite() && t.lr > 0.0,
-        )?;
+        if let Some(lr) = t.lr {
+            check(
+                "train.lr",
+                "a positive number",
+                lr.into(),
+                lr.is_finite() && lr > 0.0,
+            )?;
+        }
+        let opt = t.optimizer_for(&self.model);
+        if opt.method == sfb_core::Method::Saga {
+            self.check_saga()?;
+        } else if matches!(self.model, ModelChoice::L2mlr { .. }) && !opt.is_plain() {
+            return Err(Error::Requires {
+                field: "train.optimizer",
+                requires: "a model trained by SGD (mlr, dml or sc), or saga",
+                why: "l2mlr trains by SDCA, whose steps are exact dual coordinate \
+                      maximizations with no step size to adapt or schedule (saga trains its \
+                      primal instead)",
+            });
+        }
         check(
             "train.init_std",
             "a non-negative number",
@@ -742,6 +967,36 @@ impl RunSpec {
         Ok(())
     }
 
+    /// What `--optimizer saga` needs: a model it is implemented for, factors the table
+    /// mean can be kept from (FMS factor push), and the factors as computed (f32 wire).
+    fn check_saga(&self) -> Result<()> {
+        if !matches!(self.model, ModelChoice::Mlr | ModelChoice::L2mlr { .. }) {
+            return Err(Error::Requires {
+                field: "train.optimizer",
+                requires: "model mlr or l2mlr with saga",
+                why: "saga's model keeps the last softmax gradient of every sample; it is \
+                      implemented for (L2-regularized) multiclass logistic regression",
+            });
+        }
+        if self.backend == Backend::Fms && self.fms_push == Push::Dense {
+            return Err(Error::Requires {
+                field: "fms_push",
+                requires: "factor push with saga",
+                why: "the server keeps SAGA's table mean from the clients' factors, which a \
+                      dense ΔW does not carry",
+            });
+        }
+        if self.net.wire != Dtype::F32 {
+            return Err(Error::Requires {
+                field: "net.wire",
+                requires: "f32 factors with saga",
+                why: "rounding the broadcast differences would let every replica's table \
+                      mean drift from the tables the peers keep",
+            });
+        }
+        Ok(())
+    }
+
     /// Checks that the run's output files (`output.metrics`, `output.summary`) can be
     /// written, before any training: a bad path fails in the first second, not after the
     /// last clock ([`preflight::output_file`]; nothing is left behind).
@@ -780,6 +1035,10 @@ impl RunSpec {
             out_degree,
             clocks: self.train.clocks,
             batch: self.train.batch,
+            optimizer: self.train.optimizer_for(&self.model).to_string(),
+            // The launcher resolves a data-dependent default before it writes the nodes'
+            // specs (`Launcher::run`), so every node and the summary see the same rate.
+            lr: self.train.lr_for(&self.model),
         }
     }
 }
@@ -833,6 +1092,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "peers" => "--peers",
         "train.batch" => "--batch",
         "train.lr" => "--lr",
+        "train.optimizer" => "--optimizer",
         "train.init_std" => "--init-std",
         "train.straggler" => "--straggler",
         "model.lambda" => "--lambda",
@@ -848,6 +1108,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "net.bandwidth" => "--bandwidth",
         "net.wire" => "--wire",
         "net.netns" => "--netns",
+        "fms_push" => "--fms-push",
         "output.metrics" => "--metrics",
         "output.summary" => "--summary",
         other => other,
@@ -913,8 +1174,8 @@ mod tests {
             f(&mut s);
             s.validate().unwrap_err().to_string()
         };
-        assert!(bad(&|s| s.train.lr = f32::NAN).starts_with("train.lr must be a positive"));
-        assert!(bad(&|s| s.train.lr = -1.0).starts_with("train.lr"));
+        assert!(bad(&|s| s.train.lr = Some(f32::NAN)).starts_with("train.lr must be a positive"));
+        assert!(bad(&|s| s.train.lr = Some(-1.0)).starts_with("train.lr"));
         assert_eq!(
             bad(&|s| s.train.batch = 0),
             "train.batch must be at least 1, got 0"

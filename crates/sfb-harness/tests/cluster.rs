@@ -69,7 +69,13 @@ fn spec_and_builder_give_the_same_bitwise_run_and_the_summary_reports_it() {
     s.train.eval_every = 3;
     s.output.keep_records = true;
     let from_spec = run(&s, None).unwrap();
-    let problem = s.data.load(&s.model, s.train.seed).unwrap();
+    // The spec scales the data it loads (train.scale); a builder takes data as given.
+    let problem = s
+        .data
+        .load(&s.model, s.train.seed)
+        .unwrap()
+        .scaled(s.train.scale_for(&s.model))
+        .unwrap();
     let by_hand = Cluster::builder()
         .peers(3)
         .spec(s.model.spec())
@@ -322,4 +328,55 @@ fn measure_server_bytes_per_clock() {
         (p * (p - 1) * k * (j + d) * 4) as f64,
         out.summary.wall_s
     );
+}
+
+/// `--model l2mlr --optimizer saga`: SAGA on the primal over W (`J × D`, not SDCA's Z),
+/// with λ and `n` set by the builder; replicas identical under BSP, the primal decreasing.
+/// `saga` is refused for models it is not implemented for and with dense FMS push.
+#[test]
+fn l2mlr_with_saga_trains_the_primal_on_w() {
+    let mut s = spec("classes=4,features=8,samples=300", 30, 4);
+    s.peers = 3;
+    s.model = sfb_harness::ModelChoice::L2mlr { lambda: 1e-2 };
+    s.train.optimizer = Some(sfb_harness::MethodSpec(sfb_core::Method::Saga));
+    s.train.lr = Some(0.2);
+    s.train.eval_every = 10;
+    s.output.keep_records = true;
+    s.validate().unwrap();
+    let mut b = Cluster::from_spec(&s).unwrap();
+    let e = b.build_peer(0).unwrap();
+    assert_eq!(e.replica().dim(), (4, 8));
+    let o = &e.config().optimizer;
+    assert_eq!(
+        (o.method, o.saga_samples, o.l2),
+        (sfb_core::Method::Saga, 300, 1e-2)
+    );
+    let out = run(&s, None).unwrap();
+    let sums = &out.summary.replica_checksums;
+    assert!(sums.iter().all(|c| c == &sums[0]), "{sums:?}");
+    assert_eq!(out.summary.model, "l2mlr");
+    let primal: Vec<f64> = out
+        .records
+        .iter()
+        .filter(|r| r.peer == 0)
+        .filter_map(|r| r.objective)
+        .collect();
+    assert!(
+        primal.len() >= 3 && primal.last() < primal.first(),
+        "{primal:?}"
+    );
+    assert!(out.summary.extra.contains_key("primal_objective"));
+
+    let mut bad = s.clone();
+    bad.model = sfb_harness::ModelChoice::Dml {
+        latent: 2,
+        margin: 1.0,
+    };
+    assert!(matches!(bad.validate(), Err(Error::Requires { .. })));
+    let mut bad = s.clone();
+    bad.backend = Backend::Fms;
+    bad.fms_push = Push::Dense;
+    assert!(matches!(bad.validate(), Err(Error::Requires { .. })));
+    bad.fms_push = Push::Factors;
+    assert!(bad.validate().is_ok());
 }

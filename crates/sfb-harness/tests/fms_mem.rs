@@ -139,3 +139,126 @@ fn fms_ssp_with_a_straggler_respects_the_bound_and_tiny_inboxes_do_not_deadlock(
         }
     }
 }
+
+/// Runs `engines` (BSP, full broadcast) and the FMS `nodes` with factor push: every replica,
+/// the server and every client hold bitwise the same W. Returns its checksum, W and the
+/// final objective.
+fn bsp_equals_fms<M: sfb_core::Model>(
+    method: sfb_core::Method,
+    engines: Vec<sfb_core::Engine<M>>,
+    (server, clients): (sfb_core::fms::Server<M>, Vec<sfb_core::fms::Client<M>>),
+) -> (String, ndarray::Array2<f32>, Option<f64>) {
+    let sfb_runs = sfb_net::mem::run(engines, &opts()).unwrap();
+    let sum = sfb_runs[0].engine.replica().checksum();
+    for r in &sfb_runs {
+        assert_eq!(
+            r.engine.replica().checksum(),
+            sum,
+            "{method}: peer replicas differ"
+        );
+    }
+    let fms = sfb_net::mem_fms::run(server, clients, &opts()).unwrap();
+    assert_eq!(
+        fms.server.server.replica().checksum(),
+        sum,
+        "{method}: FMS differs"
+    );
+    for r in &fms.clients {
+        assert_eq!(r.client.checksum(), sum, "{method}: FMS client differs");
+    }
+    let obj = sfb_runs[0].engine.last_evaluation().map(|e| e.objective);
+    (sum, sfb_runs[0].engine.replica().w().to_owned(), obj)
+}
+
+/// SAGA (with its own model, λ and the builder's `n`) keeps BSP full broadcast bitwise
+/// identical and equal to FMS with factor push, and refuses dense push before running.
+#[test]
+fn saga_keeps_bsp_replicas_identical_and_equal_to_fms_and_refuses_dense_push() {
+    use sfb_core::{Method, Optimizer};
+    let prob = problem(DATA, 11);
+    let mut c = spec(Consistency::Bsp);
+    c.clocks = 12;
+    c.lr = 0.3;
+    let mut opt = Optimizer::new(Method::Saga);
+    opt.l2 = 1e-2;
+    let fms = saga_fms(&prob, &c, sfb_harness::Push::Factors, &opt).unwrap();
+    let (sum, _, obj) = bsp_equals_fms(Method::Saga, saga_engines(&prob, &c, &opt), fms);
+    let err = saga_fms(&prob, &c, sfb_harness::Push::Dense, &opt).unwrap_err();
+    assert!(err.to_string().contains("factor push"), "{err}");
+    println!("saga with its model: checksum {sum}, objective {obj:?}");
+}
+
+/// Every optimizer (and a schedule with warm-up) keeps BSP full broadcast bitwise identical
+/// across replicas and equal to the FMS server, which plays the optimizer for its clients;
+/// dense push gives the same W up to float rounding (SAGA, whose table mean needs the
+/// factors, refuses it).
+#[test]
+fn every_optimizer_keeps_bsp_replicas_identical_and_equal_to_fms() {
+    use sfb_core::{Method, Optimizer, Schedule};
+    let prob = problem(DATA, 11);
+    let mut c = spec(Consistency::Bsp);
+    c.clocks = 12;
+    let mut seen = std::collections::BTreeSet::new();
+    for method in Method::ALL {
+        let mut opt = Optimizer::new(method).with_schedule(Schedule::Cosine { floor: 0.1 });
+        opt.warmup = 3;
+        opt.snapshots = 4;
+        c.lr = if method.is_adaptive() { 0.05 } else { 0.3 };
+        if method == Method::Saga {
+            // SAGA runs with its own model (the builder sets n from the data).
+            let fms = saga_fms(&prob, &c, sfb_harness::Push::Factors, &opt).unwrap();
+            let (sum, _, obj) = bsp_equals_fms(method, saga_engines(&prob, &c, &opt), fms);
+            assert!(saga_fms(&prob, &c, sfb_harness::Push::Dense, &opt).is_err());
+            assert!(
+                seen.insert(sum.clone()),
+                "{method} gave the same W as another method"
+            );
+            println!("{method}: checksum {sum}, dense push refused, objective {obj:?}");
+            continue;
+        }
+        let sfb_runs = sfb_net::mem::run(engines_opt(&prob, &c, &opt), &opts()).unwrap();
+        let sum = sfb_runs[0].engine.replica().checksum();
+        for r in &sfb_runs {
+            assert_eq!(
+                r.engine.replica().checksum(),
+                sum,
+                "{method}: peer replicas differ"
+            );
+        }
+        let (server, clients) = fms_nodes_opt(&prob, &c, sfb_harness::Push::Factors, &opt);
+        let fms = sfb_net::mem_fms::run(server, clients, &opts()).unwrap();
+        assert_eq!(
+            fms.server.server.replica().checksum(),
+            sum,
+            "{method}: FMS differs"
+        );
+        for r in &fms.clients {
+            assert_eq!(r.client.checksum(), sum, "{method}: FMS client differs");
+        }
+        let Ok((server, clients)) = try_fms_nodes_opt(&prob, &c, sfb_harness::Push::Dense, &opt)
+        else {
+            // The factored step's statistics need each sample's factors: dense push is
+            // refused before anything runs.
+            assert_eq!(method, Method::Factored, "{method}: dense push refused");
+            assert!(
+                seen.insert(sum.clone()),
+                "{method} gave the same W as another method"
+            );
+            println!("{method}: checksum {sum}, dense push refused");
+            continue;
+        };
+        let dense = sfb_net::mem_fms::run(server, clients, &opts()).unwrap();
+        let rel = rel_diff(
+            dense.server.server.replica().w(),
+            sfb_runs[0].engine.replica().w(),
+        );
+        assert!(rel <= 1e-4, "{method}: dense push differs by {rel:e}");
+        // The methods really differ from one another.
+        assert!(
+            seen.insert(sum.clone()),
+            "{method} gave the same W as another method"
+        );
+        let obj = sfb_runs[0].engine.last_evaluation().map(|e| e.objective);
+        println!("{method}: checksum {sum}, dense push rel diff {rel:e}, objective {obj:?}");
+    }
+}

@@ -8,8 +8,9 @@ use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use sfb_core::{Evaluator, Model, ModelError, SvList};
 
 use crate::{
-    Dml, DmlEvaluator, Error, Example, L2Mlr, L2MlrEvaluator, Limits, Mlr, MlrEvaluator, Result,
-    SparseCoding, SparseCodingEvaluator, dml, sparse_coding, synthetic,
+    Dml, DmlEvaluator, Error, Example, L2Mlr, L2MlrEvaluator, Limits, Mlr, MlrEvaluator,
+    PrimalEvaluator, Result, Saga, SparseCoding, SparseCodingEvaluator, dml, sparse_coding,
+    synthetic,
 };
 
 /// Any built-in model, dispatching every [`Model`] method to the one inside.
@@ -24,6 +25,8 @@ pub enum AnyModel {
     Dml(Box<Dml>),
     /// Sparse coding.
     SparseCoding(SparseCoding),
+    /// MLR (optionally L2-regularized) by SAGA: run with [`sfb_core::Method::Saga`].
+    Saga(Saga),
 }
 
 impl Model for AnyModel {
@@ -40,6 +43,22 @@ impl Model for AnyModel {
             AnyModel::L2Mlr(m) => m.compute_sv(w, batch, sv),
             AnyModel::Dml(m) => m.compute_sv(w, batch, sv),
             AnyModel::SparseCoding(m) => m.compute_sv(w, batch, sv),
+            AnyModel::Saga(m) => m.compute_sv(w, batch, sv),
+        }
+    }
+
+    fn compute_sv_indexed(
+        &mut self,
+        w: ArrayView2<'_, f32>,
+        batch: &[(usize, &Example)],
+        sv: &mut SvList,
+    ) -> Result<(), ModelError> {
+        match self {
+            AnyModel::Mlr(m) => m.compute_sv_indexed(w, batch, sv),
+            AnyModel::L2Mlr(m) => m.compute_sv_indexed(w, batch, sv),
+            AnyModel::Dml(m) => m.compute_sv_indexed(w, batch, sv),
+            AnyModel::SparseCoding(m) => m.compute_sv_indexed(w, batch, sv),
+            AnyModel::Saga(m) => m.compute_sv_indexed(w, batch, sv),
         }
     }
 
@@ -49,6 +68,7 @@ impl Model for AnyModel {
             AnyModel::L2Mlr(m) => m.prox(w),
             AnyModel::Dml(m) => m.prox(w),
             AnyModel::SparseCoding(m) => m.prox(w),
+            AnyModel::Saga(m) => m.prox(w),
         }
     }
 
@@ -58,6 +78,7 @@ impl Model for AnyModel {
             AnyModel::L2Mlr(m) => m.scale(clock, lr, pairs),
             AnyModel::Dml(m) => m.scale(clock, lr, pairs),
             AnyModel::SparseCoding(m) => m.scale(clock, lr, pairs),
+            AnyModel::Saga(m) => m.scale(clock, lr, pairs),
         }
     }
 }
@@ -90,6 +111,16 @@ pub enum ModelSpec {
         sweeps: usize,
         /// Step-size decay in clocks ([`SparseCoding::with_decay`]; 0 = constant step).
         decay: f32,
+    },
+    /// MLR trained on W itself for the primal `(1/n) Σ CE + (λ/2)‖W‖²` (L2-MLR without
+    /// SDCA; plain MLR when `lambda` is 0): W is `classes × features`. The optimizer applies
+    /// λ ([`sfb_core::Optimizer::l2`] = `lambda`).
+    MlrPrimal {
+        /// λ ≥ 0.
+        lambda: f64,
+        /// [`Saga`]'s factor differences (run with [`sfb_core::Method::Saga`]); otherwise
+        /// [`Mlr`]'s plain factors (run with SGD and weight decay).
+        saga: bool,
     },
 }
 
@@ -141,6 +172,25 @@ impl Problem {
         }
         Ok(())
     }
+    /// The mean ℓ1 norm of the training samples' features, `(1/n) Σ_i ‖x_i‖₁` (0 for no
+    /// samples): what an adaptive step of `η` per coordinate moves a linear score by, on a
+    /// typical sample, at its first step (the default step sizes are set from it).
+    pub fn mean_l1(&self) -> f64 {
+        if self.train.is_empty() {
+            return 0.0;
+        }
+        let total: f64 = self
+            .train
+            .iter()
+            .map(|e| match &e.x {
+                crate::Features::Dense(v) => v.iter().map(|x| f64::from(x.abs())).sum::<f64>(),
+                crate::Features::Sparse { values, .. } => {
+                    values.iter().map(|x| f64::from(x.abs())).sum::<f64>()
+                }
+            })
+            .sum();
+        total / self.train.len() as f64
+    }
 }
 
 impl ModelSpec {
@@ -165,8 +215,17 @@ impl ModelSpec {
             ModelSpec::L2Mlr { .. } => (classes, features.saturating_add(1)),
             ModelSpec::Dml { latent, .. } => (latent, features),
             ModelSpec::SparseCoding { atoms, .. } => (features, atoms),
+            ModelSpec::MlrPrimal { .. } => (classes, features),
         };
         limits.check_matrix(at, &format!("W of {}", self.name()), rows, cols)?;
+        if let ModelSpec::MlrPrimal { saga: true, .. } = self {
+            let what = format!("SAGA tables ({train} samples × {classes} classes, f32)");
+            limits.check_data_bytes(
+                at,
+                &what,
+                (train as u128 * classes as u128).saturating_mul(4),
+            )?;
+        }
         if let ModelSpec::L2Mlr { .. } = self {
             let what = format!("SDCA dual variables ({train} samples × {classes} classes, f64)");
             limits.check_data_bytes(
@@ -178,10 +237,12 @@ impl ModelSpec {
         Ok(())
     }
 
-    /// `mlr`, `l2mlr`, `dml` or `sc`.
+    /// `mlr`, `l2mlr`, `dml` or `sc` ([`ModelSpec::MlrPrimal`]: `l2mlr` when λ > 0).
     pub fn name(&self) -> &'static str {
         match self {
             ModelSpec::Mlr => "mlr",
+            ModelSpec::MlrPrimal { lambda, .. } if *lambda > 0.0 => "l2mlr",
+            ModelSpec::MlrPrimal { .. } => "mlr",
             ModelSpec::L2Mlr { .. } => "l2mlr",
             ModelSpec::Dml { .. } => "dml",
             ModelSpec::SparseCoding { .. } => "sc",
@@ -192,7 +253,7 @@ impl ModelSpec {
     pub fn shape(&self, problem: &Problem) -> (usize, usize) {
         let (j, d) = (problem.classes, problem.features);
         match *self {
-            ModelSpec::Mlr => (j, d),
+            ModelSpec::Mlr | ModelSpec::MlrPrimal { .. } => (j, d),
             ModelSpec::L2Mlr { .. } => (j, d + 1),
             ModelSpec::Dml { latent, .. } => (latent, d),
             ModelSpec::SparseCoding { atoms, .. } => (d, atoms),
@@ -205,7 +266,7 @@ impl ModelSpec {
     pub fn init_w(&self, problem: &Problem, init_std: f32, seed: u64) -> Array2<f32> {
         let (j, d) = (problem.classes, problem.features);
         match *self {
-            ModelSpec::Mlr => synthetic::init_w(j, d, init_std, seed),
+            ModelSpec::Mlr | ModelSpec::MlrPrimal { .. } => synthetic::init_w(j, d, init_std, seed),
             ModelSpec::L2Mlr { .. } => L2Mlr::init_z(j, d),
             ModelSpec::Dml { latent, .. } => dml::init_projection(&problem.train, latent, d, seed),
             ModelSpec::SparseCoding { atoms, .. } => {
@@ -239,7 +300,19 @@ impl ModelSpec {
             }
         };
         Ok(match *self {
-            ModelSpec::Mlr => AnyModel::Mlr(Mlr::new(j, d)),
+            ModelSpec::MlrPrimal { lambda, .. } if !(lambda.is_finite() && lambda >= 0.0) => {
+                return Err(crate::Error::Parameter {
+                    name: "lambda",
+                    value: lambda.to_string(),
+                    reason: "must be finite and non-negative".into(),
+                });
+            }
+            ModelSpec::Mlr | ModelSpec::MlrPrimal { saga: false, .. } => {
+                AnyModel::Mlr(Mlr::new(j, d))
+            }
+            ModelSpec::MlrPrimal { saga: true, .. } => {
+                AnyModel::Saga(Saga::with_capacity(j, d, shard.len()))
+            }
             ModelSpec::L2Mlr { lambda } => {
                 AnyModel::L2Mlr(L2Mlr::new(j, d, lambda, problem.train.len(), peers, shard)?)
             }
@@ -271,6 +344,12 @@ impl ModelSpec {
     pub fn evaluator(&self, problem: &Problem, seed: u64) -> Box<dyn Evaluator> {
         match *self {
             ModelSpec::Mlr => Box::new(MlrEvaluator::new(Arc::clone(&problem.test))),
+            ModelSpec::MlrPrimal { lambda, .. } if lambda > 0.0 => Box::new(PrimalEvaluator::new(
+                Arc::clone(&problem.train),
+                Arc::clone(&problem.test),
+                lambda,
+            )),
+            ModelSpec::MlrPrimal { .. } => Box::new(MlrEvaluator::new(Arc::clone(&problem.test))),
             ModelSpec::L2Mlr { lambda } => Box::new(L2MlrEvaluator::new(
                 Arc::clone(&problem.train),
                 Arc::clone(&problem.test),

@@ -7,6 +7,7 @@
 //! | [`L2Mlr`] (SDCA / CoCoA+) | Z, classes × (features + 1) | `Δα_i / n`, `x_i` | W = ∇h*(Z) = Z/λ ([`sdca::dual_operator`]) |
 //! | [`Dml`] (metric learning) | L, latent × features | `±2 L(x − y)`, `x − y` | |
 //! | [`SparseCoding`] | dictionary, features × atoms | `−(x − W a)`, `a` | `prox`: unit-norm atoms |
+//! | [`Saga`] (SAGA for MLR / L2-MLR) | classes × features | `u_i^new − u_i^old`, `a` | with [`sfb_core::Method::Saga`], which keeps the table mean |
 //!
 //! All take one sample type, [`Example`], so a program picks the model at run time with
 //! [`ModelSpec`] / [`AnyModel`]. Data comes from files ([`data`]: LIBSVM/svmlight, CSV) or
@@ -35,6 +36,7 @@ pub mod dml;
 mod error;
 mod limits;
 pub mod mlr;
+pub mod saga;
 mod sample;
 mod scale;
 pub mod sdca;
@@ -47,6 +49,7 @@ pub use dml::{Dml, DmlEvaluator};
 pub use error::{Error, Result};
 pub use limits::{LimitKind, Limits};
 pub use mlr::{Mlr, MlrEvaluator};
+pub use saga::{PrimalEvaluator, Saga};
 pub use sample::{Example, Features, dot};
 pub use scale::Scale;
 pub use sdca::{L2Mlr, L2MlrEvaluator};

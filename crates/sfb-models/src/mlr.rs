@@ -33,7 +33,7 @@ impl Mlr {
 
 /// Writes the logits `W a` of every sample into `out` (`K × J`, row-major).
 /// Dense batches use one GEMM; sparse samples gather the columns they touch.
-fn logits(w: ArrayView2<'_, f32>, batch: &[&Example], out: &mut Array2<f32>) {
+pub(crate) fn logits(w: ArrayView2<'_, f32>, batch: &[&Example], out: &mut Array2<f32>) {
     let (j, d) = w.dim();
     let k = batch.len();
     *out = Array2::zeros((k, j));
@@ -64,7 +64,7 @@ fn logits(w: ArrayView2<'_, f32>, batch: &[&Example], out: &mut Array2<f32>) {
 }
 
 /// In place: logits → probabilities; returns `log Σ exp` (for the loss).
-fn softmax(z: &mut [f32]) -> f32 {
+pub(crate) fn softmax(z: &mut [f32]) -> f32 {
     let m = z.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut s = 0f32;
     for x in z.iter_mut() {
@@ -77,7 +77,7 @@ fn softmax(z: &mut [f32]) -> f32 {
     m + s.ln()
 }
 
-fn check(e: &Example, index: usize, j: usize, d: usize) -> Result<(), ModelError> {
+pub(crate) fn check(e: &Example, index: usize, j: usize, d: usize) -> Result<(), ModelError> {
     if e.y as usize >= j {
         return Err(ModelError::msg(format!(
             "sample {index}: label {} is not below J = {j}",

@@ -6,6 +6,7 @@
 //!   feature is only centred.
 //! - [`Scale::MaxAbs`] (dense or sparse): `x ← x / max|x|` per feature, no centring, so
 //!   zeros stay zeros and sparse data stays sparse; an all-zero feature is left alone.
+//! - [`Scale::Auto`]: standard when every training sample is dense, else max-abs.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -24,6 +25,23 @@ pub enum Scale {
     Standard,
     /// Divide each feature by its largest magnitude (dense or sparse).
     MaxAbs,
+    /// [`Standard`](Scale::Standard) for dense data, [`MaxAbs`](Scale::MaxAbs) when any
+    /// training sample is sparse ([`Scale::resolve`]).
+    Auto,
+}
+
+impl Scale {
+    /// The concrete scaling for `train`: [`Scale::Auto`] becomes standard (all samples
+    /// dense) or max-abs (some sparse); the others are themselves.
+    pub fn resolve(self, train: &[Example]) -> Scale {
+        match self {
+            Scale::Auto if train.iter().all(|e| matches!(e.x, Features::Dense(_))) => {
+                Scale::Standard
+            }
+            Scale::Auto => Scale::MaxAbs,
+            other => other,
+        }
+    }
 }
 
 impl std::fmt::Display for Scale {
@@ -32,6 +50,7 @@ impl std::fmt::Display for Scale {
             Scale::None => "none",
             Scale::Standard => "standard",
             Scale::MaxAbs => "maxabs",
+            Scale::Auto => "auto",
         })
     }
 }
@@ -44,10 +63,11 @@ impl FromStr for Scale {
             "none" => Ok(Scale::None),
             "standard" => Ok(Scale::Standard),
             "maxabs" | "max-abs" => Ok(Scale::MaxAbs),
+            "auto" => Ok(Scale::Auto),
             _ => Err(Error::Parameter {
                 name: "scale",
                 value: s.to_string(),
-                reason: "expected none, standard or maxabs".into(),
+                reason: "expected none, standard, maxabs or auto".into(),
             }),
         }
     }
@@ -72,10 +92,10 @@ impl Problem {
     /// Two passes over the training set and one over the held-out set: O(stored values).
     pub fn scaled(&self, scale: Scale) -> Result<Problem> {
         let d = self.features;
-        let map = match scale {
+        let map = match scale.resolve(&self.train) {
             Scale::None => return Ok(self.clone()),
             Scale::Standard => standard(&self.train, d)?,
-            Scale::MaxAbs => max_abs(&self.train, d),
+            Scale::MaxAbs | Scale::Auto => max_abs(&self.train, d),
         };
         let apply = |set: &[Example]| -> Vec<Example> {
             set.iter()

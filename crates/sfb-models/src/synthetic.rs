@@ -50,6 +50,21 @@ pub struct ClassificationSpec {
     /// `O(rank·(J+D))` instead of `O(J·D)`, which keeps generating large problems
     /// (J = D = 4096) fast, and gives the classes shared structure. Key `rank`. Default 0.
     pub rank: usize,
+    /// Unscaled features, as real data has them: feature `d` is observed as `s_d·x_d`, with
+    /// `s_d` log-uniform in `[1, spread]` (per feature, seeded). The labels come from the
+    /// unscaled `x`. Key `spread`. Default 1 (no scaling).
+    pub spread: f32,
+    /// Per-feature offsets `b_d` uniform in `[−offset, offset]` added to dense features
+    /// (after `spread`): features that are not centred. Dense data only. Key `offset`.
+    /// Default 0.
+    pub offset: f32,
+    /// Blobs instead of a teacher (a Gaussian mixture, like scikit-learn's `make_blobs`):
+    /// when `> 0`, class `y` is uniform and `x = blobs · μ_y + z`, with `z` and every
+    /// centre's entries standard normal (centres of rank `rank` when it is set). A linear
+    /// model learns it from a few samples per class, at any `J`: at `D` features, two
+    /// centres are `blobs·√(2D)` apart against unit noise. Dense only; `noise` and `sep`
+    /// do not apply. Key `blobs`. Default 0 (the teacher).
+    pub blobs: f32,
 }
 
 impl Default for ClassificationSpec {
@@ -63,6 +78,9 @@ impl Default for ClassificationSpec {
             noise: 0.5,
             sep: 3.0,
             rank: 0,
+            spread: 1.0,
+            offset: 0.0,
+            blobs: 0.0,
         }
     }
 }
@@ -78,7 +96,8 @@ impl std::str::FromStr for ClassificationSpec {
         let mut s = Self::default();
         let mut test = None;
         let known = [
-            "classes", "features", "samples", "test", "density", "noise", "sep", "rank",
+            "classes", "features", "samples", "test", "density", "noise", "sep", "rank", "spread",
+            "offset", "blobs",
         ];
         for (k, v) in key_values(spec, &known, &[])? {
             match k {
@@ -89,6 +108,9 @@ impl std::str::FromStr for ClassificationSpec {
                 "density" => s.density = number(spec, k, v)?,
                 "noise" => s.noise = number(spec, k, v)?,
                 "sep" => s.sep = number(spec, k, v)?,
+                "spread" => s.spread = number(spec, k, v)?,
+                "offset" => s.offset = number(spec, k, v)?,
+                "blobs" => s.blobs = number(spec, k, v)?,
                 _ => s.rank = number(spec, k, v)?,
             }
         }
@@ -104,6 +126,23 @@ impl std::str::FromStr for ClassificationSpec {
         }
         if !s.noise.is_finite() || s.noise < 0.0 || !s.sep.is_finite() {
             return Err(fail("noise must be ≥ 0 and sep finite".into()));
+        }
+        if !(s.spread.is_finite() && (1.0..=1e6).contains(&s.spread)) {
+            return Err(fail(format!("spread {} is not in [1, 1e6]", s.spread)));
+        }
+        if !(s.offset.is_finite() && (0.0..=1e6).contains(&s.offset)) {
+            return Err(fail(format!("offset {} is not in [0, 1e6]", s.offset)));
+        }
+        if !(s.blobs.is_finite() && s.blobs >= 0.0) {
+            return Err(fail(format!("blobs {} is not a number ≥ 0", s.blobs)));
+        }
+        if s.blobs > 0.0 && s.density < 1.0 {
+            return Err(fail("blobs are dense: leave density at 1".into()));
+        }
+        if s.offset > 0.0 && s.density < 1.0 {
+            return Err(fail(
+                "offset applies to dense data only (it would fill every sparse sample)".into(),
+            ));
         }
         Ok(s)
     }
@@ -160,6 +199,10 @@ impl ClassificationSpec {
 pub fn classification(spec: &ClassificationSpec, seed: u64) -> (Vec<Example>, Vec<Example>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let (j, d) = (spec.classes, spec.features);
+    if spec.blobs > 0.0 {
+        let (train, test) = blobs(spec, &mut rng);
+        return unscale(spec, seed, train, test);
+    }
     let nnz_expect = (spec.density * d as f64).max(1.0);
     let teacher_scale = spec.sep / (nnz_expect as f32).sqrt();
     // Full rank: one J×D teacher. Low rank r: logits = A·(B·x) with B (r×D) scaled so B·x
@@ -215,6 +258,75 @@ pub fn classification(spec: &ClassificationSpec, seed: u64) -> (Vec<Example>, Ve
     };
     let train = (0..spec.samples).map(|_| draw(&mut rng)).collect();
     let test = (0..spec.test).map(|_| draw(&mut rng)).collect();
+    unscale(spec, seed, train, test)
+}
+
+/// The blobs of [`ClassificationSpec::blobs`], unnumbered.
+fn blobs(spec: &ClassificationSpec, rng: &mut ChaCha8Rng) -> (Vec<Example>, Vec<Example>) {
+    let (j, d, r) = (spec.classes, spec.features, spec.rank);
+    let centres = if r == 0 {
+        Array2::from_shape_fn((j, d), |_| normal(rng))
+    } else {
+        // Rank r: A·B with unit-variance entries.
+        let a = Array2::from_shape_fn((j, r), |_| normal(rng) / (r as f32).sqrt());
+        let b = Array2::from_shape_fn((r, d), |_| normal(rng));
+        a.dot(&b)
+    };
+    let draw = |rng: &mut ChaCha8Rng| -> Example {
+        let y = rng.random_range(0..j);
+        let c = centres.row(y);
+        let x: Vec<f32> = c.iter().map(|&m| spec.blobs * m + normal(rng)).collect();
+        Example {
+            x: Features::Dense(x),
+            y: y as u32,
+            id: 0,
+        }
+    };
+    let train = (0..spec.samples).map(|_| draw(rng)).collect();
+    let test = (0..spec.test).map(|_| draw(rng)).collect();
+    (train, test)
+}
+
+/// Applies [`ClassificationSpec::spread`] and [`ClassificationSpec::offset`], and numbers
+/// the samples.
+fn unscale(
+    spec: &ClassificationSpec,
+    seed: u64,
+    mut train: Vec<Example>,
+    mut test: Vec<Example>,
+) -> (Vec<Example>, Vec<Example>) {
+    let d = spec.features;
+    if spec.spread > 1.0 || spec.offset > 0.0 {
+        // A separate stream: the same spec without spread/offset gives the same samples.
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0ff5_e7ed_5ca1_ed00);
+        let ln = f64::from(spec.spread).ln();
+        let scales: Vec<f32> = (0..d)
+            .map(|_| rng.random_range(0.0..=ln).exp() as f32)
+            .collect();
+        let offsets: Vec<f32> = (0..d)
+            .map(|_| {
+                if spec.offset > 0.0 {
+                    rng.random_range(-spec.offset..=spec.offset)
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        for e in train.iter_mut().chain(test.iter_mut()) {
+            match &mut e.x {
+                Features::Dense(x) => {
+                    for ((v, s), b) in x.iter_mut().zip(&scales).zip(&offsets) {
+                        *v = *v * s + b;
+                    }
+                }
+                Features::Sparse { indices, values } => {
+                    for (&c, v) in indices.iter().zip(values.iter_mut()) {
+                        *v *= scales[c as usize];
+                    }
+                }
+            }
+        }
+    }
     (numbered(train), numbered(test))
 }
 

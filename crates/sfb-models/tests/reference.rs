@@ -75,6 +75,9 @@ fn engines(
         .clocks(clocks)
         .batch(batch)
         .lr(lr)
+        // The golden comparisons are of the models under plain SGD (the step they were
+        // derived with), not of the default optimizer.
+        .optimizer(sfb_core::Optimizer::new(sfb_core::Method::Sgd))
         .seed(seed)
         .eval_every(0)
         .build_engines()

@@ -133,7 +133,21 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     }
     let (t, dt) = (&spec.train, &d.train);
     put("batch", t.batch.to_string());
-    put("lr", t.lr.to_string());
+    if let Some(lr) = t.lr {
+        put("lr", lr.to_string());
+    }
+    if let Some(m) = t.optimizer {
+        put("optimizer", m.0.to_string());
+    }
+    if t.lr_schedule != dt.lr_schedule {
+        put("lr-schedule", t.lr_schedule.0.to_string());
+    }
+    if let Some(w) = t.warmup {
+        put("warmup", w.to_string());
+    }
+    if t.scale != dt.scale {
+        put("scale", t.scale.0.to_string());
+    }
     put("seed", t.seed.to_string());
     if t.init_std != dt.init_std {
         put("init-std", t.init_std.to_string());

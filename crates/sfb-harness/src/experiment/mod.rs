@@ -33,8 +33,10 @@
 mod arm;
 mod budget;
 mod curve;
+mod optimizers;
 mod report;
 mod runner;
+mod saga;
 mod scenarios;
 
 pub use arm::{Arm, run_args};
@@ -42,8 +44,10 @@ pub use budget::{BUDGET_CHECK, BudgetCheck, budget_check};
 pub use curve::{
     CurvePoint, clock_ends, clock_times, curve, median, slow_clocks, target_at, time_to_target,
 };
+pub use optimizers::{adarevision, optimizers};
 pub use report::{ArmReport, Machine, Report, human_bytes, invocation};
 pub use runner::{Exec, Observer, Quiet, Runner};
+pub use saga::saga;
 pub use scenarios::{
     Demo, Options, SCENARIOS, demo, fms_vs_sfb, mlr, model_size, q_sweep, run_arms, scaling,
     scenario, staleness,

@@ -26,6 +26,9 @@ pub struct ArmReport {
     pub final_objective: Option<f64>,
     /// Held-out accuracy after the last clock.
     pub final_accuracy: Option<f64>,
+    /// Held-out accuracy at the first evaluation at or below the target: what a model at
+    /// the target has learned (classifiers).
+    pub accuracy_at_target: Option<f64>,
     /// Clocks until the target (interpolated).
     pub clocks_to_target: Option<f64>,
     /// Samples until the target (interpolated).
@@ -56,6 +59,9 @@ impl ArmReport {
             bytes_per_clock: summary.bytes_per_clock,
             final_objective: last.map(|p| p.objective).or(summary.objective),
             final_accuracy: last.and_then(|p| p.accuracy).or(summary.test_accuracy),
+            accuracy_at_target: target
+                .and_then(|t| curve.iter().find(|p| p.objective <= t))
+                .and_then(|p| p.accuracy),
             clocks_to_target: ttt.map(|t| t.1),
             samples_to_target: ttt.map(|t| t.2),
             train_s: last.map_or(summary.wall_s, |p| p.train_s),
@@ -219,17 +225,19 @@ impl Report {
     /// The main table (Markdown).
     pub fn table(&self) -> String {
         let mut t = String::from(
-            "| arm | time to target (s) | clocks to target | samples/s | bytes/clock | compute / apply / wait / other (ms per clock) | final objective | final accuracy |\n|---|---:|---:|---:|---:|---|---:|---:|\n",
+            "| arm | time to target (s) | clocks to target | accuracy at target | samples/s | bytes/clock | compute / apply / wait / other (ms per clock) | final objective | final accuracy |\n|---|---:|---:|---:|---:|---:|---|---:|---:|\n",
         );
         for a in &self.arms {
             let [c, ap, w, o] = a.split_per_clock();
             let _ = writeln!(
                 t,
-                "| {} | {} | {} | {:.0} | {} | {:.1} / {:.1} / {:.1} / {:.1} | {} | {} |",
+                "| {} | {} | {} | {} | {:.0} | {} | {:.1} / {:.1} / {:.1} / {:.1} | {} | {} |",
                 a.name,
                 a.time_to_target_s
                     .map_or("not reached".into(), |t| format!("{t:.2}")),
                 a.clocks_to_target.map_or("-".into(), |c| format!("{c:.1}")),
+                a.accuracy_at_target
+                    .map_or("-".into(), |x| format!("{:.1}%", x * 100.0)),
                 a.samples_per_s,
                 human_bytes(a.bytes_per_clock),
                 c * 1e3,

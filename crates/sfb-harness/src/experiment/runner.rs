@@ -191,7 +191,7 @@ mod tests {
     #[test]
     fn a_bad_arm_is_named_with_what_is_wrong() {
         let mut spec = crate::RunSpec::default();
-        spec.train.lr = -1.0;
+        spec.train.lr = Some(-1.0);
         let e = Runner::new().run(&Arm::new("bad arm", spec)).unwrap_err();
         assert_eq!(
             e.to_string(),

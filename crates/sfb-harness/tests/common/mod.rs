@@ -47,10 +47,24 @@ fn builder(
     p: &Problem,
     c: &ClusterSpec,
 ) -> sfb_harness::Builder<impl sfb_harness::ModelSource<Model = Mlr>> {
+    let (j, d) = (p.j, p.d);
+    builder_for(p, c, move |_| Mlr::new(j, d))
+}
+
+/// [`builder`] with the model `factory` makes.
+fn builder_for<M, F>(
+    p: &Problem,
+    c: &ClusterSpec,
+    factory: F,
+) -> sfb_harness::Builder<impl sfb_harness::ModelSource<Model = M>>
+where
+    M: sfb_core::Model<Sample = Example>,
+    F: FnMut(&sfb_harness::Peer) -> M,
+{
     let (j, d, test) = (p.j, p.d, Arc::clone(&p.test));
     let mut b = Cluster::builder()
         .peers(c.peers)
-        .model(move |_| Mlr::new(j, d))
+        .model(factory)
         .init_w(synthetic::init_w(j, d, 0.01, c.seed))
         .evaluator(move |_| Box::new(MlrEvaluator::new(Arc::clone(&test))))
         .data(Arc::clone(&p.train))
@@ -100,4 +114,67 @@ pub fn fms_nodes(
         _ => sfb_harness::Push::Factors,
     };
     builder(p, c).build_fms(push).unwrap()
+}
+
+/// [`engines`] with optimizer `opt`.
+pub fn engines_opt(p: &Problem, c: &ClusterSpec, opt: &sfb_core::Optimizer) -> Vec<Engine<Mlr>> {
+    builder(p, c)
+        .optimizer(opt.clone())
+        .build_engines()
+        .unwrap()
+}
+
+/// [`fms_nodes`] with optimizer `opt` (the server runs it).
+pub fn fms_nodes_opt(
+    p: &Problem,
+    c: &ClusterSpec,
+    push: sfb_harness::Push,
+    opt: &sfb_core::Optimizer,
+) -> (sfb_core::fms::Server<Mlr>, Vec<sfb_core::fms::Client<Mlr>>) {
+    try_fms_nodes_opt(p, c, push, opt).unwrap()
+}
+
+/// [`fms_nodes_opt`], or the error of a push the optimizer cannot run with.
+#[allow(clippy::type_complexity, clippy::result_large_err)]
+pub fn try_fms_nodes_opt(
+    p: &Problem,
+    c: &ClusterSpec,
+    push: sfb_harness::Push,
+    opt: &sfb_core::Optimizer,
+) -> sfb_harness::Result<(sfb_core::fms::Server<Mlr>, Vec<sfb_core::fms::Client<Mlr>>)> {
+    builder(p, c).optimizer(opt.clone()).build_fms(push)
+}
+
+/// SAGA on `p` (the same data, initial W, shards and samplers as [`engines`]); the builder
+/// sets SAGA's `n` from the data.
+fn saga_builder(
+    p: &Problem,
+    c: &ClusterSpec,
+    opt: &sfb_core::Optimizer,
+) -> sfb_harness::Builder<impl sfb_harness::ModelSource<Model = sfb_models::Saga>> {
+    let (j, d) = (p.j, p.d);
+    builder_for(p, c, move |_| sfb_models::Saga::new(j, d)).optimizer(opt.clone())
+}
+
+/// [`engines_opt`] for the SAGA model.
+pub fn saga_engines(
+    p: &Problem,
+    c: &ClusterSpec,
+    opt: &sfb_core::Optimizer,
+) -> Vec<Engine<sfb_models::Saga>> {
+    saga_builder(p, c, opt).build_engines().unwrap()
+}
+
+/// [`fms_nodes_opt`] for the SAGA model (an error for a push SAGA cannot run with).
+#[allow(clippy::type_complexity, clippy::result_large_err)]
+pub fn saga_fms(
+    p: &Problem,
+    c: &ClusterSpec,
+    push: sfb_harness::Push,
+    opt: &sfb_core::Optimizer,
+) -> sfb_harness::Result<(
+    sfb_core::fms::Server<sfb_models::Saga>,
+    Vec<sfb_core::fms::Client<sfb_models::Saga>>,
+)> {
+    saga_builder(p, c, opt).build_fms(push)
 }
