@@ -694,7 +694,7 @@ impl Stepper {
                 replica.apply(batches)?;
             }
             State::Sgd if self.opt.l2 == 0.0 => {
-                replica.apply_scaled(batches, &scales)?;
+                replica.apply_validated(batches, &scales)?;
             }
             State::Sgd => {
                 crate::replica::check_scales(batches, &scales)?;
@@ -710,7 +710,7 @@ impl Stepper {
                 }
                 let pre = precondition(rows, cols, batches, self.opt.eps);
                 let refs: Vec<&FactorBatch> = pre.iter().collect();
-                replica.apply_scaled(&refs, &scales)?;
+                replica.apply_validated(&refs, &scales)?;
             }
             State::Saga { mean } => {
                 // Every check before anything changes: the kernel below cannot fail.
@@ -897,24 +897,23 @@ fn group_step(lr: f32, opt: &Optimizer, clocks: u64, batches: &[&FactorBatch]) -
 
 /// Adds a batch's per-sample statistics `Σ_i (a u_i v_iᵀ)²` to the row and column sums:
 /// `R_j += a² u_ij² ‖v_i‖²`, `C_d += a² v_id² ‖u_i‖²` (see the module docs), `O(K(J + D))`.
+/// The batch's own sums are formed in f32 with loops the compiler vectorizes (this runs on
+/// every apply), then added to the f64 state.
 fn add_factored_stats(rows: &mut [f64], cols: &mut [f64], b: &FactorBatch, a: f64) {
     if a == 0.0 || b.is_empty() {
         return;
     }
     let a2 = a * a;
-    let sq = |x: &[f32]| -> f64 { x.iter().map(|&y| f64::from(y) * f64::from(y)).sum() };
+    let mut r = vec![0f32; b.j];
+    let mut c = vec![0f32; b.d];
     for (i, u) in b.u.chunks(b.j).enumerate() {
-        let nu = a2 * sq(u);
+        let nu = sum_sq(u);
         match &b.v {
             VFactors::Dense(v) => {
                 let v = &v[i * b.d..(i + 1) * b.d];
-                let nv = a2 * sq(v);
-                for (c, &x) in cols.iter_mut().zip(v) {
-                    *c += nu * f64::from(x) * f64::from(x);
-                }
-                for (r, &x) in rows.iter_mut().zip(u) {
-                    *r += nv * f64::from(x) * f64::from(x);
-                }
+                let nv = sum_sq(v);
+                add_scaled_squares(&mut c, v, nu);
+                add_scaled_squares(&mut r, u, nv);
             }
             VFactors::Sparse {
                 indptr,
@@ -922,15 +921,40 @@ fn add_factored_stats(rows: &mut [f64], cols: &mut [f64], b: &FactorBatch, a: f6
                 values,
             } => {
                 let (s0, e0) = (indptr[i] as usize, indptr[i + 1] as usize);
-                let nv = a2 * sq(&values[s0..e0]);
-                for (&c, &x) in indices[s0..e0].iter().zip(&values[s0..e0]) {
-                    cols[c as usize] += nu * f64::from(x) * f64::from(x);
+                let nv = sum_sq(&values[s0..e0]);
+                for (&k, &x) in indices[s0..e0].iter().zip(&values[s0..e0]) {
+                    c[k as usize] += nu * x * x;
                 }
-                for (r, &x) in rows.iter_mut().zip(u) {
-                    *r += nv * f64::from(x) * f64::from(x);
-                }
+                add_scaled_squares(&mut r, u, nv);
             }
         }
+    }
+    for (s, x) in rows.iter_mut().zip(r) {
+        *s += a2 * f64::from(x);
+    }
+    for (s, x) in cols.iter_mut().zip(c) {
+        *s += a2 * f64::from(x);
+    }
+}
+
+/// `Σ x²`, eight lanes at a time (a fixed order, so the same on every replica).
+fn sum_sq(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for ch in chunks {
+        for (a, &v) in acc.iter_mut().zip(ch) {
+            *a += v * v;
+        }
+    }
+    let tail: f32 = rest.iter().map(|v| v * v).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `out += by · x²`, entry by entry.
+fn add_scaled_squares(out: &mut [f32], x: &[f32], by: f32) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o += by * v * v;
     }
 }
 

@@ -150,6 +150,26 @@ impl Replica {
         Ok(apply_unchecked(&mut self.w, batches, scales))
     }
 
+    /// [`apply_scaled`](Self::apply_scaled) for batches already validated against this
+    /// replica's shape (or derived from validated ones by finite rescaling, as the
+    /// optimizer's preconditioned pairs are): only the scales are checked, so a hot path
+    /// does not scan every factor twice.
+    ///
+    /// # Errors
+    /// [`check_scales`]'s; W is then untouched.
+    pub(crate) fn apply_validated(
+        &mut self,
+        batches: &[&FactorBatch],
+        scales: &[f32],
+    ) -> Result<ApplyStats> {
+        check_scales(batches, scales)?;
+        debug_assert!({
+            let (j, d) = self.w.dim();
+            batches.iter().all(|b| b.validate(j, d).is_ok())
+        });
+        Ok(apply_unchecked(&mut self.w, batches, scales))
+    }
+
     /// Adds dense updates, `W += Σ_i deltas[i]`, entry by entry in the order given (the
     /// FMS server's dense-push path; factor pushes go through [`apply`](Self::apply)).
     ///
