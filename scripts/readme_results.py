@@ -9,7 +9,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
-ORDER = ["fms-vs-sfb", "q-sweep", "staleness", "scaling", "model-size", "kernel", "budget-check"]
+ORDER = [
+    "fms-vs-sfb", "q-sweep", "staleness", "scaling", "model-size", "optimizers", "adarevision",
+    "saga", "kernel", "budget-check",
+]
 # Scenarios `all` does not run, each from its own command.
 SEPARATE = {"budget-check": "sfb bench --scenario budget-check -o results  # as root; skipped otherwise"}
 # The plots shown in the README; every other one is linked from results/<scenario>.md.
@@ -19,6 +22,9 @@ SHOWN = {
     "staleness": ["staleness-time-to-target.png", "staleness-compute-vs-wait.png"],
     "scaling": ["scaling-speedup.png"],
     "model-size": ["model-size-time-to-target.png", "model-size-bytes-vs-formula.png"],
+    "optimizers": ["optimizers-final-objective-vs-lr.png", "optimizers-cost-per-clock.png"],
+    "adarevision": ["adarevision-objective-s8.png"],
+    "saga": ["saga-suboptimality-vs-epochs.png", "saga-suboptimality-vs-time-straggler.png"],
     "kernel": ["kernel.png"],
 }
 

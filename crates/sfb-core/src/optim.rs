@@ -708,9 +708,22 @@ impl Stepper {
                 for b in batches {
                     add_factored_stats(rows, cols, b, f64::from(b.scale) / lr);
                 }
-                let pre = precondition(rows, cols, batches, self.opt.eps);
-                let refs: Vec<&FactorBatch> = pre.iter().collect();
-                replica.apply_validated(&refs, &scales)?;
+                let (rho, gamma) = reciprocals(rows, cols, self.opt.eps);
+                // Dense pairs: ρ⁻¹ and γ⁻¹ folded into the kernel's stacking; sparse pairs
+                // (cheap) rescaled here.
+                let sparse: Vec<Option<FactorBatch>> = batches
+                    .iter()
+                    .map(|b| {
+                        matches!(b.v, VFactors::Sparse { .. })
+                            .then(|| precondition(b, &rho, &gamma))
+                    })
+                    .collect();
+                let refs: Vec<&FactorBatch> = batches
+                    .iter()
+                    .zip(&sparse)
+                    .map(|(&b, p)| p.as_ref().unwrap_or(b))
+                    .collect();
+                replica.apply_folded(&refs, &scales, &rho, &gamma)?;
             }
             State::Saga { mean } => {
                 // Every check before anything changes: the kernel below cannot fail.
@@ -978,20 +991,20 @@ fn denominators(rows: &[f64], cols: &[f64], eps: f32) -> (Vec<f32>, Vec<f32>) {
     (side(rows), side(cols))
 }
 
-/// The batches with `u ⊘ ρ` and `v ⊘ γ` (scales unchanged; zero where the denominator is 0).
-fn precondition(
-    rows: &[f64],
-    cols: &[f64],
-    batches: &[&FactorBatch],
-    eps: f32,
-) -> Vec<FactorBatch> {
+/// `1/(ρ_j + √ε)` and `1/(γ_d + √ε)`, 0 where the sum is exactly 0 (see
+/// [`denominators`]).
+fn reciprocals(rows: &[f64], cols: &[f64], eps: f32) -> (Vec<f32>, Vec<f32>) {
     let (rho, gamma) = denominators(rows, cols, eps);
     let recip = |v: Vec<f32>| -> Vec<f32> {
         v.into_iter()
             .map(|x| if x > 0.0 { 1.0 / x } else { 0.0 })
             .collect()
     };
-    let (rho, gamma) = (recip(rho), recip(gamma));
+    (recip(rho), recip(gamma))
+}
+
+/// The batch with `u ⊙ rho` and `v ⊙ gamma` (reciprocal denominators; scale unchanged).
+fn precondition(b: &FactorBatch, rho: &[f32], gamma: &[f32]) -> FactorBatch {
     let scaled = |x: &[f32], by: &[f32], width: usize| -> Vec<f32> {
         let mut out = vec![0f32; x.len()];
         for (o, row) in out.chunks_mut(width).zip(x.chunks(width)) {
@@ -1001,36 +1014,31 @@ fn precondition(
         }
         out
     };
-    batches
-        .iter()
-        .map(|b| {
-            let v = match &b.v {
-                VFactors::Dense(v) => VFactors::Dense(scaled(v, &gamma, b.d)),
-                VFactors::Sparse {
-                    indptr,
-                    indices,
-                    values,
-                } => VFactors::Sparse {
-                    indptr: indptr.clone(),
-                    indices: indices.clone(),
-                    values: indices
-                        .iter()
-                        .zip(values)
-                        .map(|(&c, &x)| x * gamma[c as usize])
-                        .collect(),
-                },
-            };
-            FactorBatch {
-                origin: b.origin,
-                clock: b.clock,
-                scale: b.scale,
-                j: b.j,
-                d: b.d,
-                u: scaled(&b.u, &rho, b.j),
-                v,
-            }
-        })
-        .collect()
+    let v = match &b.v {
+        VFactors::Dense(v) => VFactors::Dense(scaled(v, gamma, b.d)),
+        VFactors::Sparse {
+            indptr,
+            indices,
+            values,
+        } => VFactors::Sparse {
+            indptr: indptr.clone(),
+            indices: indices.clone(),
+            values: indices
+                .iter()
+                .zip(values)
+                .map(|(&c, &x)| x * gamma[c as usize])
+                .collect(),
+        },
+    };
+    FactorBatch {
+        origin: b.origin,
+        clock: b.clock,
+        scale: b.scale,
+        j: b.j,
+        d: b.d,
+        u: scaled(&b.u, rho, b.j),
+        v,
+    }
 }
 
 #[cfg(test)]

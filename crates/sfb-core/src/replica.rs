@@ -147,7 +147,7 @@ impl Replica {
         for b in batches {
             b.validate(j, d)?;
         }
-        Ok(apply_unchecked(&mut self.w, batches, scales))
+        Ok(apply_unchecked(&mut self.w, batches, scales, None))
     }
 
     /// [`apply_scaled`](Self::apply_scaled) for batches already validated against this
@@ -167,7 +167,45 @@ impl Replica {
             let (j, d) = self.w.dim();
             batches.iter().all(|b| b.validate(j, d).is_ok())
         });
-        Ok(apply_unchecked(&mut self.w, batches, scales))
+        Ok(apply_unchecked(&mut self.w, batches, scales, None))
+    }
+
+    /// [`apply_validated`](Self::apply_validated) with every dense pair `(u, v)` applied
+    /// as `(u ⊙ rows, v ⊙ cols)` — a per-row and per-column rescaling folded into the
+    /// stacking of `Ū` and `V̄` the kernel does anyway (the factored optimizer's
+    /// preconditioning, without copying the pairs first). Sparse pairs are applied as
+    /// given.
+    ///
+    /// # Errors
+    /// [`check_scales`]'s, or [`Error::DimensionMismatch`] for multipliers of the wrong
+    /// length; W is then untouched.
+    pub(crate) fn apply_folded(
+        &mut self,
+        batches: &[&FactorBatch],
+        scales: &[f32],
+        rows: &[f32],
+        cols: &[f32],
+    ) -> Result<ApplyStats> {
+        check_scales(batches, scales)?;
+        let (j, d) = self.w.dim();
+        for (what, len, want) in [
+            ("row multipliers", rows.len(), j),
+            ("column multipliers", cols.len(), d),
+        ] {
+            if len != want {
+                return Err(Error::DimensionMismatch {
+                    what: what.into(),
+                    expected: want,
+                    got: len,
+                });
+            }
+        }
+        Ok(apply_unchecked(
+            &mut self.w,
+            batches,
+            scales,
+            Some((rows, cols)),
+        ))
     }
 
     /// Adds dense updates, `W += Σ_i deltas[i]`, entry by entry in the order given (the
@@ -249,7 +287,7 @@ pub(crate) fn accumulate(
     scales: &[f32],
 ) -> ApplyStats {
     debug_assert_eq!(batches.len(), scales.len());
-    apply_unchecked(w, batches, scales)
+    apply_unchecked(w, batches, scales, None)
 }
 
 /// Checks a dense `J × D` matrix that came from `origin` (a full W or a dense ΔW, named
@@ -311,7 +349,12 @@ struct SparsePair<'a> {
     values: &'a [f32],
 }
 
-fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch], scales: &[f32]) -> ApplyStats {
+fn apply_unchecked(
+    w: &mut Array2<f32>,
+    batches: &[&FactorBatch],
+    scales: &[f32],
+    fold: Option<(&[f32], &[f32])>,
+) -> ApplyStats {
     let (j, d) = w.dim();
     let mut stats = ApplyStats {
         batches: batches.len(),
@@ -342,19 +385,34 @@ fn apply_unchecked(w: &mut Array2<f32>, batches: &[&FactorBatch], scales: &[f32]
                 } else {
                     row * r + col
                 };
-                ut[at] = scale * x;
+                ut[at] = match fold {
+                    None => scale * x,
+                    Some((rows, _)) => scale * (x * rows[row]),
+                };
             }
             col += 1;
         }
     }
     let stacked;
-    let vbar: &[f32] = match dense.as_slice() {
-        [] => &[],
-        [(one, _)] => match &one.v {
+    let vbar: &[f32] = match (dense.as_slice(), fold) {
+        ([], _) => &[],
+        (many, Some((_, cols))) => {
+            let mut s = Vec::with_capacity(r * d);
+            for (b, _) in many {
+                if let VFactors::Dense(v) = &b.v {
+                    for row in v.chunks(d) {
+                        s.extend(row.iter().zip(cols).map(|(x, c)| x * c));
+                    }
+                }
+            }
+            stacked = s;
+            &stacked
+        }
+        ([(one, _)], None) => match &one.v {
             VFactors::Dense(v) => v,
             VFactors::Sparse { .. } => unreachable!("filtered to dense"),
         },
-        many => {
+        (many, None) => {
             let mut s = Vec::with_capacity(r * d);
             for (b, _) in many {
                 if let VFactors::Dense(v) = &b.v {
