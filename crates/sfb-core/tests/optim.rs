@@ -8,43 +8,21 @@
 use ndarray::{Array2, ArrayView2};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use sfb_core::replica::seeded_batches;
 use sfb_core::{FactorBatch, Method, Optimizer, PeerId, Replica, Schedule, Stepper, VFactors};
 
 const J: usize = 6;
 const D: usize = 9;
 const LR: f32 = 0.05;
 
+/// One batch of `k` seeded pairs (the kernel's own generator), from `origin` at `clock`,
+/// with SGD's scale `−lr/k`; sparse `v` has 4 non-zeros per pair.
 fn batch(rng: &mut ChaCha8Rng, origin: u32, clock: u64, k: usize, sparse: bool) -> FactorBatch {
-    let u: Vec<f32> = (0..k * J).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let v = if sparse {
-        let mut indptr = vec![0u32];
-        let (mut indices, mut values) = (Vec::new(), Vec::new());
-        for _ in 0..k {
-            for c in 0..D as u32 {
-                if rng.random_bool(0.4) {
-                    indices.push(c);
-                    values.push(rng.random_range(-2.0..2.0));
-                }
-            }
-            indptr.push(indices.len() as u32);
-        }
-        VFactors::Sparse {
-            indptr,
-            indices,
-            values,
-        }
-    } else {
-        VFactors::Dense((0..k * D).map(|_| rng.random_range(-2.0..2.0)).collect())
-    };
-    FactorBatch {
-        origin: PeerId(origin),
-        clock,
-        scale: -LR / k as f32,
-        j: J,
-        d: D,
-        u,
-        v,
-    }
+    let mut b = seeded_batches(rng.random(), J, D, k, 1, sparse.then_some(4)).remove(0);
+    b.origin = PeerId(origin);
+    b.clock = clock;
+    b.scale = -LR / k as f32;
+    b
 }
 
 /// `scale · Σ u vᵀ` in f64.
