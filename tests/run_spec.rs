@@ -99,6 +99,15 @@ fn every_option_lands_in_the_spec() {
         "m.jsonl",
         "--summary",
         "s.json",
+        "--checkpoint-dir",
+        "ck",
+        "--checkpoint-every",
+        "6",
+        "--checkpoint-keep",
+        "3",
+        "--resume",
+        "--on-peer-loss",
+        "continue",
     ]);
     let want = RunSpec {
         peers: 6,
@@ -145,6 +154,14 @@ fn every_option_lands_in_the_spec() {
             metrics: Some("m.jsonl".into()),
             summary: Some("s.json".into()),
             keep_records: false,
+        },
+        fault: sfb::harness::FaultOptions {
+            checkpoint_dir: Some("ck".into()),
+            checkpoint_every: 6,
+            checkpoint_keep: 3,
+            resume: true,
+            resume_at: None,
+            on_peer_loss: Some(sfb::harness::PeerLossSpec::Continue),
         },
     };
     assert_eq!(s, want);

@@ -137,8 +137,12 @@ pub struct NetArgs {
     /// Burst size of the bandwidth budget, bytes.
     #[arg(long, default_value_t = 256 * 1024)]
     pub burst: usize,
-    /// Seconds a peer may wait without progress before failing (at most one year).
-    #[arg(long, default_value_t = 10.0)]
+    /// Liveness timeout, seconds (at most one year): a neighbour whose connection stays
+    /// open but silent (no frame, no heartbeat; idle peers send one every second) for this
+    /// long is declared lost. A neighbour that is merely slow or paused for less is waited
+    /// for (the waiting peers log whom they wait for every few seconds); one whose process
+    /// ends is lost at once.
+    #[arg(long, default_value_t = 60.0)]
     pub peer_timeout: f64,
     /// Seconds to wait for connections and handshakes at start-up (at most one year).
     #[arg(long, default_value_t = 30.0)]
@@ -168,6 +172,12 @@ impl NetArgs {
 /// ignored, so they are refused.
 const SPEC_CONFLICTS: &[&str] = &[
     "exchange_addrs",
+    "checkpoint_dir",
+    "checkpoint_every",
+    "checkpoint_keep",
+    "resume",
+    "resume_at",
+    "on_peer_loss",
     "fms_push",
     "bandwidth",
     "burst",

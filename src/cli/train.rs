@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use sfb_harness::{
-    ConsistencySpec, DataSource, MethodSpec, ModelChoice, OutputOptions, RunSpec, ScaleSpec,
-    ScheduleSpec, StragglerSpec, TrainOptions,
+    ConsistencySpec, DataSource, FaultOptions, MethodSpec, ModelChoice, OutputOptions, RunSpec,
+    ScaleSpec, ScheduleSpec, StragglerSpec, TrainOptions,
 };
 
 /// Which model to train.
@@ -159,9 +159,50 @@ pub struct TrainArgs {
     /// magnitude; keeps sparse data sparse). Statistics from the training data only.
     #[arg(long, default_value = "auto")]
     pub scale: ScaleSpec,
+    /// Write every node's state (W, optimizer and model state, sampler, counters) to this
+    /// folder every --checkpoint-every clocks, as `peer-I.cCLOCK.sfbck` (FMS:
+    /// `client-I…`, `server…`); checked at start-up.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Clocks between checkpoints. Checkpoint clocks are barriers: a node waits there until
+    /// it has every update of the clocks before (free under BSP).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub checkpoint_every: u64,
+    /// Checkpoints each node keeps (older ones are deleted).
+    #[arg(long, value_name = "K", default_value_t = 2)]
+    pub checkpoint_keep: usize,
+    /// Resume from the latest clock at which every node has a checkpoint in
+    /// --checkpoint-dir (under BSP the resumed run ends bitwise where the uninterrupted
+    /// run would have).
+    #[arg(long, requires = "checkpoint_dir")]
+    pub resume: bool,
+    /// Resume from this clock's checkpoints (for nodes on machines that do not share
+    /// --checkpoint-dir: give every node the same clock).
+    #[arg(
+        long,
+        value_name = "CLOCK",
+        requires = "checkpoint_dir",
+        conflicts_with = "resume"
+    )]
+    pub resume_at: Option<u64>,
+    /// When a neighbour is lost (its process died, or no heartbeat within --peer-timeout):
+    /// fail, or continue training without it (the lost peer's data is no longer trained
+    /// on; the summary names who was lost at which clock). Default: fail under BSP,
+    /// continue under ssp, async and throttle.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub on_peer_loss: Option<PeerLossArg>,
     /// Data files and per-model parameters.
     #[command(flatten)]
     pub model_opts: Box<ModelOptions>,
+}
+
+/// `--on-peer-loss`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PeerLossArg {
+    /// Stop the run (after the last checkpoint).
+    Fail,
+    /// Train on without the lost node.
+    Continue,
 }
 
 impl ModelKind {
@@ -224,6 +265,17 @@ impl TrainArgs {
             metrics: self.metrics.clone(),
             summary: self.summary.clone(),
             ..OutputOptions::default()
+        };
+        spec.fault = FaultOptions {
+            checkpoint_dir: self.checkpoint_dir.clone(),
+            checkpoint_every: self.checkpoint_every,
+            checkpoint_keep: self.checkpoint_keep,
+            resume: self.resume,
+            resume_at: self.resume_at,
+            on_peer_loss: self.on_peer_loss.map(|p| match p {
+                PeerLossArg::Fail => sfb_harness::PeerLossSpec::Fail,
+                PeerLossArg::Continue => sfb_harness::PeerLossSpec::Continue,
+            }),
         };
     }
 }

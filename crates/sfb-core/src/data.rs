@@ -50,6 +50,39 @@ impl<S> Shard<S> {
         &self.samples
     }
 
+    /// Where the sampler is (for checkpoints).
+    pub fn sampler_state(&self) -> crate::checkpoint::SamplerState {
+        crate::checkpoint::SamplerState {
+            epoch: self.epoch,
+            pos: self.pos,
+            len: self.samples.len(),
+        }
+    }
+
+    /// Puts the sampler where `state` says, so the next batches are those the checkpointed
+    /// sampler would have drawn.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`](crate::Error::Checkpoint) if the shard has another number of
+    /// samples (other data, or another sharding) or `pos` is past the permutation.
+    pub fn restore_sampler(&mut self, state: crate::checkpoint::SamplerState) -> crate::Result<()> {
+        if state.len != self.samples.len() || state.pos > self.samples.len() {
+            return Err(crate::Error::Checkpoint {
+                reason: format!(
+                    "written for a shard of {} samples (position {}); this peer's shard has {}: \
+                     other training data or another number of peers",
+                    state.len,
+                    state.pos,
+                    self.samples.len()
+                ),
+            });
+        }
+        self.epoch = state.epoch;
+        self.pos = state.pos;
+        self.shuffle();
+        Ok(())
+    }
+
     /// The next `k` samples (fewer only if the shard is empty), crossing epochs as needed.
     pub fn next_batch(&mut self, k: usize) -> Vec<&S> {
         self.next_batch_indexed(k)

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use ndarray::{Array2, ArrayView2};
 
+use crate::checkpoint::{NodeState, Role};
 use crate::error::ConfigError;
 use crate::metrics::{ClockRecord, PeerMetrics};
 use crate::time::{TimeSource, Work, secs};
@@ -69,6 +70,12 @@ pub struct Config {
     /// How the updates this peer applies become steps on its replica (method, schedule);
     /// every peer of a run must use the same. Default: plain SGD.
     pub optimizer: Optimizer,
+    /// What the peer does when a neighbour is lost ([`Engine::peer_lost`]). Default:
+    /// [`PeerLoss::Fail`].
+    pub on_peer_loss: PeerLoss,
+    /// Take the peer's state ([`Event::Checkpoint`]) every this many clocks; 0: never.
+    /// Those clocks are barriers (see [`checkpoint`](crate::checkpoint)). Default: 0.
+    pub checkpoint_every: u64,
 }
 
 /// Default [`Config::max_drift`]: 64 clocks, room for a straggler several times slower than
@@ -104,6 +111,8 @@ impl Config {
             wire: wire::Dtype::F32,
             max_drift: DEFAULT_MAX_DRIFT,
             optimizer: Optimizer::default(),
+            on_peer_loss: PeerLoss::Fail,
+            checkpoint_every: 0,
         }
     }
 
@@ -152,6 +161,41 @@ impl Config {
             lr: self.lr,
             eval_every: self.eval_every,
             max_drift: self.max_drift,
+            checkpoint_every: self.checkpoint_every,
+        }
+    }
+}
+
+/// What a peer does when a neighbour is lost (its process died, its machine is gone, or it
+/// left).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum PeerLoss {
+    /// Stop with [`Error::PeerLost`] (a run that must not silently change: BSP's default).
+    #[default]
+    Fail,
+    /// Stop waiting for it and stop sending to it; train on with the others (the default
+    /// of SSP and async). Updates already received from it stay applied.
+    Continue,
+}
+
+impl std::fmt::Display for PeerLoss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PeerLoss::Fail => "fail",
+            PeerLoss::Continue => "continue",
+        })
+    }
+}
+
+impl std::str::FromStr for PeerLoss {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "fail" => Ok(PeerLoss::Fail),
+            "continue" => Ok(PeerLoss::Continue),
+            other => Err(format!(
+                "unknown peer-loss policy {other:?}: expected fail or continue"
+            )),
         }
     }
 }
@@ -203,6 +247,10 @@ pub enum Event {
         /// The awaited nodes too far behind, with the clocks each has delivered.
         behind: Vec<(PeerId, u64)>,
     },
+    /// The node's state at a clock boundary, to be written where a resumed run will find
+    /// it (see [`checkpoint`](crate::checkpoint)). Emitted every
+    /// [`Config::checkpoint_every`] clocks.
+    Checkpoint(Box<NodeState>),
     /// The held-out objective is not finite, or has grown past
     /// [`DIVERGENCE_FACTOR`](crate::DIVERGENCE_FACTOR) times its first value: training is
     /// diverging (usually a step size too large). Emitted once per node.
@@ -297,6 +345,15 @@ impl<M: Model> Side<M> for PeerSide {
         self.pending.insert((t, worker.id), fb);
         Ok(())
     }
+
+    fn role(&self) -> Role {
+        Role::Peer
+    }
+
+    fn snapshot(&self, state: &mut NodeState) {
+        state.w = Some(self.replica.w().to_owned());
+        state.optimizer = self.stepper.save_state();
+    }
 }
 
 /// One peer's engine; see the [module docs](self).
@@ -346,6 +403,63 @@ impl<M: Model> Engine<M> {
             worker,
             cfg,
         })
+    }
+
+    /// An engine for `cfg` continuing from `state` (taken by this peer in a run with the
+    /// same topology, model shape, optimizer and data): it computes clock `state.clock`
+    /// next, with every awaited node counted as having delivered the clocks before it
+    /// (whatever they had sent beyond is recomputed by them; see
+    /// [`checkpoint`](crate::checkpoint)).
+    ///
+    /// # Errors
+    /// [`Error::Config`] from [`Config::validate`]; [`Error::Checkpoint`] naming what does
+    /// not fit (role, peer, topology, shape, clock past the run, optimizer, model state,
+    /// shard).
+    pub fn resume(
+        cfg: Config,
+        model: M,
+        shard: Shard<M::Sample>,
+        mut state: NodeState,
+    ) -> Result<Self> {
+        let w = state.w.take().ok_or_else(|| Error::Checkpoint {
+            reason: "holds no replica".into(),
+        })?;
+        let mut engine = Self::new(cfg, model, w.clone(), shard)?;
+        state.w = Some(w);
+        engine.restore(state)?;
+        Ok(engine)
+    }
+
+    /// Puts a fresh engine where `state` says (see [`resume`](Self::resume), which is
+    /// `new` then this).
+    ///
+    /// # Errors
+    /// As [`resume`](Self::resume); after an error drop the engine.
+    pub fn restore(&mut self, mut state: NodeState) -> Result<()> {
+        let w = state.w.take().ok_or_else(|| Error::Checkpoint {
+            reason: "holds no replica".into(),
+        })?;
+        let cfg = &self.cfg;
+        let dim = self.side.replica.dim();
+        state.w = Some(w);
+        state.check(Role::Peer, cfg.id, &cfg.in_neighbors, dim, cfg.clocks)?;
+        let w = state.w.take().expect("just put back");
+        if self.worker.has_run() || !self.side.pending.is_empty() {
+            return Err(Error::Checkpoint {
+                reason: format!("cannot be restored into {} after it has run", cfg.id),
+            });
+        }
+        self.side.replica = Replica::new(w)?;
+        self.side.stepper.restore_state(&state.optimizer)?;
+        self.worker.restore(&state, state.clock)
+    }
+
+    /// The peer's state now, as [`Event::Checkpoint`] would carry it (for tests and tools;
+    /// a running peer's state is only a consistent cut at its checkpoint clocks).
+    pub fn state(&self) -> NodeState {
+        let mut state = self.worker.state(Role::Peer, Default::default());
+        Side::<M>::snapshot(&self.side, &mut state);
+        state
     }
 
     /// Evaluates with `evaluator` every `eval_every` clocks and at the end.
@@ -416,6 +530,35 @@ impl<M: Model> Engine<M> {
     /// when it is not blocked. For error messages on timeouts.
     pub fn waiting_on(&self) -> Vec<(PeerId, u64)> {
         self.worker.waiting_on()
+    }
+
+    /// Peer `peer` is gone. With [`PeerLoss::Continue`] the engine stops waiting for it
+    /// and stops sending to it (frames queued for it are dropped; batches received from it
+    /// stay and are applied) and records the loss in its metrics; returns whether `peer`
+    /// was a neighbour. The caller gives the engine new neighbours, if any, with
+    /// [`set_out_neighbors`](Self::set_out_neighbors).
+    ///
+    /// # Errors
+    /// [`Error::PeerLost`] with [`PeerLoss::Fail`] when `peer` is a neighbour (nothing
+    /// changes).
+    pub fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
+        let neighbour = self.worker.inbound.awaits(peer) || self.side.out_neighbors.contains(&peer);
+        if !neighbour || self.worker.done {
+            return Ok(false);
+        }
+        if self.cfg.on_peer_loss == PeerLoss::Fail {
+            return Err(Error::PeerLost {
+                me: self.cfg.id,
+                peer,
+                clock: self.worker.clock,
+                why: "the run's policy is to fail (BSP; give --on-peer-loss continue to train \
+                      on without it)",
+            });
+        }
+        self.worker.forget(peer, &mut self.side.out_neighbors);
+        self.cfg.in_neighbors.retain(|&p| p != peer);
+        self.cfg.out_neighbors.retain(|&p| p != peer);
+        Ok(true)
     }
 
     /// Takes a message received from peer `from`.

@@ -96,6 +96,25 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// A node this one waits for (or sends to) is gone, and the run's policy is to stop
+    /// (BSP without `on_peer_loss = continue`; an FMS client losing its server).
+    #[error("{me} lost {peer} at clock {clock}: {why}")]
+    PeerLost {
+        /// This node.
+        me: PeerId,
+        /// The node lost.
+        peer: PeerId,
+        /// Clocks this node had completed.
+        clock: u64,
+        /// Why the run cannot go on without it.
+        why: &'static str,
+    },
+    /// A checkpoint state cannot be read or does not fit this node.
+    #[error("checkpoint {reason}")]
+    Checkpoint {
+        /// What is wrong, e.g. `truncated in W (64×128)`.
+        reason: String,
+    },
 }
 
 /// What is wrong with a configuration ([`Config`](crate::Config),

@@ -86,6 +86,7 @@ use std::time::Duration;
 
 use ndarray::{Array2, ArrayView2};
 
+use crate::checkpoint::{NodeState, Role};
 use crate::engine::{Event, Output, Progress, check_step};
 use crate::error::ConfigError;
 use crate::metrics::PeerMetrics;
@@ -140,6 +141,12 @@ pub struct Config {
     /// How the server turns the clients' updates into steps on W (the server plays the
     /// optimizer for everyone; clients only compute). Default: plain SGD.
     pub optimizer: crate::Optimizer,
+    /// The server and every client take their state ([`Event::Checkpoint`]) every this
+    /// many clocks; 0: never. See [`checkpoint`](crate::checkpoint). Default: 0.
+    pub checkpoint_every: u64,
+    /// What the server does when a client is lost ([`Server::client_lost`]). Default:
+    /// [`PeerLoss::Fail`](crate::PeerLoss::Fail).
+    pub on_peer_loss: crate::PeerLoss,
 }
 
 impl Config {
@@ -154,6 +161,8 @@ impl Config {
             eval_every: 10,
             push: Push::Factors,
             optimizer: crate::Optimizer::default(),
+            checkpoint_every: 0,
+            on_peer_loss: crate::PeerLoss::Fail,
         }
     }
 
@@ -169,6 +178,8 @@ impl Config {
             eval_every: cfg.eval_every,
             push,
             optimizer: cfg.optimizer.clone(),
+            checkpoint_every: cfg.checkpoint_every,
+            on_peer_loss: cfg.on_peer_loss,
         }
     }
 
@@ -221,6 +232,7 @@ impl Config {
             eval_every: self.eval_every,
             // FMS runs only the bounded models, which ignore it.
             max_drift: crate::DEFAULT_MAX_DRIFT,
+            checkpoint_every: self.checkpoint_every,
         }
     }
 
@@ -252,6 +264,10 @@ pub struct Server<M: Model> {
     started: Option<Duration>,
     last_step_end: Option<Duration>,
     done: bool,
+    /// Seconds of the run before this process (a resumed run's).
+    wall_offset_s: f64,
+    /// Clients lost during the run.
+    lost: Vec<PeerId>,
 }
 
 impl<M: Model> std::fmt::Debug for Server<M> {
@@ -288,7 +304,77 @@ impl<M: Model> Server<M> {
             started: None,
             last_step_end: None,
             done: false,
+            wall_offset_s: 0.0,
+            lost: Vec::new(),
         })
+    }
+
+    /// A server for `cfg` continuing from `state` (taken by the server of a run with the
+    /// same clients, model shape and optimizer): it waits for every client's clock
+    /// `state.clock` next. See [`checkpoint`](crate::checkpoint).
+    ///
+    /// # Errors
+    /// [`Error::Config`] from [`Config::validate`]; [`Error::Checkpoint`] naming what does
+    /// not fit.
+    pub fn resume(cfg: Config, model: M, state: NodeState) -> Result<Self> {
+        let w = state.w.clone().ok_or_else(|| Error::Checkpoint {
+            reason: "holds no W".into(),
+        })?;
+        let mut server = Self::new(cfg, model, w)?;
+        server.restore(state)?;
+        Ok(server)
+    }
+
+    /// Puts a fresh server where `state` says (see [`resume`](Self::resume), which is
+    /// `new` then this).
+    ///
+    /// # Errors
+    /// As [`resume`](Self::resume); after an error drop the server.
+    pub fn restore(&mut self, mut state: NodeState) -> Result<()> {
+        let w = state.w.take().ok_or_else(|| Error::Checkpoint {
+            reason: "holds no W".into(),
+        })?;
+        let clients: Vec<PeerId> = (0..self.cfg.clients as u32).map(PeerId).collect();
+        let dim = self.replica.dim();
+        state.w = Some(w);
+        state.check(Role::Server, PeerId::SERVER, &clients, dim, self.cfg.clocks)?;
+        let w = state.w.take().expect("just put back");
+        if self.clock > 0 || self.started.is_some() {
+            return Err(Error::Checkpoint {
+                reason: "cannot be restored into a server that has run".into(),
+            });
+        }
+        self.replica = Replica::new(w)?;
+        self.stepper.restore_state(&state.optimizer)?;
+        self.model
+            .restore_state(&state.model)
+            .map_err(|e| Error::Checkpoint {
+                reason: format!("model state: {e}"),
+            })?;
+        for i in 0..clients.len() {
+            self.inbound.set_delivered(i, state.clock);
+        }
+        self.clock = state.clock;
+        self.metrics = state.metrics;
+        self.wall_offset_s = state.wall_s;
+        Ok(())
+    }
+
+    /// The server's state now (what [`Event::Checkpoint`] carries at its checkpoint clocks).
+    pub fn state(&self, now: Duration) -> NodeState {
+        NodeState {
+            role: Role::Server,
+            id: PeerId::SERVER,
+            clock: self.clock,
+            w: Some(self.replica.w().to_owned()),
+            optimizer: self.stepper.save_state(),
+            model: self.model.save_state(),
+            sampler: None,
+            awaited: (0..self.cfg.clients as u32).map(PeerId).collect(),
+            metrics: self.metrics.clone(),
+            wall_s: self.wall_offset_s + self.started.map_or(0.0, |s| secs(s, now)),
+            first_objective: None,
+        }
     }
 
     /// The server for clients made like the fresh SFB `engine` (any peer's): its model
@@ -456,9 +542,14 @@ impl<M: Model> Server<M> {
                 PeerId::SERVER,
                 &self.metrics,
                 self.clock,
-                secs(started, end),
+                self.wall_offset_s + secs(started, end),
                 None,
             )));
+            let every = self.cfg.checkpoint_every;
+            if every > 0 && self.clock.is_multiple_of(every) && self.clock < self.cfg.clocks {
+                self.events
+                    .push_back(Event::Checkpoint(Box::new(self.state(end))));
+            }
         }
         Ok(Progress::Stepped)
     }
@@ -466,12 +557,16 @@ impl<M: Model> Server<M> {
     fn complete_clock(&mut self, time: &mut dyn TimeSource) -> Result<()> {
         let c = self.clock;
         let t0 = time.now();
-        let updates: Vec<Update> = (0..self.cfg.clients as u32)
-            .map(|p| {
-                self.pending
-                    .remove(&(c, PeerId(p)))
-                    .expect("clock complete")
-            })
+        // Every live client's update of clock c, and any a lost client had sent, in origin
+        // order.
+        let origins: Vec<PeerId> = self
+            .pending
+            .range((c, PeerId(0))..=(c, PeerId(u32::MAX)))
+            .map(|(k, _)| k.1)
+            .collect();
+        let updates: Vec<Update> = origins
+            .iter()
+            .map(|&p| self.pending.remove(&(c, p)).expect("listed"))
             .collect();
         let (j, d) = self.replica.dim();
         let work = match self.cfg.push {
@@ -518,6 +613,9 @@ impl<M: Model> Server<M> {
         };
         let len = wire::encoded_len(&msg) as u64;
         for p in 0..self.cfg.clients as u32 {
+            if self.lost.contains(&PeerId(p)) {
+                continue;
+            }
             self.metrics.bytes_sent += len;
             self.outputs.push_back(Output {
                 to: PeerId(p),
@@ -527,10 +625,37 @@ impl<M: Model> Server<M> {
         Ok(())
     }
 
+    /// Client `peer` is gone. With [`PeerLoss::Continue`](crate::PeerLoss::Continue) the
+    /// server stops waiting for it and stops sending it W, and serves the others (the
+    /// updates it had sent are applied with their clocks). Returns whether it was a client
+    /// still served.
+    ///
+    /// # Errors
+    /// [`Error::PeerLost`] with [`PeerLoss::Fail`](crate::PeerLoss::Fail) (nothing changes).
+    pub fn client_lost(&mut self, peer: PeerId) -> Result<bool> {
+        if !self.inbound.awaits(peer) || self.done {
+            return Ok(false);
+        }
+        if self.cfg.on_peer_loss == crate::PeerLoss::Fail {
+            return Err(Error::PeerLost {
+                me: PeerId::SERVER,
+                peer,
+                clock: self.clock,
+                why: "the run's policy is to fail (BSP; give --on-peer-loss continue to serve \
+                      the other clients)",
+            });
+        }
+        self.inbound.remove(peer);
+        self.lost.push(peer);
+        self.outputs.retain(|o| o.to != peer);
+        self.metrics.lost_peers.push((peer.0, self.clock));
+        Ok(true)
+    }
+
     /// After [`Progress::Done`]: emits the final record.
     pub fn finish(&mut self, time: &mut dyn TimeSource) {
         let now = time.now();
-        let wall = self.started.map_or(0.0, |s| secs(s, now));
+        let wall = self.wall_offset_s + self.started.map_or(0.0, |s| secs(s, now));
         self.events.push_back(Event::Clock(worker::record(
             PeerId::SERVER,
             &self.metrics,
@@ -580,6 +705,14 @@ impl<M: Model> Side<M> for ClientSide {
         }
         self.accounted = w_clock;
         Ok(())
+    }
+
+    fn role(&self) -> Role {
+        Role::Client
+    }
+
+    fn snapshot(&self, state: &mut NodeState) {
+        state.w = Some(self.w.as_ref().clone());
     }
 
     /// Pushes the factors, or the dense ΔW built from them, to the server.
@@ -672,6 +805,48 @@ impl<M: Model> Client<M> {
     pub fn from_engine(engine: Engine<M>, push: Push) -> Result<Self> {
         let (ecfg, parts, replica) = engine.into_parts()?;
         Self::from_parts(ecfg.id, Config::from_engine(&ecfg, push), parts, replica)
+    }
+
+    /// Client `id` of `cfg` continuing from `state` (taken by this client in a run with the
+    /// same model shape and data): it holds the server's W of clock `state.clock` and
+    /// computes that clock next. See [`checkpoint`](crate::checkpoint).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new); [`Error::Checkpoint`] naming what does not fit.
+    pub fn resume(
+        id: PeerId,
+        cfg: Config,
+        model: M,
+        shard: Shard<M::Sample>,
+        state: NodeState,
+    ) -> Result<Self> {
+        let w = state.w.clone().ok_or_else(|| Error::Checkpoint {
+            reason: "holds no W".into(),
+        })?;
+        let mut client = Self::new(id, cfg, model, w, shard)?;
+        client.restore(state)?;
+        Ok(client)
+    }
+
+    /// Puts a fresh client where `state` says (see [`resume`](Self::resume), which is
+    /// `new` then this).
+    ///
+    /// # Errors
+    /// As [`resume`](Self::resume); after an error drop the client.
+    pub fn restore(&mut self, mut state: NodeState) -> Result<()> {
+        let w = state.w.take().ok_or_else(|| Error::Checkpoint {
+            reason: "holds no W".into(),
+        })?;
+        let id = self.worker.id;
+        let dim = self.side.w.dim();
+        state.w = Some(w);
+        state.check(Role::Client, id, &[PeerId::SERVER], dim, self.cfg.clocks)?;
+        let w = state.w.take().expect("just put back");
+        let replica = Replica::new(w)?;
+        self.worker.restore(&state, state.clock)?;
+        self.side.w = Arc::new(replica.into_inner());
+        self.side.accounted = state.clock;
+        Ok(())
     }
 
     fn from_parts(

@@ -54,6 +54,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod checkpoint;
 mod consistency;
 mod data;
 pub mod engine;
@@ -71,11 +72,12 @@ mod time;
 pub mod wire;
 mod worker;
 
+pub use checkpoint::{NodeState, Role};
 pub use consistency::{
     Barrier, Consistency, ParseConsistencyError, PeerStatus, StatusView, ThrottledRelease,
 };
 pub use data::{Shard, shard_indices};
-pub use engine::{Config, DEFAULT_MAX_DRIFT, Engine, Event, Output, Progress};
+pub use engine::{Config, DEFAULT_MAX_DRIFT, Engine, Event, Output, PeerLoss, Progress};
 pub use error::{ConfigError, Error, ModelError, Result};
 pub use factor::{FactorBatch, SvList, VFactors};
 pub use ids::PeerId;

@@ -42,6 +42,10 @@ pub struct PeerMetrics {
     /// [`Config::max_drift`](crate::Config::max_drift) clocks behind).
     #[serde(default)]
     pub drift_waits: u64,
+    /// Nodes this one lost during the run, each with the clock this node had completed
+    /// when it learned of the loss.
+    #[serde(default)]
+    pub lost_peers: Vec<(u32, u64)>,
 }
 
 impl PeerMetrics {
@@ -204,6 +208,16 @@ pub struct Summary {
     /// `max_p ‖W_p − W̄‖_F / ‖W̄‖_F` over the final replicas (W̄ their mean); `None` when
     /// the replicas were not gathered in one place.
     pub max_replica_divergence: Option<f64>,
+    /// Nodes lost during the run (the others trained on without them), each with the
+    /// earliest clock at which a survivor learned of it; the figures above are the
+    /// survivors'. Absent when no node was lost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_peers: Vec<LostPeer>,
+    /// Why the run stopped before its end, when it did: the figures are then those of each
+    /// node's last record ([`Summary::partial`]), and there are no checksums. Absent for a
+    /// run that completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
     /// Model-specific figures (e.g. `duality_gap`, `reconstruction_error`) of the peers'
     /// final evaluations, each the mean over the peers that reported it ([`mean_extras`]);
     /// serialized as extra top-level keys. Empty from [`aggregate`](Self::aggregate): the
@@ -224,6 +238,13 @@ impl Summary {
         divergence: Option<f64>,
     ) -> Self {
         let mut s = Self::aggregate(info, clients, divergence);
+        for &(peer, clock) in &server.lost_peers {
+            match s.lost_peers.iter_mut().find(|l| l.peer == peer) {
+                Some(l) => l.clock = l.clock.min(clock),
+                None => s.lost_peers.push(LostPeer { peer, clock }),
+            }
+        }
+        s.lost_peers.sort_by_key(|l| l.peer);
         s.bytes_sent += server.bytes_sent;
         let clocks = s.clocks.max(1) as f64;
         s.bytes_per_clock = s.bytes_sent as f64 / clocks;
@@ -289,9 +310,74 @@ impl Summary {
             staleness_histogram: hist,
             replica_checksums: reports.iter().map(|r| r.checksum.clone()).collect(),
             max_replica_divergence: divergence,
+            lost_peers: lost_peers(reports),
+            failed: None,
             extra: BTreeMap::new(),
         }
     }
+
+    /// The summary of a run that stopped with `failed`, from each node's last per-clock
+    /// record (worker records only; the FMS server's, `peer = u32::MAX`, add their bytes):
+    /// the clocks completed are the fewest any worker completed, the objective is the mean
+    /// of the last evaluations.
+    pub fn partial(mut info: RunInfo, last: &[ClockRecord], failed: String) -> Self {
+        let workers: Vec<&ClockRecord> = last.iter().filter(|r| r.peer != u32::MAX).collect();
+        let reports: Vec<PeerReport> = workers
+            .iter()
+            .map(|r| PeerReport {
+                peer: r.peer,
+                wall_s: r.wall_s,
+                metrics: PeerMetrics {
+                    clocks: r.clock,
+                    samples: r.samples,
+                    compute_s: r.compute_s,
+                    apply_s: r.apply_s,
+                    wait_s: r.wait_s,
+                    eval_s: r.eval_s,
+                    bytes_sent: r.bytes_sent,
+                    bytes_received: r.bytes_received,
+                    max_staleness: r.max_staleness,
+                    ..PeerMetrics::default()
+                },
+                objective: r.objective,
+                test_accuracy: r.test_accuracy,
+                checksum: String::new(),
+            })
+            .collect();
+        info.clocks = workers.iter().map(|r| r.clock).min().unwrap_or(0);
+        let mut s = Self::aggregate(info, &reports, None);
+        s.bytes_sent += last
+            .iter()
+            .filter(|r| r.peer == u32::MAX)
+            .map(|r| r.bytes_sent)
+            .sum::<u64>();
+        s.replica_checksums.clear();
+        s.failed = Some(failed);
+        s
+    }
+}
+
+/// A node lost during a run ([`Summary::lost_peers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostPeer {
+    /// The node (`u32::MAX`: the FMS server).
+    pub peer: u32,
+    /// The earliest clock a survivor had completed when it learned of the loss.
+    pub clock: u64,
+}
+
+/// Every node some report lost, with the earliest clock, by node.
+fn lost_peers(reports: &[PeerReport]) -> Vec<LostPeer> {
+    let mut by: BTreeMap<u32, u64> = BTreeMap::new();
+    for r in reports {
+        for &(peer, clock) in &r.metrics.lost_peers {
+            let c = by.entry(peer).or_insert(clock);
+            *c = (*c).min(clock);
+        }
+    }
+    by.into_iter()
+        .map(|(peer, clock)| LostPeer { peer, clock })
+        .collect()
 }
 
 /// Per key, the mean over the peers' figures that carry it
@@ -390,6 +476,32 @@ impl std::fmt::Display for Summary {
                 })
                 .collect();
             writeln!(f, "  {}", figures.join("  "))?;
+        }
+        if !s.lost_peers.is_empty() {
+            let lost: Vec<String> = s
+                .lost_peers
+                .iter()
+                .map(|l| {
+                    let who = if l.peer == u32::MAX {
+                        "the server".to_string()
+                    } else {
+                        format!("peer {}", l.peer)
+                    };
+                    format!("{who} at clock {}", l.clock)
+                })
+                .collect();
+            writeln!(
+                f,
+                "  lost {}; the survivors trained on without it",
+                lost.join(", ")
+            )?;
+        }
+        if let Some(why) = &s.failed {
+            return writeln!(
+                f,
+                "  FAILED after {} clocks (figures of each node's last record): {why}",
+                s.clocks
+            );
         }
         let mut distinct = s.replica_checksums.clone();
         distinct.sort();

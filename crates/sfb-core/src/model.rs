@@ -88,6 +88,33 @@ pub trait Model: Send {
         self.compute_sv(w, &samples, sv)
     }
 
+    /// The model's own training state as bytes, for checkpoints: whatever `compute_sv`
+    /// changes in `self` (SDCA's duals, SAGA's table, a sampler's position). A resumed run
+    /// gets it back through [`restore_state`](Model::restore_state) and must then compute
+    /// exactly what the checkpointed model would have. Default: none (a model whose
+    /// `compute_sv` changes nothing of `self`).
+    fn save_state(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    /// Restores what [`save_state`](Model::save_state) wrote. On an error the model must be
+    /// unchanged.
+    ///
+    /// # Errors
+    /// Bytes this model did not write (another model, another shard). Default: refuses
+    /// anything but no state.
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
+        if bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(ModelError::msg(format!(
+                "the checkpoint holds {} bytes of model state, but this model keeps none \
+                 (was it written by another model?)",
+                bytes.len()
+            )))
+        }
+    }
+
     /// Projects W after each step's updates are applied (e.g. unit-norm columns). Default:
     /// no-op.
     fn prox(&mut self, w: ArrayViewMut2<'_, f32>) {

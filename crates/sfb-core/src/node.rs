@@ -34,6 +34,12 @@ pub trait StateMachine {
     fn waiting_on(&self) -> Vec<(PeerId, u64)>;
     /// After [`Progress::Done`]: final evaluation and record.
     fn finish(&mut self, time: &mut dyn TimeSource);
+    /// Node `peer` is gone (its transport says so): go on without it if the node can and
+    /// its policy allows; whether it was a neighbour.
+    ///
+    /// # Errors
+    /// [`Error::PeerLost`](crate::Error::PeerLost) when the node stops instead.
+    fn peer_lost(&mut self, peer: PeerId) -> Result<bool>;
 }
 
 impl<M: Model> StateMachine for Engine<M> {
@@ -60,6 +66,9 @@ impl<M: Model> StateMachine for Engine<M> {
     }
     fn finish(&mut self, time: &mut dyn TimeSource) {
         Engine::finish(self, time);
+    }
+    fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
+        Engine::peer_lost(self, peer)
     }
 }
 
@@ -88,6 +97,9 @@ impl<M: Model> StateMachine for Server<M> {
     fn finish(&mut self, time: &mut dyn TimeSource) {
         Server::finish(self, time);
     }
+    fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
+        self.client_lost(peer)
+    }
 }
 
 impl<M: Model> StateMachine for Client<M> {
@@ -114,5 +126,16 @@ impl<M: Model> StateMachine for Client<M> {
     }
     fn finish(&mut self, time: &mut dyn TimeSource) {
         Client::finish(self, time);
+    }
+    fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
+        if peer != PeerId::SERVER || self.is_done() {
+            return Ok(false);
+        }
+        Err(crate::Error::PeerLost {
+            me: self.id(),
+            peer,
+            clock: self.clock(),
+            why: "an FMS client cannot train without its server",
+        })
     }
 }

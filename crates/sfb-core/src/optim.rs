@@ -127,6 +127,7 @@ use std::str::FromStr;
 
 use ndarray::{Array2, ArrayView2, Zip};
 
+use crate::checkpoint::{ByteReader, ByteWriter, ReadError};
 use crate::replica::accumulate;
 use crate::{ApplyStats, ConfigError, FactorBatch, PeerId, Replica, Result, VFactors};
 
@@ -558,6 +559,14 @@ pub struct Stepper {
     clocks: u64,
     state: State,
     stale_reads: u64,
+    /// The shape of W.
+    dim: (usize, usize),
+}
+
+/// A standard-layout matrix's elements.
+fn flat(m: &Array2<f32>) -> &[f32] {
+    m.as_slice()
+        .expect("the stepper's matrices are standard layout")
 }
 
 #[derive(Debug, Clone)]
@@ -627,6 +636,7 @@ impl Stepper {
             clocks,
             state,
             stale_reads: 0,
+            dim: (j, d),
         })
     }
 
@@ -647,6 +657,129 @@ impl Stepper {
     /// oldest snapshot instead). 0 for the other methods.
     pub fn stale_reads(&self) -> u64 {
         self.stale_reads
+    }
+
+    /// The optimizer's state as bytes, for a checkpoint (scratch space excluded); what
+    /// [`restore_state`](Self::restore_state) takes back.
+    pub fn save_state(&self) -> Vec<u8> {
+        let tag = Method::ALL
+            .iter()
+            .position(|&m| m == self.opt.method)
+            .expect("every method is in ALL") as u64;
+        let mut w = ByteWriter::new();
+        w.u64(tag).u64(self.stale_reads);
+        match &self.state {
+            State::Sgd => {}
+            State::Factored { rows, cols } => {
+                w.f64s(rows).f64s(cols);
+            }
+            State::AdaGrad { sum_sq, total, .. } => {
+                w.f32s(flat(sum_sq)).f32s(flat(total));
+            }
+            State::AdaRevision {
+                sum,
+                z,
+                z_max,
+                snapshots,
+                ..
+            } => {
+                w.f32s(flat(sum)).f32s(flat(z)).f32s(flat(z_max));
+                w.u64(snapshots.len() as u64);
+                for (&clock, snap) in snapshots {
+                    w.u64(clock).f32s(flat(snap));
+                }
+            }
+            State::Momentum { velocity, .. } => {
+                w.f32s(flat(velocity));
+            }
+            State::Saga { mean } => {
+                w.f32s(flat(mean));
+            }
+        }
+        w.finish()
+    }
+
+    /// Restores what [`save_state`](Self::save_state) wrote for the same method and W
+    /// shape. On an error the stepper is unchanged.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`](crate::Error::Checkpoint): another method, another shape,
+    /// truncated or non-finite state.
+    pub fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let bad = |reason: String| crate::Error::Checkpoint {
+            reason: format!("optimizer state: {reason}"),
+        };
+        let mut r = ByteReader::new(bytes);
+        let e = |e: ReadError| bad(e.to_string());
+        let tag = r.u64().map_err(e)?;
+        let method = usize::try_from(tag)
+            .ok()
+            .and_then(|i| Method::ALL.get(i).copied())
+            .ok_or_else(|| bad(format!("unknown method tag {tag}")))?;
+        if method != self.opt.method {
+            return Err(bad(format!(
+                "written by optimizer {method}, this run uses {}",
+                self.opt.method
+            )));
+        }
+        let stale_reads = r.u64().map_err(e)?;
+        let (j, d) = self.dim;
+        let matrix = |r: &mut ByteReader<'_>| -> Result<Array2<f32>> {
+            let v = r.f32s(Some(j * d)).map_err(e)?;
+            if v.iter().any(|x| !x.is_finite()) {
+                return Err(bad("a non-finite value".into()));
+            }
+            Ok(Array2::from_shape_vec((j, d), v).expect("length checked"))
+        };
+        let zeros = || Array2::<f32>::zeros((j, d));
+        let state = match &self.state {
+            State::Sgd => State::Sgd,
+            State::Factored { .. } => {
+                let rows = r.f64s(Some(j)).map_err(e)?;
+                let cols = r.f64s(Some(d)).map_err(e)?;
+                if rows.iter().chain(&cols).any(|x| !x.is_finite() || *x < 0.0) {
+                    return Err(bad("a negative or non-finite sum of squares".into()));
+                }
+                State::Factored { rows, cols }
+            }
+            State::AdaGrad { .. } => State::AdaGrad {
+                sum_sq: matrix(&mut r)?,
+                total: matrix(&mut r)?,
+                scratch: zeros(),
+            },
+            State::AdaRevision { .. } => {
+                let sum = matrix(&mut r)?;
+                let z = matrix(&mut r)?;
+                let z_max = matrix(&mut r)?;
+                let n = r.u64().map_err(e)?;
+                if n == 0 || n > self.opt.snapshots.max(1) as u64 {
+                    return Err(bad(format!("{n} snapshots")));
+                }
+                let mut snapshots = BTreeMap::new();
+                for _ in 0..n {
+                    let clock = r.u64().map_err(e)?;
+                    snapshots.insert(clock, matrix(&mut r)?);
+                }
+                State::AdaRevision {
+                    sum,
+                    z,
+                    z_max,
+                    scratch: zeros(),
+                    snapshots,
+                }
+            }
+            State::Momentum { .. } => State::Momentum {
+                velocity: matrix(&mut r)?,
+                scratch: zeros(),
+            },
+            State::Saga { .. } => State::Saga {
+                mean: matrix(&mut r)?,
+            },
+        };
+        r.finish().map_err(e)?;
+        self.state = state;
+        self.stale_reads = stale_reads;
+        Ok(())
     }
 
     fn factor(&self, clock: u64) -> f32 {

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use ndarray::ArrayView2;
 
+use crate::checkpoint::{NodeState, Role};
 use crate::engine::{Event, Output, Progress};
 use crate::metrics::{ClockRecord, PeerMetrics};
 use crate::time::{TimeSource, Work, secs};
@@ -40,6 +41,9 @@ pub(crate) struct Plan {
     /// The flow-control bound of the models without a staleness bound (see
     /// [`Config::max_drift`](crate::Config::max_drift)).
     pub(crate) max_drift: u64,
+    /// Take the node's state every this many clocks (0: never); see
+    /// [`checkpoint`](crate::checkpoint).
+    pub(crate) checkpoint_every: u64,
 }
 
 /// What the nodes a worker waits for have delivered (SFB: its in-neighbours; an FMS
@@ -126,6 +130,29 @@ impl Inbound {
         Ok(i)
     }
 
+    /// Stops awaiting `q` (a lost node); whether it was awaited.
+    pub(crate) fn remove(&mut self, q: PeerId) -> bool {
+        let Some(i) = self.position(q) else {
+            return false;
+        };
+        self.peers.remove(i);
+        self.delivered.remove(i);
+        self.mean_iter_s.remove(i);
+        self.index = self
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| (p, i))
+            .collect();
+        self.index.sort_unstable();
+        true
+    }
+
+    /// Whether `q` is awaited.
+    pub(crate) fn awaits(&self, q: PeerId) -> bool {
+        self.position(q).is_some()
+    }
+
     /// Records the next clock of the node at position `i` as delivered.
     pub(crate) fn deliver(&mut self, i: usize, mean_iter_us: u32) {
         self.delivered[i] += 1;
@@ -193,6 +220,12 @@ pub(crate) trait Side<M: Model> {
         fb: FactorBatch,
         time: &mut dyn TimeSource,
     ) -> Result<()>;
+
+    /// What kind of node this side makes.
+    fn role(&self) -> Role;
+
+    /// Adds the side's part (W, optimizer state) to the worker's part of a checkpoint.
+    fn snapshot(&self, state: &mut NodeState);
 }
 
 /// The model, its data, the protocol state shared by every computing node, and its
@@ -219,6 +252,10 @@ pub(crate) struct Worker<M: Model> {
     events: VecDeque<Event>,
     /// The last clock an [`Event::Drift`] was emitted for (one per clock at most).
     drift_reported: u64,
+    /// Seconds of the run before this process (a resumed run's).
+    wall_offset_s: f64,
+    /// The clock of the last state taken or restored.
+    last_checkpoint: Option<u64>,
 }
 
 /// A worker's model, data and evaluator, to rebuild it for another protocol.
@@ -254,7 +291,91 @@ impl<M: Model> Worker<M> {
             last_step_end: None,
             events: VecDeque::new(),
             drift_reported: 0,
+            wall_offset_s: 0.0,
+            last_checkpoint: None,
         }
+    }
+
+    /// The worker's part of a checkpoint at its current clock (the side adds W and the
+    /// optimizer's state).
+    pub(crate) fn state(&self, role: Role, now: Duration) -> NodeState {
+        let mut awaited = self.inbound.peers.clone();
+        awaited.sort_unstable();
+        NodeState {
+            role,
+            id: self.id,
+            clock: self.clock,
+            w: None,
+            optimizer: Vec::new(),
+            model: self.model.save_state(),
+            sampler: Some(self.shard.sampler_state()),
+            awaited,
+            metrics: self.metrics.clone(),
+            wall_s: self.wall_offset_s + self.started.map_or(0.0, |s| secs(s, now)),
+            first_objective: self.first_objective,
+        }
+    }
+
+    /// Puts a fresh worker where `state` (checked by the caller) says: clock, counters,
+    /// model state, sampler; every awaited node counts as having delivered `delivered`
+    /// clocks. On an error nothing the run depends on has changed.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] if the model's state or the sampler does not fit.
+    pub(crate) fn restore(&mut self, state: &NodeState, delivered: u64) -> Result<()> {
+        if self.has_run() {
+            return Err(Error::Checkpoint {
+                reason: format!("cannot be restored into {} after it has run", self.id),
+            });
+        }
+        let sampler = state.sampler.ok_or_else(|| Error::Checkpoint {
+            reason: "holds no sampler state".into(),
+        })?;
+        if sampler.len != self.shard.len() || sampler.pos > sampler.len {
+            // Refused (with the reason, changing nothing) before the model is touched.
+            return self.shard.restore_sampler(sampler);
+        }
+        self.model
+            .restore_state(&state.model)
+            .map_err(|e| Error::Checkpoint {
+                reason: format!("model state: {e}"),
+            })?;
+        self.shard.restore_sampler(sampler)?;
+        for i in 0..self.inbound.peers.len() {
+            self.inbound.set_delivered(i, delivered);
+        }
+        self.clock = state.clock;
+        self.metrics = state.metrics.clone();
+        self.wall_offset_s = state.wall_s;
+        self.first_objective = state.first_objective;
+        self.drift_reported = state.clock;
+        self.last_checkpoint = Some(state.clock);
+        Ok(())
+    }
+
+    /// Whether the node takes its state when it starts clock `t`.
+    fn checkpoint_due(&self, t: u64) -> bool {
+        let every = self.plan.checkpoint_every;
+        every > 0
+            && t > 0
+            && t.is_multiple_of(every)
+            && t < self.plan.clocks
+            && self.last_checkpoint != Some(t)
+    }
+
+    /// Stops waiting for `peer` (lost) and drops what was queued for it; records the loss
+    /// (peer, the clock this node was at) in the metrics. Whether `peer` was a neighbour
+    /// (awaited, or in `out`).
+    pub(crate) fn forget(&mut self, peer: PeerId, out: &mut Vec<PeerId>) -> bool {
+        let awaited = self.inbound.remove(peer);
+        let len = out.len();
+        out.retain(|&p| p != peer);
+        let sent_to = out.len() != len;
+        self.outputs.retain(|o| o.to != peer);
+        if !self.metrics.lost_peers.iter().any(|&(p, _)| p == peer.0) {
+            self.metrics.lost_peers.push((peer.0, self.clock));
+        }
+        awaited || sent_to
     }
 
     /// Whether the worker has stepped (a fresh worker can be rebuilt for another protocol).
@@ -299,6 +420,12 @@ impl<M: Model> Worker<M> {
             // The untrained objective: the baseline divergence is judged against.
             self.evaluate(side.w(), time);
         }
+        let checkpoint = self.checkpoint_due(self.clock);
+        if checkpoint && !self.inbound.all_delivered(self.clock) {
+            // The cut of a checkpoint: every update of clocks < t applied (module docs of
+            // `checkpoint`).
+            return Ok(Progress::Blocked);
+        }
         if !self.may_start() {
             if !self.within_drift() && self.drift_reported < self.clock {
                 self.drift_reported = self.clock;
@@ -313,13 +440,19 @@ impl<M: Model> Worker<M> {
             return Ok(Progress::Blocked);
         }
         self.metrics.wait_s += secs(since, now);
-        let limit = if self.plan.consistency.applies_future() {
+        let limit = if self.plan.consistency.applies_future() && !checkpoint {
             u64::MAX
         } else {
             self.clock
         };
         side.absorb(self, limit, time)?;
         let t = self.clock;
+        if checkpoint {
+            let mut state = self.state(side.role(), time.now());
+            side.snapshot(&mut state);
+            self.last_checkpoint = Some(t);
+            self.events.push_back(Event::Checkpoint(Box::new(state)));
+        }
         let fb = self.compute(side.w(), t, time)?;
         side.emit(self, fb, time)?;
         self.clock = t + 1;
@@ -361,6 +494,9 @@ impl<M: Model> Worker<M> {
         }
         if self.clock >= self.plan.clocks {
             return self.inbound.short_of(self.plan.clocks);
+        }
+        if self.checkpoint_due(self.clock) && !self.inbound.all_delivered(self.clock) {
+            return self.inbound.short_of(self.clock);
         }
         if self.may_start() {
             return Vec::new();
@@ -429,7 +565,7 @@ impl<M: Model> Worker<M> {
         };
         let end = time.now();
         self.last_step_end = Some(end);
-        let wall = secs(self.started.unwrap_or(end), end);
+        let wall = self.wall_offset_s + secs(self.started.unwrap_or(end), end);
         self.push_record(clock, wall, evaluation);
     }
 
@@ -456,7 +592,7 @@ impl<M: Model> Worker<M> {
     ) -> Option<Evaluation> {
         let e = self.evaluate(w, time);
         let now = time.now();
-        let wall = secs(self.started.unwrap_or(now), now);
+        let wall = self.wall_offset_s + secs(self.started.unwrap_or(now), now);
         self.push_record(self.clock, wall, e.clone());
         e
     }

@@ -10,10 +10,11 @@ use ndarray::Array2;
 use sfb_core::fms::{Client, Server};
 use sfb_core::metrics::{ClockRecord, RunInfo, Summary};
 use sfb_core::wire::Dtype;
-use sfb_core::{Config, Consistency, Engine, Evaluator, Model, PeerId, Shard, shard_indices};
+use sfb_core::{Config, Consistency, Engine, Evaluator, Model, PeerId, Role, Shard, shard_indices};
 use sfb_models::{ModelSpec, Problem};
 use sfb_topology::{Method, Topology};
 
+use crate::checkpoint::{Meta, Store};
 use crate::records::MetricsFile;
 use crate::spec::{RunSpec, StragglerSpec, TopologyMethod};
 use crate::summary::{NodeOutcome, summarize};
@@ -98,6 +99,14 @@ impl Cluster {
         b.s.straggler = t.straggler;
         b.s.transport = spec.transport.name();
         b.s.metrics = spec.output.metrics.clone();
+        let f = &spec.fault;
+        b.s.on_peer_loss = Some(f.peer_loss(&t.consistency));
+        if let Some(dir) = &f.checkpoint_dir {
+            b = b.checkpoints(dir, f.checkpoint_every, f.checkpoint_keep);
+            if f.resuming() {
+                b = b.resume(f.resume_at);
+            }
+        }
         let topo = &spec.topology;
         b.s.topology = match (&topo.explicit, topo.out_degree) {
             (Some(out), _) => Topo::Lists(out.clone()),
@@ -165,6 +174,30 @@ struct Settings {
     optimizer: Option<sfb_core::Optimizer>,
     keep_all: bool,
     metrics: Option<PathBuf>,
+    checkpoints: Option<Checkpoints>,
+    on_peer_loss: Option<sfb_core::PeerLoss>,
+}
+
+/// Where and how often the nodes checkpoint, and whether they resume.
+#[derive(Debug, Clone)]
+struct Checkpoints {
+    dir: PathBuf,
+    every: u64,
+    keep: usize,
+    resume: Resume,
+    /// Opened once per backend (the directory checked at start-up).
+    store: Option<(&'static str, Arc<Store>)>,
+}
+
+/// Which clock a run resumes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resume {
+    /// A fresh run.
+    No,
+    /// The latest clock every node has a checkpoint of (found once, then `At`).
+    Latest,
+    /// This clock.
+    At(u64),
 }
 
 impl Default for Settings {
@@ -189,6 +222,8 @@ impl Default for Settings {
             optimizer: None,
             keep_all: true,
             metrics: None,
+            checkpoints: None,
+            on_peer_loss: None,
         }
     }
 }
@@ -536,6 +571,37 @@ impl<K> Builder<K> {
         self
     }
 
+    /// Every node writes its state to `dir` every `every` clocks (those clocks are
+    /// barriers: see [`sfb_core::checkpoint`]), keeping its newest `keep` files; see
+    /// [`checkpoint`](crate::checkpoint) for the files.
+    pub fn checkpoints(mut self, dir: impl Into<PathBuf>, every: u64, keep: usize) -> Self {
+        self.s.checkpoints = Some(Checkpoints {
+            dir: dir.into(),
+            every,
+            keep,
+            resume: Resume::No,
+            store: None,
+        });
+        self
+    }
+
+    /// Every node resumes from its checkpoint of clock `at`, or (`None`) of the latest
+    /// clock at which every node of the run has one. Needs
+    /// [`checkpoints`](Self::checkpoints) (without, nothing is resumed).
+    pub fn resume(mut self, at: Option<u64>) -> Self {
+        if let Some(c) = &mut self.s.checkpoints {
+            c.resume = at.map_or(Resume::Latest, Resume::At);
+        }
+        self
+    }
+
+    /// What a peer does when a neighbour is lost. Default: fail under BSP, continue
+    /// otherwise ([`sfb_core::PeerLoss`]).
+    pub fn on_peer_loss(mut self, policy: sfb_core::PeerLoss) -> Self {
+        self.s.on_peer_loss = Some(policy);
+        self
+    }
+
     /// In-memory runs: how long a peer may wait without receiving anything. Default 30 s.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.s.timeout = timeout;
@@ -728,6 +794,15 @@ impl<K: Kind> Builder<K> {
         cfg.eval_every = self.s.eval_every;
         cfg.max_drift = self.s.max_drift;
         cfg.optimizer = optimizer;
+        cfg.checkpoint_every = self.s.checkpoints.as_ref().map_or(0, |c| c.every);
+        cfg.on_peer_loss =
+            self.s
+                .on_peer_loss
+                .unwrap_or(if matches!(cfg.consistency, Consistency::Bsp) {
+                    sfb_core::PeerLoss::Fail
+                } else {
+                    sfb_core::PeerLoss::Continue
+                });
         let engine = Engine::new(cfg, parts.model, parts.w0, parts.shard)?;
         Ok(match parts.evaluator {
             Some(e) => engine.with_evaluator(e),
@@ -761,7 +836,112 @@ impl<K: Kind> Builder<K> {
             // Out of range: the engine's configuration check names it.
             _ => (Vec::new(), Vec::new()),
         };
-        Ok(self.engine(id, o, i)?.with_wire(self.s.wire))
+        let mut engine = self.engine(id, o, i)?.with_wire(self.s.wire);
+        if let Some((store, clock)) = self.resume_from("sfb")? {
+            let state = store.load(Role::Peer, PeerId(id), clock)?;
+            engine
+                .restore(state)
+                .map_err(|e| restore_error(&store, Role::Peer, PeerId(id), clock, e))?;
+        }
+        Ok(engine)
+    }
+
+    /// The checkpoint store of this run as `backend` (`sfb` or `fms`), opened (and its
+    /// directory checked) on first use; `None` without [`checkpoints`](Self::checkpoints).
+    ///
+    /// # Errors
+    /// [`Error::Output`] for a directory that cannot be written; topology errors.
+    pub fn checkpoint_store(&mut self, backend: &'static str) -> Result<Option<Arc<Store>>> {
+        let Some(c) = &self.s.checkpoints else {
+            return Ok(None);
+        };
+        if let Some((b, store)) = &c.store
+            && *b == backend
+        {
+            return Ok(Some(Arc::clone(store)));
+        }
+        let (dir, keep, resume) = (c.dir.clone(), c.keep, c.resume);
+        crate::preflight::output_dir("fault.checkpoint_dir", &dir)?;
+        let topology = if backend == "sfb" {
+            // A resumed run uses the topology the checkpoints were taken with (an optimized
+            // topology found under a time limit may differ from run to run).
+            let saved = dir.join(crate::checkpoint::TOPOLOGY_FILE);
+            let p = self.s.peers;
+            let asked = match self.s.topology {
+                Topo::Full => Some(p.saturating_sub(1)),
+                Topo::OutDegree { q, .. } => Some(q),
+                _ => None,
+            };
+            if resume != Resume::No
+                && let Some(q) = asked
+                && let Some(out) = crate::checkpoint::read_topology(&saved)?
+                && out.len() == p
+                && out.iter().all(|l| l.len() == q)
+            {
+                // The same P and Q as the checkpointed run: its very graph.
+                self.s.topology = Topo::Lists(out);
+            }
+            let out = self.resolved()?.out.clone();
+            if resume == Resume::No {
+                crate::checkpoint::write_topology(&saved, &out)?;
+            }
+            crate::checkpoint::topology_fingerprint(&out)
+        } else {
+            0
+        };
+        let meta = Meta::new(backend, self.kind.name(), self.s.peers, topology);
+        let store = Arc::new(Store::open(&dir, keep, meta)?);
+        if let Some(c) = &mut self.s.checkpoints {
+            c.store = Some((backend, Arc::clone(&store)));
+        }
+        Ok(Some(store))
+    }
+
+    /// The nodes of this run as `backend`, as checkpoint files name them.
+    fn checkpoint_nodes(&self, backend: &str) -> Vec<(Role, PeerId)> {
+        let p = self.s.peers as u32;
+        if backend == "sfb" {
+            (0..p).map(|i| (Role::Peer, PeerId(i))).collect()
+        } else {
+            (0..p)
+                .map(|i| (Role::Client, PeerId(i)))
+                .chain(std::iter::once((Role::Server, PeerId::SERVER)))
+                .collect()
+        }
+    }
+
+    /// The clock this run resumes from as `backend` (the latest consistent point, found
+    /// once), with its store; `None` for a fresh run.
+    ///
+    /// # Errors
+    /// [`Error::NoCheckpoint`] naming the node without a checkpoint; the store's errors.
+    pub fn resume_from(&mut self, backend: &'static str) -> Result<Option<(Arc<Store>, u64)>> {
+        let resume = match &self.s.checkpoints {
+            Some(c) => c.resume,
+            None => return Ok(None),
+        };
+        if resume == Resume::No {
+            return Ok(None);
+        }
+        let store = self
+            .checkpoint_store(backend)?
+            .expect("checkpoints are set");
+        let clock = match resume {
+            Resume::At(c) => c,
+            _ => {
+                let c = store.consistent_point(&self.checkpoint_nodes(backend))?;
+                tracing::info!(
+                    "resuming from clock {c}, the latest clock every node has a checkpoint of \
+                     in {}",
+                    store.dir().display()
+                );
+                if let Some(cp) = &mut self.s.checkpoints {
+                    cp.resume = Resume::At(c);
+                }
+                c
+            }
+        };
+        Ok(Some((store, clock)))
     }
 
     /// Every SFB peer's engine, peer `i` at index `i`.
@@ -769,6 +949,8 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// As [`build_peer`](Self::build_peer).
     pub fn build_engines(&mut self) -> Result<Vec<Engine<K::Model>>> {
+        // Before the topology is resolved: a resumed run uses the checkpointed one.
+        self.checkpoint_store("sfb")?;
         self.check_fits(self.s.peers)?;
         (0..self.s.peers as u32)
             .map(|id| self.build_peer(id))
@@ -782,7 +964,14 @@ impl<K: Kind> Builder<K> {
     /// As [`build_peer`](Self::build_peer).
     pub fn build_client(&mut self, id: u32, push: crate::Push) -> Result<Client<K::Model>> {
         let engine = self.engine(id, Vec::new(), Vec::new())?;
-        Ok(Client::from_engine(engine, push.into())?)
+        let mut client = Client::from_engine(engine, push.into())?;
+        if let Some((store, clock)) = self.resume_from("fms")? {
+            let state = store.load(Role::Client, PeerId(id), clock)?;
+            client
+                .restore(state)
+                .map_err(|e| restore_error(&store, Role::Client, PeerId(id), clock, e))?;
+        }
+        Ok(client)
     }
 
     /// The FMS parameter server (it holds peer 0's initial W).
@@ -791,7 +980,14 @@ impl<K: Kind> Builder<K> {
     /// As [`build_peer`](Self::build_peer).
     pub fn build_server(&mut self, push: crate::Push) -> Result<Server<K::Model>> {
         let engine = self.engine(0, Vec::new(), Vec::new())?;
-        Ok(Server::from_engine(engine, push.into())?)
+        let mut server = Server::from_engine(engine, push.into())?;
+        if let Some((store, clock)) = self.resume_from("fms")? {
+            let state = store.load(Role::Server, PeerId::SERVER, clock)?;
+            server
+                .restore(state)
+                .map_err(|e| restore_error(&store, Role::Server, PeerId::SERVER, clock, e))?;
+        }
+        Ok(server)
     }
 
     /// The FMS server and every client.
@@ -803,6 +999,7 @@ impl<K: Kind> Builder<K> {
         &mut self,
         push: crate::Push,
     ) -> Result<(Server<K::Model>, Vec<Client<K::Model>>)> {
+        self.checkpoint_store("fms")?;
         // The clients' replicas and the server's.
         self.check_fits(self.s.peers + 1)?;
         let clients = (0..self.s.peers as u32)
@@ -828,7 +1025,11 @@ impl<K: Kind> Builder<K> {
 
     /// The in-memory driver's options, and the metrics file they append to (created
     /// here, flushed by [`finish_metrics`]).
-    fn mem_options(&self) -> Result<(sfb_net::mem::Options, Option<Arc<MetricsFile>>)> {
+    fn mem_options(
+        &mut self,
+        backend: &'static str,
+    ) -> Result<(sfb_net::mem::Options, Option<Arc<MetricsFile>>)> {
+        let checkpoint = self.checkpoint_store(backend)?.map(checkpoint_sink);
         let file = match &self.s.metrics {
             Some(path) => Some(Arc::new(MetricsFile::create(path)?)),
             None => None,
@@ -862,6 +1063,7 @@ impl<K: Kind> Builder<K> {
             } else {
                 Keep::Last
             },
+            checkpoint,
             ..Default::default()
         };
         Ok((opts, file))
@@ -889,7 +1091,7 @@ impl<K: Kind> Builder<K> {
             .first()
             .map_or(0, |e| e.config().out_neighbors.len());
         let info = self.info("sfb", out_degree);
-        let (opts, metrics) = self.mem_options()?;
+        let (opts, metrics) = self.mem_options("sfb")?;
         let peers = sfb_net::mem::run(engines, &opts)?;
         finish_metrics(metrics)?;
         Ok(MemRun { peers, info })
@@ -902,7 +1104,7 @@ impl<K: Kind> Builder<K> {
     pub fn run_fms_mem(mut self, push: crate::Push) -> Result<FmsRun<K::Model>> {
         let (server, clients) = self.build_fms(push)?;
         let info = self.info("fms", 1);
-        let (opts, metrics) = self.mem_options()?;
+        let (opts, metrics) = self.mem_options("fms")?;
         let run = sfb_net::mem_fms::run(server, clients, &opts)?;
         finish_metrics(metrics)?;
         Ok(FmsRun { run, info })
@@ -942,6 +1144,33 @@ pub fn available_memory() -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// The driver's checkpoint callback writing to `store` (and logging each file at debug
+/// level).
+pub fn checkpoint_sink(store: Arc<Store>) -> sfb_net::driver::CheckpointFn {
+    Arc::new(move |state: &sfb_core::NodeState| {
+        let t0 = std::time::Instant::now();
+        let bytes = store.save(state)?;
+        tracing::debug!(
+            "{} checkpointed clock {} ({bytes} bytes in {:.1} ms)",
+            state.id,
+            state.clock,
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+        Ok(())
+    })
+}
+
+/// A node's refusal of its checkpoint, with the file named.
+fn restore_error(store: &Store, role: Role, id: PeerId, clock: u64, e: sfb_core::Error) -> Error {
+    Error::Checkpoint {
+        path: store.path(role, id, clock),
+        reason: match e {
+            sfb_core::Error::Checkpoint { reason } => reason,
+            other => other.to_string(),
+        },
+    }
 }
 
 /// Flushes a run's metrics file, if it has one.

@@ -39,6 +39,24 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A checkpoint file cannot be used: not an sfb checkpoint, another format version,
+    /// corrupted, truncated, or written by another run (shape, topology, model, version).
+    #[error("checkpoint {}: {reason}", path.display())]
+    Checkpoint {
+        /// The file.
+        path: PathBuf,
+        /// Why, in one line.
+        reason: String,
+    },
+    /// There is nothing to resume from: no checkpoint of some node, or no clock at which
+    /// every node has one.
+    #[error("cannot resume from {}: {reason}", dir.display())]
+    NoCheckpoint {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// Why, naming the node(s).
+        reason: String,
+    },
     /// The run's replicas would not fit in this machine's memory; found before they are
     /// allocated.
     #[error(

@@ -259,18 +259,44 @@ pub fn run_node(spec: &NodeSpec, cluster: &Path, role: Role) -> crate::Result<No
     run.backend = if fms { Backend::Fms } else { Backend::Sfb };
     run.transport = crate::Transport::Libp2p;
     run.validate()?;
-    let mut builder = Cluster::from_spec(&run)?;
+    let out = drive_node(spec, &run, file, id, fms, role, p);
+    if let Err(e) = &out {
+        // The node's records so far are in its metrics file: a summary marked failed.
+        crate::records::write_partial_summary(&run, &e.to_string());
+    }
+    out
+}
+
+/// Builds node `id` of `file` and drives it to the end ([`run_node`]'s body).
+fn drive_node(
+    spec: &NodeSpec,
+    run: &RunSpec,
+    file: ClusterFile,
+    id: usize,
+    fms: bool,
+    role: Role,
+    p: usize,
+) -> crate::Result<NodeDone> {
+    let mut builder = Cluster::from_spec(run)?;
+    if !fms {
+        // The cluster file's topology, not the spec's.
+        builder = builder.out_lists((0..p).map(|i| file.out(i).to_vec()).collect());
+    }
+    let checkpoint = builder.checkpoint_store(if fms { "fms" } else { "sfb" })?;
     let ctx = NodeRun {
         spec,
-        run: &run,
+        run,
         file,
         id,
+        checkpoint,
     };
     match (fms, role) {
         (true, Role::Server) => {
             let server = builder.build_server(run.fms_push)?;
             let jd = server.replica().dim();
-            ctx.drive(server, jd, true, |s| Finished {
+            let base = server.metrics().clone();
+            let start = server.clock();
+            ctx.drive(server, jd, true, base, start, |s| Finished {
                 metrics: s.metrics().clone(),
                 evaluation: None,
                 checksum: s.replica().checksum(),
@@ -280,7 +306,9 @@ pub fn run_node(spec: &NodeSpec, cluster: &Path, role: Role) -> crate::Result<No
         (true, _) => {
             let client = builder.build_client(id as u32, run.fms_push)?;
             let jd = client.w().dim();
-            ctx.drive(client, jd, true, |c| Finished {
+            let base = client.metrics().clone();
+            let start = client.clock();
+            ctx.drive(client, jd, true, base, start, |c| Finished {
                 metrics: c.metrics().clone(),
                 evaluation: c.last_evaluation().cloned(),
                 checksum: c.checksum(),
@@ -288,10 +316,11 @@ pub fn run_node(spec: &NodeSpec, cluster: &Path, role: Role) -> crate::Result<No
             })
         }
         (false, _) => {
-            let out = (0..p).map(|i| ctx.file.out(i).to_vec()).collect();
-            let engine = builder.out_lists(out).build_peer(id as u32)?;
+            let engine = builder.build_peer(id as u32)?;
             let jd = engine.replica().dim();
-            ctx.drive(engine, jd, false, |e| Finished {
+            let base = engine.metrics().clone();
+            let start = engine.clock();
+            ctx.drive(engine, jd, false, base, start, |e| Finished {
                 metrics: e.metrics().clone(),
                 evaluation: e.last_evaluation().cloned(),
                 checksum: e.replica().checksum(),
@@ -314,6 +343,7 @@ struct NodeRun<'a> {
     run: &'a RunSpec,
     file: ClusterFile,
     id: usize,
+    checkpoint: Option<Arc<crate::checkpoint::Store>>,
 }
 
 /// A JSON-lines sink shared with the driver's progress callback.
@@ -330,6 +360,8 @@ impl NodeRun<'_> {
         node: N,
         jd: (usize, usize),
         full_w: bool,
+        base: PeerMetrics,
+        start_clock: u64,
         finished: impl FnOnce(&N) -> Finished,
     ) -> crate::Result<NodeDone> {
         let NodeRun {
@@ -337,6 +369,7 @@ impl NodeRun<'_> {
             run,
             mut file,
             id,
+            checkpoint,
         } = self;
         let mut sinks: Vec<Sink> = Vec::new();
         if let Some(path) = &run.output.metrics {
@@ -352,6 +385,9 @@ impl NodeRun<'_> {
         });
         // The records stream to the sinks; the node keeps only its final one.
         opts.keep = sfb_net::driver::Keep::Last;
+        opts.checkpoint = checkpoint.map(crate::cluster::checkpoint_sink);
+        // A resumed node's streams carry the clocks from its checkpoint on.
+        opts.start_clock = start_clock;
         let exchange = spec.exchange_addrs;
         if exchange || !sinks.is_empty() {
             let sinks = sinks.clone();
@@ -416,9 +452,10 @@ impl NodeRun<'_> {
         }
         let f = finished(&outcome.node);
         let mut metrics = f.metrics;
-        // The transport's counts include framing; prefer them to the node's payload counts.
-        metrics.bytes_sent = outcome.stats.total_sent();
-        metrics.bytes_received = outcome.stats.total_received();
+        // The transport's counts include framing; prefer them to the node's payload counts
+        // (a resumed node adds them to what its checkpoint had counted).
+        metrics.bytes_sent = base.bytes_sent + outcome.stats.total_sent();
+        metrics.bytes_received = base.bytes_received + outcome.stats.total_received();
         let (j, d) = f.w.dim();
         let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
         let report = NodeReport {
@@ -544,7 +581,7 @@ fn say(e: &Event) {
 /// The libp2p driver's options of a validated spec.
 fn node_options(n: &NetOptions) -> Options {
     Options {
-        timeout: Duration::from_secs_f64(n.peer_timeout_s),
+        liveness_timeout: Duration::from_secs_f64(n.peer_timeout_s),
         startup_timeout: Duration::from_secs_f64(n.startup_timeout_s),
         bandwidth: n
             .bandwidth
@@ -642,6 +679,15 @@ impl Launcher {
             },
             ..spec.clone()
         };
+        let mut resolved = resolved;
+        // Checkpoints: the directory is checked, and the clock to resume from found, once
+        // here, before any node starts.
+        let backend = if fms { "fms" } else { "sfb" };
+        builder.checkpoint_store(backend)?;
+        if let Some((_, clock)) = builder.resume_from(backend)? {
+            resolved.fault.resume = false;
+            resolved.fault.resume_at = Some(clock);
+        }
         let spec = &resolved;
         if fms {
             ClusterFile::init_fms(&cluster_path, p, &hosts, 0).map_err(Error::from)?;
@@ -673,12 +719,23 @@ impl Launcher {
             .enable_all()
             .build()
             .map_err(io("starting the async runtime"))?;
-        let ran = rt.block_on(self.children(&spec_path, &cluster_path, &prefixes, fms));
+        // Under a continue policy a node that dies is lost, not the run's end.
+        let survive = spec.fault.peer_loss(&spec.train.consistency) == sfb_core::PeerLoss::Continue;
+        let ran = rt.block_on(self.children(&spec_path, &cluster_path, &prefixes, fms, survive));
         // The runtime (and with it every child still running) ends before the namespaces
         // are torn down.
         drop(rt);
-        ran?;
-        let mut outcome = merge(dir.path(), spec, fms)?;
+        let lost = match ran {
+            Ok(lost) => lost,
+            Err(e) => {
+                // What the nodes recorded before the failure, for the partial summary.
+                if let Some(path) = &spec.output.metrics {
+                    copy_records(dir.path(), nodes, path);
+                }
+                return Err(e.into());
+            }
+        };
+        let mut outcome = merge(dir.path(), spec, fms, &lost)?;
         if let Some(n) = &shaping {
             outcome.summary.transport = "libp2p+netns".into();
             add_qdisc_stats(&mut outcome.summary, n);
@@ -688,14 +745,17 @@ impl Launcher {
     }
 
     /// Starts every node, exchanges addresses, waits for all; the first failure stops
-    /// the rest (dropping the [`JoinSet`] kills them).
+    /// the rest (dropping the [`JoinSet`] kills them). With `survive`, a node killed by a
+    /// signal once the run has begun is lost, not a failure: the others go on (they drop
+    /// it themselves) and its index is returned.
     async fn children(
         &self,
         spec: &Path,
         cluster: &Path,
         prefixes: &[Vec<String>],
         fms: bool,
-    ) -> Result<(), Error> {
+        survive: bool,
+    ) -> Result<Vec<usize>, Error> {
         let n = prefixes.len();
         let name = |i: usize| {
             if fms && i == n - 1 {
@@ -842,16 +902,27 @@ impl Launcher {
             }
         }
         // Wait for all; the first failure (or Ctrl-C, or SIGTERM) stops the rest.
+        let mut lost = Vec::new();
         loop {
             tokio::select! {
                 done = set.join_next() => {
-                    let Some(done) = done else { return Ok(()) };
+                    let Some(done) = done else { return Ok(lost) };
                     let (i, status) = done.expect("node task panicked");
                     let s = match status {
                         Ok(s) if s.success() => continue,
                         Ok(s) => s,
                         Err(e) => return Err(failed(i, e.to_string())),
                     };
+                    let signal = std::os::unix::process::ExitStatusExt::signal(&s);
+                    let server = fms && i == n - 1;
+                    if survive && !server && let Some(sig) = signal {
+                        tracing::warn!(
+                            "{} died (killed by signal {sig}); the others train on without it",
+                            name(i)
+                        );
+                        lost.push(i);
+                        continue;
+                    }
                     // The first to exit may be a survivor reporting a lost neighbour: give
                     // the others a moment, and blame a node that was killed, if one was.
                     let (i, s) = blame(&mut set, i, s).await;
@@ -897,9 +968,10 @@ async fn blame(
 
 /// The run's outcome from the children's files: one [`summarize`] over the workers (and
 /// the FMS server's counters).
-fn merge(dir: &Path, spec: &RunSpec, fms: bool) -> crate::Result<Outcome> {
+fn merge(dir: &Path, spec: &RunSpec, fms: bool, lost: &[usize]) -> crate::Result<Outcome> {
     let p = spec.peers;
     let mut reports = Vec::new();
+    let mut server = None;
     let mut ws = Vec::new();
     let mut records = Vec::new();
     let metrics = match &spec.output.metrics {
@@ -907,8 +979,11 @@ fn merge(dir: &Path, spec: &RunSpec, fms: bool) -> crate::Result<Outcome> {
         None => None,
     };
     for i in 0..p + usize::from(fms) {
-        let r: NodeReport = read_json(&dir.join(format!("node-{i}.json")))?;
         let path = dir.join(format!("node-{i}.jsonl"));
+        let gone = lost.contains(&i);
+        if gone && !path.exists() {
+            continue;
+        }
         let file = std::fs::File::open(&path).map_err(io(format!("reading {}", path.display())))?;
         // Line by line: a long run's records are never all in memory unless asked for.
         let mut last = None;
@@ -917,10 +992,18 @@ fn merge(dir: &Path, spec: &RunSpec, fms: bool) -> crate::Result<Outcome> {
             if line.trim().is_empty() {
                 continue;
             }
-            let rec = serde_json::from_str::<ClockRecord>(&line).map_err(|source| Error::Json {
-                what: format!("{}", path.display()),
-                source,
-            })?;
+            let rec = match serde_json::from_str::<ClockRecord>(&line) {
+                Ok(r) => r,
+                // A lost node may have died in the middle of a line.
+                Err(_) if gone => break,
+                Err(source) => {
+                    return Err(Error::Json {
+                        what: format!("{}", path.display()),
+                        source,
+                    }
+                    .into());
+                }
+            };
             if let Some(m) = &metrics {
                 m.write_line(&line);
             }
@@ -931,7 +1014,17 @@ fn merge(dir: &Path, spec: &RunSpec, fms: bool) -> crate::Result<Outcome> {
             }
         }
         records.extend(last);
-        if i < p {
+        if gone {
+            // Its records up to its loss are in the metrics; its figures are not in the
+            // survivors' summary.
+            continue;
+        }
+        let r: NodeReport = read_json(&dir.join(format!("node-{i}.json")))?;
+        if i == p {
+            server = Some(r.report.metrics.clone());
+            continue;
+        }
+        {
             let wpath = dir.join(format!("node-{i}.w"));
             let bytes =
                 std::fs::read(&wpath).map_err(io(format!("reading {}", wpath.display())))?;
@@ -942,11 +1035,9 @@ fn merge(dir: &Path, spec: &RunSpec, fms: bool) -> crate::Result<Outcome> {
         }
         reports.push(r);
     }
-    let server = fms.then(|| reports[p].report.metrics.clone());
     // A node's report carries no model-specific figures: the summary has none.
     let nodes: Vec<NodeOutcome<'_>> = reports
         .iter()
-        .take(p)
         .zip(&ws)
         .map(|(r, w)| NodeOutcome {
             report: r.report.clone(),
@@ -959,6 +1050,24 @@ fn merge(dir: &Path, spec: &RunSpec, fms: bool) -> crate::Result<Outcome> {
         m.finish()?;
     }
     Ok(Outcome { summary, records })
+}
+
+/// Appends every node's records found in `dir` (`node-I.jsonl`) to `path`, skipping
+/// lines cut short; best effort (logged).
+fn copy_records(dir: &Path, nodes: usize, path: &Path) {
+    let mut out = String::new();
+    for i in 0..nodes {
+        let text = std::fs::read_to_string(dir.join(format!("node-{i}.jsonl"))).unwrap_or_default();
+        for line in text.lines() {
+            if serde_json::from_str::<ClockRecord>(line).is_ok() {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    if let Err(e) = std::fs::write(path, out) {
+        tracing::warn!("writing {}: {e}", path.display());
+    }
 }
 
 /// Counters of every node's tbf qdisc and TCP stack, summed, as summary extras: bytes on

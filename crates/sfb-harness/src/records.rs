@@ -89,6 +89,49 @@ fn output_error(path: &Path, source: std::io::Error) -> Error {
     }
 }
 
+/// The last record of each node in a JSON-lines metrics file (by node, ascending), skipping
+/// lines that do not parse (a node may have died in the middle of one).
+///
+/// # Errors
+/// [`Error::Output`] if the file cannot be read.
+pub fn last_records(path: &Path) -> Result<Vec<ClockRecord>> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Output {
+        field: "output.metrics",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut last: std::collections::BTreeMap<u32, ClockRecord> = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        if let Ok(r) = serde_json::from_str::<ClockRecord>(line) {
+            last.insert(r.peer, r);
+        }
+    }
+    Ok(last.into_values().collect())
+}
+
+/// After a run described by `spec` failed with `failed`: writes its summary to
+/// `output.summary` (if set) from the last record of each node in `output.metrics` (if
+/// set; otherwise the summary holds the run's description and the failure only), marked
+/// with `failed` ([`Summary::partial`](sfb_core::metrics::Summary::partial)). Best effort:
+/// a file that cannot be read or written is logged, not raised over the run's error.
+pub fn write_partial_summary(spec: &crate::RunSpec, failed: &str) {
+    let Some(path) = &spec.output.summary else {
+        return;
+    };
+    let last = match &spec.output.metrics {
+        Some(m) => last_records(m).unwrap_or_else(|e| {
+            tracing::warn!("partial summary: {e}");
+            Vec::new()
+        }),
+        None => Vec::new(),
+    };
+    let summary = sfb_core::metrics::Summary::partial(spec.run_info(), &last, failed.to_string());
+    let text = serde_json::to_string_pretty(&summary).expect("a summary serializes") + "\n";
+    if let Err(e) = std::fs::write(path, text) {
+        tracing::warn!("writing the partial summary {}: {e}", path.display());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,8 +15,20 @@ use crate::spec::{Backend, RunSpec, Transport};
 /// The libp2p transport runs one process per node through [`Launcher::from_env`]: the
 /// `sfb` executable named by `SFB_EXE`, else this process's own (right in the `sfb`
 /// binary); use a [`Launcher`] to name another.
+///
+/// A run that fails after it started still leaves its per-clock records in
+/// `output.metrics` and a summary marked `failed` in `output.summary` (the figures of each
+/// node's last record: [`write_partial_summary`](crate::records::write_partial_summary)).
 pub fn run(spec: &RunSpec, progress: Option<Progress>) -> Result<Outcome> {
     spec.validate()?;
+    let out = run_validated(spec, progress);
+    if let Err(e) = &out {
+        crate::records::write_partial_summary(spec, &e.to_string());
+    }
+    out
+}
+
+fn run_validated(spec: &RunSpec, progress: Option<Progress>) -> Result<Outcome> {
     if spec.transport == Transport::Libp2p {
         let mut launcher = Launcher::from_env()?;
         if let Some(p) = progress {

@@ -49,6 +49,8 @@ pub struct RunSpec {
     pub net: NetOptions,
     /// Files the run's records and summary are written to.
     pub output: OutputOptions,
+    /// Checkpoints and resuming.
+    pub fault: FaultOptions,
 }
 
 impl Default for RunSpec {
@@ -64,6 +66,7 @@ impl Default for RunSpec {
             fms_push: Push::Factors,
             net: NetOptions::default(),
             output: OutputOptions::default(),
+            fault: FaultOptions::default(),
         }
     }
 }
@@ -784,7 +787,12 @@ pub struct NetOptions {
     /// In-memory transport: seconds a peer may wait without receiving anything before the
     /// run fails. Default 30.
     pub timeout_s: f64,
-    /// libp2p: seconds a peer may wait without progress before failing. Default 10.
+    /// libp2p: the liveness timeout, seconds: a neighbour whose stream stays open but
+    /// silent (no frame, no heartbeat; peers send a heartbeat every second when idle) for
+    /// this long is declared lost and the run fails. Waiting for a live neighbour is not
+    /// bounded (a peer paused or slow for less than this is waited for, and the waiting
+    /// peers say whom they wait for every few seconds); a neighbour whose process ends is
+    /// lost at once. Default 60.
     pub peer_timeout_s: f64,
     /// libp2p: seconds to wait for connections and handshakes at start-up. Default 30.
     pub startup_timeout_s: f64,
@@ -806,7 +814,7 @@ impl Default for NetOptions {
     fn default() -> Self {
         Self {
             timeout_s: 30.0,
-            peer_timeout_s: 10.0,
+            peer_timeout_s: 60.0,
             startup_timeout_s: 30.0,
             bandwidth: None,
             burst: 256 * 1024,
@@ -829,6 +837,90 @@ pub struct OutputOptions {
     /// that plot curves). Default false: records stream to `metrics` as they happen and
     /// only each node's final record is kept.
     pub keep_records: bool,
+}
+
+/// Checkpoints (Bösen's consistent checkpoint at clock boundaries) and resuming from them;
+/// see [`checkpoint`](crate::checkpoint).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultOptions {
+    /// Where every node writes its checkpoints (`--checkpoint-dir`); none: no checkpoints.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint every this many clocks (`--checkpoint-every`). Default 10.
+    pub checkpoint_every: u64,
+    /// Checkpoints each node keeps (`--checkpoint-keep`), the oldest deleted. Default 2.
+    pub checkpoint_keep: usize,
+    /// Resume from the latest clock at which every node of the run has a checkpoint in
+    /// `checkpoint_dir` (`--resume`).
+    pub resume: bool,
+    /// Resume from this clock (`--resume-at`): for nodes whose checkpoint directories are
+    /// not shared, which cannot find the common clock by themselves. The launcher sets it
+    /// for its nodes.
+    pub resume_at: Option<u64>,
+    /// What a peer does when a neighbour is lost (`--on-peer-loss`): `fail`, or `continue`
+    /// training without it. Default: fail under BSP (a BSP run must not silently change),
+    /// continue under SSP, async and custom barriers.
+    pub on_peer_loss: Option<PeerLossSpec>,
+}
+
+/// [`FaultOptions::on_peer_loss`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PeerLossSpec {
+    /// Stop the run.
+    Fail,
+    /// Train on without the lost node.
+    Continue,
+}
+
+impl From<PeerLossSpec> for sfb_core::PeerLoss {
+    fn from(p: PeerLossSpec) -> Self {
+        match p {
+            PeerLossSpec::Fail => sfb_core::PeerLoss::Fail,
+            PeerLossSpec::Continue => sfb_core::PeerLoss::Continue,
+        }
+    }
+}
+
+impl Default for FaultOptions {
+    fn default() -> Self {
+        Self {
+            checkpoint_dir: None,
+            checkpoint_every: 10,
+            checkpoint_keep: 2,
+            resume: false,
+            resume_at: None,
+            on_peer_loss: None,
+        }
+    }
+}
+
+impl FaultOptions {
+    /// Clocks between checkpoints, 0 when none are written.
+    pub fn every(&self) -> u64 {
+        if self.checkpoint_dir.is_some() {
+            self.checkpoint_every
+        } else {
+            0
+        }
+    }
+
+    /// Whether the run resumes.
+    pub fn resuming(&self) -> bool {
+        self.resume || self.resume_at.is_some()
+    }
+
+    /// The peer-loss policy of a run under `consistency`: the one given, else fail under
+    /// BSP and continue otherwise.
+    pub fn peer_loss(&self, consistency: &ConsistencySpec) -> sfb_core::PeerLoss {
+        match self.on_peer_loss {
+            Some(p) => p.into(),
+            None if matches!(consistency.to_core(), sfb_core::Consistency::Bsp) => {
+                sfb_core::PeerLoss::Fail
+            }
+            None => sfb_core::PeerLoss::Continue,
+        }
+    }
 }
 
 /// `Ok` when `ok`, else [`Error::OutOfRange`] naming `field`, what it must be and `got`.
@@ -964,6 +1056,29 @@ impl RunSpec {
                 why: "the rate the kernel shapes each node's sends to",
             });
         }
+        let f = &self.fault;
+        if f.checkpoint_dir.is_some() {
+            let every = f.checkpoint_every;
+            check(
+                "fault.checkpoint_every",
+                "at least 1",
+                every as f64,
+                every >= 1,
+            )?;
+            let keep = f.checkpoint_keep;
+            check(
+                "fault.checkpoint_keep",
+                "at least 1",
+                keep as f64,
+                keep >= 1,
+            )?;
+        } else if f.resuming() {
+            return Err(Error::Requires {
+                field: "fault.resume",
+                requires: "fault.checkpoint_dir",
+                why: "the directory the checkpoints are read from",
+            });
+        }
         Ok(())
     }
 
@@ -997,7 +1112,8 @@ impl RunSpec {
         Ok(())
     }
 
-    /// Checks that the run's output files (`output.metrics`, `output.summary`) can be
+    /// Checks that the run's output files (`output.metrics`, `output.summary`, the
+    /// checkpoint folder `fault.checkpoint_dir`) can be
     /// written, before any training: a bad path fails in the first second, not after the
     /// last clock ([`preflight::output_file`]; nothing is left behind).
     ///
@@ -1012,6 +1128,9 @@ impl RunSpec {
             if let Some(path) = path {
                 preflight::output_file(field, path)?;
             }
+        }
+        if let Some(dir) = &self.fault.checkpoint_dir {
+            preflight::output_dir("fault.checkpoint_dir", dir)?;
         }
         Ok(())
     }
@@ -1111,6 +1230,10 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "fms_push" => "--fms-push",
         "output.metrics" => "--metrics",
         "output.summary" => "--summary",
+        "fault.checkpoint_every" => "--checkpoint-every",
+        "fault.checkpoint_keep" => "--checkpoint-keep",
+        "fault.checkpoint_dir" => "--checkpoint-dir",
+        "fault.resume" => "--resume",
         other => other,
     }
 }
@@ -1158,6 +1281,14 @@ mod tests {
                 metrics: Some("m.jsonl".into()),
                 summary: None,
                 keep_records: true,
+            },
+            fault: FaultOptions {
+                checkpoint_dir: Some("ck".into()),
+                checkpoint_every: 7,
+                checkpoint_keep: 3,
+                resume: true,
+                resume_at: Some(14),
+                on_peer_loss: Some(PeerLossSpec::Continue),
             },
         };
         assert_eq!(RunSpec::from_json(&spec.to_json()).unwrap(), spec);

@@ -62,6 +62,26 @@ impl Model for AnyModel {
         }
     }
 
+    fn save_state(&self) -> Vec<u8> {
+        match self {
+            AnyModel::Mlr(m) => m.save_state(),
+            AnyModel::L2Mlr(m) => m.save_state(),
+            AnyModel::Dml(m) => m.save_state(),
+            AnyModel::SparseCoding(m) => m.save_state(),
+            AnyModel::Saga(m) => m.save_state(),
+        }
+    }
+
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
+        match self {
+            AnyModel::Mlr(m) => m.restore_state(bytes),
+            AnyModel::L2Mlr(m) => m.restore_state(bytes),
+            AnyModel::Dml(m) => m.restore_state(bytes),
+            AnyModel::SparseCoding(m) => m.restore_state(bytes),
+            AnyModel::Saga(m) => m.restore_state(bytes),
+        }
+    }
+
     fn prox(&mut self, w: ArrayViewMut2<'_, f32>) {
         match self {
             AnyModel::Mlr(m) => m.prox(w),

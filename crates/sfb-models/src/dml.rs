@@ -129,6 +129,25 @@ fn project(l: &[f32], features: usize, delta: &[f32], out: &mut [f32]) {
 }
 
 impl Model for Dml {
+    /// The pair sampler's position in its stream (its seed is the constructor's).
+    fn save_state(&self) -> Vec<u8> {
+        let pos = self.rng.get_word_pos();
+        sfb_core::checkpoint::ByteWriter::new()
+            .u64(pos as u64)
+            .u64((pos >> 64) as u64)
+            .finish()
+    }
+
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
+        let mut r = sfb_core::checkpoint::ByteReader::new(bytes);
+        let lo = r.u64().map_err(ModelError::msg)?;
+        let hi = r.u64().map_err(ModelError::msg)?;
+        r.finish().map_err(ModelError::msg)?;
+        self.rng
+            .set_word_pos(u128::from(lo) | (u128::from(hi) << 64));
+        Ok(())
+    }
+
     type Sample = Example;
 
     fn compute_sv(

@@ -102,6 +102,28 @@ impl Saga {
 }
 
 impl Model for Saga {
+    /// The table of last gradient factors.
+    fn save_state(&self) -> Vec<u8> {
+        sfb_core::checkpoint::ByteWriter::new()
+            .f32s(&self.table)
+            .finish()
+    }
+
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
+        let mut r = sfb_core::checkpoint::ByteReader::new(bytes);
+        let table = r.f32s(None).map_err(ModelError::msg)?;
+        r.finish().map_err(ModelError::msg)?;
+        if table.len() % self.classes.max(1) != 0 || table.iter().any(|x| !x.is_finite()) {
+            return Err(ModelError::msg(format!(
+                "SAGA table: {} values, not finite rows of {} classes",
+                table.len(),
+                self.classes
+            )));
+        }
+        self.table = table;
+        Ok(())
+    }
+
     type Sample = Example;
 
     /// Refuses: SAGA needs each sample's index (the engine calls

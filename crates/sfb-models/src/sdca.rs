@@ -217,6 +217,26 @@ fn solve_coordinate(z: &[f64], old: &[f64], q: f64, out: &mut [f64]) {
 }
 
 impl Model for L2Mlr {
+    /// The duals (`p_i` of every owned sample).
+    fn save_state(&self) -> Vec<u8> {
+        sfb_core::checkpoint::ByteWriter::new()
+            .f64s(&self.p)
+            .finish()
+    }
+
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
+        let mut r = sfb_core::checkpoint::ByteReader::new(bytes);
+        let p = r
+            .f64s(Some(self.p.len()))
+            .map_err(|e| ModelError::msg(format!("SDCA duals: {e} (another shard?)")))?;
+        r.finish().map_err(ModelError::msg)?;
+        if p.iter().any(|x| !x.is_finite()) {
+            return Err(ModelError::msg("SDCA duals: a non-finite value"));
+        }
+        self.p = p;
+        Ok(())
+    }
+
     type Sample = Example;
 
     fn compute_sv(

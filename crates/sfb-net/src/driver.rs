@@ -10,8 +10,16 @@
 //!    each other cannot deadlock, and a slow receiver slows its senders);
 //! 4. otherwise tick the node: on a step queue its outputs and report its records; when it
 //!    is blocked, wait for a frame; when it is done, finish it and return;
-//! 5. a node that goes [`DriveOptions::timeout`] without progress (no frame received, no
-//!    output sent, no step) fails with [`Error::Timeout`] naming what it was waiting for.
+//! 5. while it waits, a node with a [`DriveOptions::timeout`] that goes that long without
+//!    progress (no frame received, no output sent, no step) fails with [`Error::Timeout`]
+//!    naming what it was waiting for; one with [`DriveOptions::stall_report`] logs whom it
+//!    waits for each time it has waited that long more since its last step, and a line when
+//!    it steps again.
+//!
+//! Progress is not liveness: whether the nodes it waits for are alive is the links'
+//! business (an `Err` from [`Links::wait`]). The in-memory transport, threads of one
+//! process, keeps a hard progress timeout; the libp2p transport sets none and relies on its
+//! heartbeats instead, so a peer paused for a while is waited for, not declared dead.
 //!
 //! Outputs leave in the order the node produced them: the loop never reorders or drops
 //! one, and [`Links::try_send`] must not either.
@@ -22,13 +30,17 @@ use std::time::{Duration, Instant};
 
 use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
-use sfb_core::{Event, Output, PeerId, Progress, StateMachine, TimeSource};
+use sfb_core::{Event, NodeState, Output, PeerId, Progress, StateMachine, TimeSource};
 
 use crate::error::Awaiting;
 use crate::{Error, Result};
 
 /// A per-clock progress callback.
 pub type ProgressFn = Arc<dyn Fn(&ClockRecord) + Send + Sync>;
+
+/// Where a node's checkpoint states go (the harness writes them to disk); `Err` names
+/// why one could not be kept.
+pub type CheckpointFn = Arc<dyn Fn(&NodeState) -> std::result::Result<(), String> + Send + Sync>;
 
 /// The outcome of [`Links::try_send`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +87,12 @@ pub trait Links {
     /// # Errors
     /// A fatal condition, or every inbound link closed.
     fn wait(&mut self, room_on: Option<PeerId>, deadline: Instant) -> Result<Wake>;
+
+    /// The node goes on without `peer` (lost): stop sending to it and do not report it
+    /// again. Default: nothing to do.
+    fn forget(&mut self, peer: PeerId) {
+        let _ = peer;
+    }
 }
 
 impl<L: Links + ?Sized> Links for &mut L {
@@ -86,6 +104,9 @@ impl<L: Links + ?Sized> Links for &mut L {
     }
     fn wait(&mut self, room_on: Option<PeerId>, deadline: Instant) -> Result<Wake> {
         (**self).wait(room_on, deadline)
+    }
+    fn forget(&mut self, peer: PeerId) {
+        (**self).forget(peer);
     }
 }
 
@@ -104,10 +125,20 @@ pub enum Keep {
 /// Options of [`drive`].
 #[derive(Clone)]
 pub struct DriveOptions {
-    /// Longest the node may go without progress before it fails with [`Error::Timeout`].
-    pub timeout: Duration,
+    /// Longest the node may go without progress before it fails with [`Error::Timeout`];
+    /// `None`: no limit, wait as long as the links say the awaited nodes are alive.
+    pub timeout: Option<Duration>,
+    /// While the node cannot step, log (a `tracing` warning) whom it waits for every time
+    /// it has waited this long more since its last step (e.g. `p2 waits at clock 13 for
+    /// p5 (delivered 12 clocks) — 10 s so far`), and a line when it steps again; `None`:
+    /// no reports.
+    pub stall_report: Option<Duration>,
     /// Called with each record as the node emits it, the final one included.
     pub progress: Option<ProgressFn>,
+    /// Called with the node's state at each of its checkpoint clocks (on the node's
+    /// thread, before the clock's frames are sent); an `Err` (e.g. the disk is full) stops
+    /// the node with [`Error::Checkpoint`].
+    pub checkpoint: Option<CheckpointFn>,
     /// Which records `drive` appends to its `records`.
     pub keep: Keep,
 }
@@ -116,6 +147,7 @@ impl std::fmt::Debug for DriveOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DriveOptions")
             .field("timeout", &self.timeout)
+            .field("stall_report", &self.stall_report)
             .field("progress", &self.progress.is_some())
             .field("keep", &self.keep)
             .finish()
@@ -126,16 +158,17 @@ impl std::fmt::Debug for DriveOptions {
 /// [`finish`](StateMachine::finish)) or fails. Every record the node emits is passed to
 /// [`DriveOptions::progress`] and appended to `records` (with [`Keep::Last`], replacing
 /// what is there). A node held back by flow control ([`Event::Drift`]) is reported with a
-/// warning at most every [`DRIFT_WARN_EVERY`].
+/// warning at most every [`DRIFT_WARN_EVERY`]; a node that cannot step for
+/// [`DriveOptions::stall_report`] says whom it waits for, again after each such interval.
 ///
 /// # Arguments
 /// - `time`: the node's clock (for [`StateMachine::on_message`], `on_tick` and `finish`);
-///   the progress timeout is measured in real time.
+///   the progress timeout and stall reports are measured in real time.
 ///
 /// # Errors
 /// The node's errors ([`Error::Peer`]); the links' errors; [`Error::Timeout`] after
-/// [`DriveOptions::timeout`] without progress, naming whom the node waits on or the full
-/// link.
+/// [`DriveOptions::timeout`] (when set) without progress, naming whom the node waits on or
+/// the full link.
 pub fn drive<N, L>(
     node: &mut N,
     links: &mut L,
@@ -151,18 +184,32 @@ where
     let peer_err = |source| Error::Peer { peer: me, source };
     let mut outbox: VecDeque<Output> = VecDeque::new();
     let mut last_progress = Instant::now();
+    // Stall reports count from the last step; `reported`: the clock this stall was
+    // reported at.
+    let mut last_step = last_progress;
+    let mut next_report = opts.stall_report.map(|every| last_step + every);
+    let mut reported = None;
+    // Nodes the links reported lost and this node went on without.
+    let mut lost: Vec<PeerId> = Vec::new();
     loop {
-        while let Some((from, msg)) = links.try_recv()? {
-            node.on_message(from, msg, time).map_err(peer_err)?;
-            last_progress = Instant::now();
+        loop {
+            match links.try_recv() {
+                Ok(Some((from, msg))) => {
+                    node.on_message(from, msg, time).map_err(peer_err)?;
+                    last_progress = Instant::now();
+                }
+                Ok(None) => break,
+                Err(e) => go_on_without(node, links, &mut outbox, &mut lost, e)?,
+            }
         }
         while let Some(out) = outbox.front() {
-            match links.try_send(out)? {
-                Sent::Yes => {
+            match links.try_send(out) {
+                Ok(Sent::Yes) => {
                     outbox.pop_front();
                     last_progress = Instant::now();
                 }
-                Sent::Full => break,
+                Ok(Sent::Full) => break,
+                Err(e) => go_on_without(node, links, &mut outbox, &mut lost, e)?,
             }
         }
         let room_on = outbox.front().map(|o| o.to);
@@ -170,37 +217,155 @@ where
             match node.on_tick(time).map_err(peer_err)? {
                 Progress::Stepped => {
                     last_progress = Instant::now();
+                    if let Some(clock) = reported.take() {
+                        tracing::warn!(
+                            "{me} carries on after waiting {:.1} s at clock {clock}",
+                            last_progress.duration_since(last_step).as_secs_f64()
+                        );
+                    }
+                    last_step = last_progress;
+                    next_report = opts.stall_report.map(|every| last_step + every);
                     outbox.extend(std::iter::from_fn(|| node.poll_output()));
-                    drain_events(node, opts, records);
+                    drain_events(node, opts, records)?;
                     continue;
                 }
                 Progress::Done => {
                     node.finish(time);
-                    drain_events(node, opts, records);
+                    drain_events(node, opts, records)?;
                     return Ok(());
                 }
-                Progress::Blocked => drain_events(node, opts, records),
+                Progress::Blocked => drain_events(node, opts, records)?,
             }
         }
-        match links.wait(room_on, last_progress + opts.timeout)? {
+        // Wake at the progress deadline or the next stall report, whichever comes first; a
+        // `TimedOut` wake means that moment came (the links' contract).
+        let deadline = opts.timeout.map(|t| last_progress + t);
+        let (wake_at, due) = match (deadline, next_report) {
+            (Some(d), Some(r)) if r < d => (r, Due::Report),
+            (Some(d), _) => (d, Due::Timeout),
+            (None, Some(r)) => (r, Due::Report),
+            (None, None) => (Instant::now() + IDLE_WAIT, Due::Nothing),
+        };
+        let woke = match links.wait(room_on, wake_at) {
+            Ok(w) => w,
+            Err(e) => {
+                go_on_without(node, links, &mut outbox, &mut lost, e)?;
+                continue;
+            }
+        };
+        match woke {
             Wake::Frame(from, msg) => {
                 node.on_message(from, msg, time).map_err(peer_err)?;
                 last_progress = Instant::now();
             }
             Wake::Room => {}
             Wake::TimedOut => {
-                let waiting_on = match room_on {
+                let waiting_on = || match room_on {
                     Some(to) => Awaiting::Room { to },
                     None => Awaiting::Peers(node.waiting_on()),
                 };
-                return Err(Error::Timeout {
-                    peer: me,
-                    clock: node.clock(),
-                    waited: last_progress.elapsed(),
-                    waiting_on,
-                });
+                match due {
+                    Due::Timeout => {
+                        return Err(Error::Timeout {
+                            peer: me,
+                            clock: node.clock(),
+                            waited: last_progress.elapsed(),
+                            waiting_on: waiting_on(),
+                        });
+                    }
+                    Due::Report => {
+                        // A late wake (this process was stopped, or busy) counts in full,
+                        // and the next report is one interval from now: no bursts.
+                        let now = wake_at.max(Instant::now());
+                        let stall = Stall {
+                            peer: me,
+                            clock: node.clock(),
+                            waiting_on: waiting_on(),
+                            waited: now.saturating_duration_since(last_step),
+                        };
+                        tracing::warn!("{stall}");
+                        reported = Some(stall.clock);
+                        next_report = opts.stall_report.map(|every| now + every);
+                    }
+                    Due::Nothing => {}
+                }
             }
         }
+    }
+}
+
+/// Handles an error of the links: when it says a node is lost ([`Error::lost_peer`]) and
+/// `node` goes on without it ([`StateMachine::peer_lost`]), drops what is queued for it,
+/// tells the links to forget it, logs it and returns `Ok`; a second error about a node
+/// already lost is ignored. Otherwise returns the error.
+fn go_on_without<N, L>(
+    node: &mut N,
+    links: &mut L,
+    outbox: &mut VecDeque<Output>,
+    lost: &mut Vec<PeerId>,
+    e: Error,
+) -> Result<()>
+where
+    N: StateMachine + ?Sized,
+    L: Links + ?Sized,
+{
+    let Some(peer) = e.lost_peer() else {
+        return Err(e);
+    };
+    if lost.contains(&peer) {
+        return Ok(());
+    }
+    match node.peer_lost(peer) {
+        Ok(_) => {
+            lost.push(peer);
+            outbox.retain(|o| o.to != peer);
+            links.forget(peer);
+            tracing::warn!(
+                "{} at clock {} lost {peer} ({e}); training on without it",
+                node.id(),
+                node.clock()
+            );
+            Ok(())
+        }
+        // The node's policy is to stop: the transport's error says best what happened.
+        Err(_) => Err(e),
+    }
+}
+
+/// Longest single wait of a node that has neither a progress timeout nor stall reports
+/// (it then waits again: only the links end such a wait).
+const IDLE_WAIT: Duration = Duration::from_secs(3600);
+
+/// What the moment a wait of [`drive`] is bounded by stands for.
+#[derive(Debug, Clone, Copy)]
+enum Due {
+    /// The progress timeout: the node fails.
+    Timeout,
+    /// The next stall report.
+    Report,
+    /// Nothing: wait again.
+    Nothing,
+}
+
+/// A node that has not stepped for a while, as its stall report describes it.
+#[derive(Debug)]
+struct Stall {
+    peer: PeerId,
+    clock: u64,
+    waiting_on: Awaiting,
+    waited: Duration,
+}
+
+impl std::fmt::Display for Stall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} waits at clock {} for {} — {:.0} s so far",
+            self.peer,
+            self.clock,
+            self.waiting_on,
+            self.waited.as_secs_f64()
+        )
     }
 }
 
@@ -255,9 +420,18 @@ fn drain_events<N: StateMachine + ?Sized>(
     node: &mut N,
     opts: &DriveOptions,
     records: &mut Vec<ClockRecord>,
-) {
+) -> Result<()> {
     while let Some(ev) = node.poll_event() {
         match ev {
+            Event::Checkpoint(state) => {
+                if let Some(save) = &opts.checkpoint {
+                    save(&state).map_err(|reason| Error::Checkpoint {
+                        peer: node.id(),
+                        clock: state.clock,
+                        reason,
+                    })?;
+                }
+            }
             Event::Clock(r) => {
                 if let Some(f) = &opts.progress {
                     f(&r);
@@ -284,6 +458,7 @@ fn drain_events<N: StateMachine + ?Sized>(
             _ => {}
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -307,6 +482,8 @@ mod tests {
         finished: bool,
         /// Set by the links while a send was refused and not yet retried successfully.
         link_full: Rc<Cell<bool>>,
+        /// Frames it needs before its first step (blocked until then).
+        gate: usize,
     }
 
     impl Scripted {
@@ -324,6 +501,7 @@ mod tests {
                 waits_on: vec![(PeerId(7), 3)],
                 finished: false,
                 link_full: Rc::default(),
+                gate: 0,
             }
         }
     }
@@ -361,7 +539,9 @@ mod tests {
         }
         fn on_tick(&mut self, _time: &mut dyn TimeSource) -> sfb_core::Result<Progress> {
             assert!(!self.link_full.get(), "ticked while an output was refused");
-            if let Some(dests) = self.steps.pop_front() {
+            if self.received.len() < self.gate {
+                Ok(Progress::Blocked)
+            } else if let Some(dests) = self.steps.pop_front() {
                 for to in dests {
                     self.out.push_back(Output {
                         to,
@@ -388,6 +568,9 @@ mod tests {
         fn finish(&mut self, _time: &mut dyn TimeSource) {
             self.finished = true;
         }
+        fn peer_lost(&mut self, _peer: PeerId) -> sfb_core::Result<bool> {
+            Ok(false)
+        }
     }
 
     /// In-memory links driven by a script: `inbox` frames become available one per call
@@ -405,6 +588,10 @@ mod tests {
         link_full: Rc<Cell<bool>>,
         /// Waits left before `wait` reports a timeout instead of waking.
         waits_before_timeout: Option<usize>,
+        /// The first this many waits report that their deadline passed.
+        timeouts_first: usize,
+        /// The deadline of every wait.
+        deadlines: Vec<Instant>,
     }
 
     impl Links for FakeLinks {
@@ -429,6 +616,11 @@ mod tests {
         fn wait(&mut self, room_on: Option<PeerId>, deadline: Instant) -> Result<Wake> {
             assert!(deadline > Instant::now() - Duration::from_secs(3600));
             self.waits += 1;
+            self.deadlines.push(deadline);
+            if self.timeouts_first > 0 {
+                self.timeouts_first -= 1;
+                return Ok(Wake::TimedOut);
+            }
             if let Some(n) = &mut self.waits_before_timeout {
                 if *n == 0 {
                     return Ok(Wake::TimedOut);
@@ -450,9 +642,11 @@ mod tests {
 
     fn opts() -> DriveOptions {
         DriveOptions {
-            timeout: Duration::from_secs(3600),
+            timeout: Some(Duration::from_secs(3600)),
+            stall_report: None,
             progress: None,
             keep: Keep::All,
+            checkpoint: None,
         }
     }
 
@@ -599,5 +793,165 @@ mod tests {
         assert!(matches!(err, Error::Aborted { by: PeerId(4), .. }), "{err}");
         assert_eq!(node.received.len(), 1);
         assert!(!node.finished);
+    }
+
+    /// The messages of the `tracing` events of this thread while it is the default.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl Lines {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+
+    impl tracing::Subscriber for Lines {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            struct Message(String);
+            impl tracing::field::Visit for Message {
+                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    if f.name() == "message" {
+                        self.0 = format!("{v:?}");
+                    }
+                }
+            }
+            let mut m = Message(String::new());
+            event.record(&mut m);
+            self.0.lock().unwrap().push(m.0);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// Drives `node` over `links` with `opts`; returns the result and the lines logged.
+    fn drive_logged(
+        node: &mut Scripted,
+        links: &mut FakeLinks,
+        opts: &DriveOptions,
+    ) -> (Result<()>, Vec<String>) {
+        let lines = Lines::default();
+        let r = tracing::subscriber::with_default(lines.clone(), || {
+            drive(
+                node,
+                links,
+                &mut ManualTime::default(),
+                opts,
+                &mut Vec::new(),
+            )
+        });
+        (r, lines.take())
+    }
+
+    /// The gaps between consecutive wait deadlines.
+    fn gaps(d: &[Instant]) -> Vec<Duration> {
+        d.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    #[test]
+    fn a_blocked_node_without_a_timeout_reports_whom_it_waits_for_and_carries_on() {
+        // Blocked until one frame arrives; the first two waits pass their deadline.
+        let mut node = Scripted::new(3, vec![vec![]], 0);
+        node.gate = 1;
+        let mut links = FakeLinks {
+            inbox: [Ok((PeerId(7), msg(PeerId(7), 3)))].into(),
+            timeouts_first: 2,
+            ..Default::default()
+        };
+        let opts = DriveOptions {
+            timeout: None,
+            stall_report: Some(Duration::from_secs(5)),
+            ..opts()
+        };
+        let (r, lines) = drive_logged(&mut node, &mut links, &opts);
+        r.unwrap();
+        assert!(node.finished);
+        assert_eq!(
+            lines[..2],
+            [
+                "p3 waits at clock 0 for p7 (delivered 3 clocks) — 5 s so far",
+                "p3 waits at clock 0 for p7 (delivered 3 clocks) — 10 s so far",
+            ]
+        );
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[2].starts_with("p3 carries on after waiting ")
+                && lines[2].ends_with(" at clock 0"),
+            "{lines:?}"
+        );
+        // It woke for each report, 5 s apart, then waited for the frame.
+        assert_eq!(links.deadlines.len(), 3);
+        assert_eq!(gaps(&links.deadlines), [Duration::from_secs(5); 2]);
+    }
+
+    #[test]
+    fn a_stall_on_a_full_link_names_the_link() {
+        let mut node = Scripted::new(0, vec![vec![2, 2]], 0);
+        let mut links = FakeLinks {
+            room: 1,
+            timeouts_first: 1,
+            ..Default::default()
+        };
+        let opts = DriveOptions {
+            timeout: None,
+            stall_report: Some(Duration::from_secs(5)),
+            ..opts()
+        };
+        let (r, lines) = drive_logged(&mut node, &mut links, &opts);
+        r.unwrap();
+        assert_eq!(
+            lines,
+            ["p0 waits at clock 1 for room on the link to p2 — 5 s so far"]
+        );
+        assert_eq!(links.sent, vec![(PeerId(2), 0), (PeerId(2), 0)]);
+    }
+
+    #[test]
+    fn a_progress_timeout_still_ends_the_stall_reports() {
+        let mut node = Scripted::new(3, vec![], 1);
+        let mut links = FakeLinks {
+            timeouts_first: 3,
+            ..Default::default()
+        };
+        let opts = DriveOptions {
+            timeout: Some(Duration::from_secs(12)),
+            stall_report: Some(Duration::from_secs(5)),
+            ..opts()
+        };
+        let (r, lines) = drive_logged(&mut node, &mut links, &opts);
+        assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[1].ends_with("10 s so far"), "{lines:?}");
+        // Reports at 5 and 10 s, the timeout at 12 s.
+        assert_eq!(
+            gaps(&links.deadlines),
+            [Duration::from_secs(5), Duration::from_secs(2)]
+        );
+    }
+
+    #[test]
+    fn without_timeout_or_reports_a_node_waits_silently_until_the_frame() {
+        let mut node = Scripted::new(3, vec![], 1);
+        let mut links = FakeLinks {
+            inbox: [Ok((PeerId(7), msg(PeerId(7), 0)))].into(),
+            timeouts_first: 4,
+            ..Default::default()
+        };
+        let opts = DriveOptions {
+            timeout: None,
+            ..opts()
+        };
+        let (r, lines) = drive_logged(&mut node, &mut links, &opts);
+        r.unwrap();
+        assert!(node.finished);
+        assert!(lines.is_empty(), "{lines:?}");
+        assert_eq!(links.waits, 5);
     }
 }

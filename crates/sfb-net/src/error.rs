@@ -3,8 +3,8 @@
 //! Transport-level errors of the libp2p driver name nodes by their index in the cluster
 //! file (`usize`, displayed `peer 3`) or by [`NodeName`] (displayed `peer 3`, or `the
 //! server` for an FMS server); errors that come from a node's protocol name it by its
-//! sfb-core [`PeerId`] (displayed `p3`, or `server`). Errors about a broken stream say
-//! which node was lost: the one at the other end (`lost peer 3: …`).
+//! sfb-core [`PeerId`] (displayed `p3`, or `server`). Errors about a broken or silent
+//! stream say which node was lost: the one at the other end (`lost peer 3: …`).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -15,6 +15,29 @@ use sfb_core::fms::Push;
 use sfb_core::{Consistency, PeerId};
 
 use crate::p2p::NodeName;
+
+impl Error {
+    /// The node this error says is gone (its stream ended early or broke, it went silent
+    /// past the liveness timeout, or the link to it closed), as an sfb-core id; `None` for
+    /// every other error.
+    pub fn lost_peer(&self) -> Option<PeerId> {
+        let core = |n: &NodeName| {
+            if n.server {
+                PeerId::SERVER
+            } else {
+                PeerId(n.index as u32)
+            }
+        };
+        match self {
+            Error::Send { to, .. } => Some(core(to)),
+            Error::StreamClosed { from, .. }
+            | Error::StreamBroken { from, .. }
+            | Error::NoHeartbeat { from, .. } => Some(core(from)),
+            Error::Disconnected { to, .. } => Some(*to),
+            _ => None,
+        }
+    }
+}
 
 /// Errors raised by sfb-net.
 #[derive(Debug, thiserror::Error)]
@@ -29,8 +52,11 @@ pub enum Error {
         #[source]
         source: sfb_core::Error,
     },
-    /// A node went longer than the configured timeout without progress (nothing received
-    /// while blocked, or no room on a full link).
+    /// A node went longer than its progress timeout ([`DriveOptions::timeout`]: the
+    /// in-memory transport has one, libp2p peers rely on heartbeats instead) without
+    /// progress (nothing received while blocked, or no room on a full link).
+    ///
+    /// [`DriveOptions::timeout`]: crate::driver::DriveOptions::timeout
     #[error(
         "peer {peer} at clock {clock} waited {waited:?} without progress; still waiting on {waiting_on}"
     )]
@@ -43,6 +69,16 @@ pub enum Error {
         waited: Duration,
         /// What it was waiting for.
         waiting_on: Awaiting,
+    },
+    /// The node's checkpoint state could not be kept.
+    #[error("{peer}: could not keep its checkpoint of clock {clock}: {reason}")]
+    Checkpoint {
+        /// The node.
+        peer: PeerId,
+        /// The clock of the state.
+        clock: u64,
+        /// Why (from the checkpoint sink).
+        reason: String,
     },
     /// Another node failed, so this one stopped.
     #[error("peer {peer} stopped because peer {by} failed")]
@@ -190,6 +226,28 @@ pub enum Error {
         clocks: u64,
         /// The IO error.
         reason: std::io::Error,
+    },
+    /// An in-neighbour's stream is open but stayed silent (no frame, no heartbeat) for the
+    /// liveness timeout: the in-neighbour is stopped, hung or cut off. The message names it
+    /// as the node lost.
+    #[error(
+        "lost {from}: no heartbeat for {:.1} s on its stream to {to} (liveness timeout {} s; {frames} of {clocks} clocks received)",
+        silent.as_secs_f64(),
+        timeout.as_secs_f64()
+    )]
+    NoHeartbeat {
+        /// The in-neighbour, the node lost.
+        from: NodeName,
+        /// The receiving node.
+        to: NodeName,
+        /// How long the stream was silent, as the receiver measured it.
+        silent: Duration,
+        /// The liveness timeout.
+        timeout: Duration,
+        /// Frames received on the stream.
+        frames: u64,
+        /// Clocks of the run.
+        clocks: u64,
     },
     /// A peer sent a frame that failed validation.
     #[error("bad frame from peer {peer}: {reason}")]

@@ -1,7 +1,9 @@
 //! Length-delimited frames over a byte stream, and the per-stream handshake.
 //!
 //! A frame is a `u32` little-endian length followed by that many bytes. Lengths above the
-//! receiver's limit are refused before anything is allocated.
+//! receiver's limit are refused before anything is allocated. After the handshake, a frame
+//! of zero bytes is a [`HEARTBEAT`]; every other frame is an engine message that the
+//! receiver validates in full.
 
 use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use serde::{Deserialize, Serialize};
@@ -9,8 +11,20 @@ use serde::{Deserialize, Serialize};
 /// Protocol name of sfb's factor streams.
 pub const PROTOCOL: &str = "/sfb/factors/1";
 
-/// Version of the handshake and stream protocol.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version of the handshake and stream protocol (2: [`HEARTBEAT`]s between frames; a
+/// version-1 peer is refused at the handshake, naming the versions).
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// A heartbeat as it goes on the wire: the length prefix of an empty frame. A writer sends
+/// one when it has sent nothing for a while; the reader takes it as a sign of life and
+/// drops it (no engine message encodes to zero bytes, so nothing is ever decoded from it
+/// and frame validation is unchanged).
+pub const HEARTBEAT: [u8; 4] = 0u32.to_le_bytes();
+
+/// Whether a frame read by [`read_frame`] is a [`HEARTBEAT`].
+pub fn is_heartbeat(frame: &[u8]) -> bool {
+    frame.is_empty()
+}
 
 /// First frame on every stream, from the opener (the sender of factors).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +43,9 @@ pub struct Hello {
     pub batch: u32,
     /// Clocks of the run.
     pub clocks: u64,
+    /// The clock the sender starts at: 0, or the checkpoint clock of a resumed run (every
+    /// node of a run must resume from the same one).
+    pub start: u64,
     /// Hash of the topology (all out-neighbour lists).
     pub topology_hash: u64,
     /// Element encoding of factors on this stream (`f32` or `f16`).
@@ -38,7 +55,7 @@ pub struct Hello {
 impl Hello {
     /// Why `self` (received) does not match `mine` (what this peer runs), if it does not.
     pub fn mismatch(&self, mine: &Hello) -> Option<String> {
-        let checks: [(&str, String, String); 8] = [
+        let checks: [(&str, String, String); 9] = [
             (
                 "protocol version",
                 self.version.to_string(),
@@ -53,6 +70,11 @@ impl Hello {
             ("D (columns of W)", self.d.to_string(), mine.d.to_string()),
             ("batch size", self.batch.to_string(), mine.batch.to_string()),
             ("clocks", self.clocks.to_string(), mine.clocks.to_string()),
+            (
+                "start clock (the checkpoint resumed from)",
+                self.start.to_string(),
+                mine.start.to_string(),
+            ),
             (
                 "topology hash",
                 format!("{:016x}", self.topology_hash),

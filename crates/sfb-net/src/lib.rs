@@ -5,7 +5,8 @@
 //! - [`mem_fms`]: the FMS baseline in memory, a parameter server and P clients on threads;
 //! - [`p2p`]: one peer per process over libp2p (TCP, noise, yamux, one stream per edge),
 //!   authenticated against a [`cluster::Cluster`] file, with an optional outbound
-//!   [`bandwidth`] budget; [`frame`] holds the framing and handshake;
+//!   [`bandwidth`] budget and liveness by heartbeats (a paused peer is waited for, a
+//!   silent one lost); [`frame`] holds the framing and handshake;
 //! - [`virtual_time`]: a deterministic single-threaded network in virtual time (seeded
 //!   per-link delays, pauses, losses, modelled work costs; no threads, no sleeps).
 #![warn(missing_docs)]

@@ -17,7 +17,7 @@ use sfb_core::wire::Message;
 use sfb_core::{Engine, Model, Output, PeerId, StateMachine, Stragglers};
 
 use crate::clock::{Stop, WallClock};
-use crate::driver::{self, DriveOptions, Keep, Links, ProgressFn, Sent, Wake};
+use crate::driver::{self, CheckpointFn, DriveOptions, Keep, Links, ProgressFn, Sent, Wake};
 use crate::{Error, Result};
 
 /// Options of an in-memory run.
@@ -35,6 +35,9 @@ pub struct Options {
     /// Which per-clock records each [`PeerRun`] keeps (every one reaches `progress`).
     /// Default: all.
     pub keep: Keep,
+    /// Where every node's checkpoint states go (called on the node's thread). Default:
+    /// none (states are dropped).
+    pub checkpoint: Option<CheckpointFn>,
 }
 
 impl std::fmt::Debug for Options {
@@ -45,6 +48,7 @@ impl std::fmt::Debug for Options {
             .field("progress", &self.progress.is_some())
             .field("stragglers", &self.stragglers)
             .field("keep", &self.keep)
+            .field("checkpoint", &self.checkpoint.is_some())
             .finish()
     }
 }
@@ -55,6 +59,7 @@ impl Default for Options {
             capacity: 64,
             timeout: Duration::from_secs(30),
             progress: None,
+            checkpoint: None,
             stragglers: Stragglers::None,
             keep: Keep::All,
         }
@@ -225,9 +230,11 @@ pub(crate) fn drive<N: StateMachine>(
         slot,
     };
     let drive_opts = DriveOptions {
-        timeout: opts.timeout,
+        timeout: Some(opts.timeout),
+        stall_report: None,
         progress: opts.progress.clone(),
         keep: opts.keep,
+        checkpoint: opts.checkpoint.clone(),
     };
     let r = driver::drive(&mut node, &mut links, &mut time, &drive_opts, &mut records);
     if let Err(e) = &r

@@ -110,6 +110,7 @@ async fn a_key_not_in_the_cluster_file_cannot_deliver_a_frame() {
         d: 4,
         batch: 2,
         clocks: 5,
+        start: 0,
         topology_hash: cluster.topology_hash(),
         dtype: "f32".into(),
     };
@@ -464,6 +465,7 @@ async fn connections_beyond_the_pending_handshake_cap_are_refused_and_counted() 
         d: 4,
         batch: 2,
         clocks: 5,
+        start: 0,
         topology_hash: cluster.topology_hash(),
         dtype: "f32".into(),
     };

@@ -30,6 +30,8 @@ pub(super) struct QueueLinks {
     /// The last message encoded and its bytes. Holding the message keeps its payload
     /// alive, so a payload address seen here cannot be reused by another payload.
     cache: Option<(Message, Arc<Vec<u8>>)>,
+    /// Nodes the engine went on without ([`Links::forget`]).
+    forgotten: Vec<PeerId>,
 }
 
 impl QueueLinks {
@@ -49,7 +51,17 @@ impl QueueLinks {
             handle,
             dtype,
             cache: None,
+            forgotten: Vec::new(),
         }
+    }
+
+    /// The nodes the engine went on without, by node index (their writers' failures are
+    /// not the run's).
+    pub(super) fn forgotten(&self) -> Vec<usize> {
+        self.forgotten
+            .iter()
+            .filter_map(|p| self.nodes.iter().position(|n| n == p))
+            .collect()
     }
 
     fn queue(&self, to: PeerId) -> Result<&mpsc::Sender<Arc<Vec<u8>>>> {
@@ -168,6 +180,14 @@ impl Links for QueueLinks {
             Got::Inbound(None) => Err(Error::InboxClosed { peer: me }),
             Got::TimedOut => Ok(Wake::TimedOut),
         }
+    }
+
+    fn forget(&mut self, peer: PeerId) {
+        if let Some(i) = self.nodes.iter().position(|&n| n == peer) {
+            // Closing the queue ends the writer to it.
+            self.queues[i] = None;
+        }
+        self.forgotten.push(peer);
     }
 }
 

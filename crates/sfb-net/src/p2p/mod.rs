@@ -16,21 +16,28 @@
 //!   then at most one summary line per [`REFUSAL_LOG_WINDOW`], never one line each;
 //! - `writer`: one **writer** per out-neighbour opens the stream, sends a [`Hello`], waits
 //!   for the [`Ack`](crate::frame::Ack), then writes the engine's frames from a bounded
-//!   queue, paced by the optional bandwidth [`Bucket`] shared by all writers of the peer;
+//!   queue, paced by the optional bandwidth [`Bucket`] shared by all writers of the peer,
+//!   and a [heartbeat](crate::frame::HEARTBEAT) whenever it has written nothing for
+//!   [`Options::heartbeat`];
 //! - `reader`: one **reader** per accepted stream checks the sender (an in-neighbour, the
 //!   identity its Hello claims), validates every frame with [`sfb_core::wire::decode`]
 //!   (size limit, decode, known origin, shape, finite values) and forwards it to the
 //!   engine; a bad frame is counted, logged and dropped, and the stream closed with a fatal
-//!   error for the run;
+//!   error for the run. Heartbeats are counted apart and never reach the engine: with the
+//!   frames they are the reader's evidence that its in-neighbour is alive;
 //! - `links`: the **engine thread** runs the sans-IO node in the crate's one
 //!   [driver loop](crate::driver::drive) over the writers' bounded queues and the readers'
 //!   inbox (no consistency logic lives here); it encodes each shared payload once for all
 //!   its destinations.
 //!
-//! Every wait is bounded: start-up by [`Options::startup_timeout`], the run by
-//! [`Options::timeout`] without progress. A peer that dies makes its neighbours fail with
-//! an error naming it as the node they lost (`lost peer 3: …`, `lost the server: …`:
-//! its streams end early) instead of hanging.
+//! Liveness is not progress. Start-up is bounded by [`Options::startup_timeout`]; after
+//! that a peer waits for its in-neighbours as long as they are alive, saying whom it waits
+//! for every [`STALL_REPORT_EVERY`] (a peer stopped for a while, or computing slowly, is
+//! waited for). A peer that dies makes its neighbours fail with an error naming it as the
+//! node they lost (`lost peer 3: …`, `lost the server: …`) instead of hanging: at once when
+//! its streams end early or break (its process ended), or after
+//! [`Options::liveness_timeout`] of silence (no frame, no heartbeat) on a stream that is
+//! still open (`lost peer 3: no heartbeat for 60.2 s …`: stopped, hung, or cut off).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,12 +99,21 @@ impl std::fmt::Display for NodeName {
     }
 }
 
+/// How often a blocked peer says whom it waits for (a `tracing` warning).
+pub const STALL_REPORT_EVERY: Duration = Duration::from_secs(5);
+
 /// Options of a libp2p peer.
 #[derive(Clone)]
 pub struct Options {
-    /// Longest the peer may go without progress (no frame received while blocked, or no
-    /// room on a link) before the run fails. Default: 10 s.
-    pub timeout: Duration,
+    /// Longest an in-neighbour's open stream may stay silent (no frame, no heartbeat)
+    /// before the peer declares it lost and the run fails; also how long a finished peer
+    /// waits for its out-neighbours to read its last frames. Waiting for progress is not
+    /// bounded: a live in-neighbour is waited for. Default: 60 s.
+    pub liveness_timeout: Duration,
+    /// A writer that has written nothing for this long writes a heartbeat. Keep it well
+    /// below [`liveness_timeout`](Self::liveness_timeout) (a reader checks its stream
+    /// about twice per interval). Default: 1 s.
+    pub heartbeat: Duration,
     /// Longest to wait for connections and handshakes at start-up. Default: 30 s.
     pub startup_timeout: Duration,
     /// Optional outbound budget shared by all sends of this peer.
@@ -108,6 +124,12 @@ pub struct Options {
     pub queue_frames: usize,
     /// Called on the engine thread after every clock (e.g. to report progress).
     pub progress: Option<ProgressFn>,
+    /// Where the node's checkpoint states go (called on the engine thread). Default: none.
+    pub checkpoint: Option<crate::driver::CheckpointFn>,
+    /// The clock the node starts at: 0, or the clock of the checkpoint a resumed node
+    /// continues from. Every stream then carries the clocks from there; the handshake
+    /// refuses a neighbour that starts elsewhere. Default: 0.
+    pub start_clock: u64,
     /// Injected slowness: real delay after the slow nodes' compute. Default: none.
     pub stragglers: Stragglers,
     /// Which per-clock records the run keeps (every one reaches `progress`). Default: all.
@@ -122,7 +144,8 @@ pub struct Options {
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")
-            .field("timeout", &self.timeout)
+            .field("liveness_timeout", &self.liveness_timeout)
+            .field("heartbeat", &self.heartbeat)
             .field("startup_timeout", &self.startup_timeout)
             .field("bandwidth", &self.bandwidth)
             .field("queue_frames", &self.queue_frames)
@@ -144,11 +167,14 @@ impl Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
-            timeout: Duration::from_secs(10),
+            liveness_timeout: Duration::from_secs(60),
+            heartbeat: Duration::from_secs(1),
             startup_timeout: Duration::from_secs(30),
             bandwidth: None,
             queue_frames: 4,
             progress: None,
+            checkpoint: None,
+            start_clock: 0,
             stragglers: Stragglers::None,
             max_pending_handshakes: 32,
             keep: crate::driver::Keep::All,
@@ -157,13 +183,17 @@ impl Default for Options {
 }
 
 /// Per-edge byte counters of a peer (frame bytes including the 4-byte length prefix;
-/// handshakes excluded).
+/// handshakes and heartbeats excluded: heartbeats are counted apart).
 #[derive(Debug)]
 pub struct NetStats {
     /// Bytes sent to each peer, by index.
     pub sent: Vec<AtomicU64>,
     /// Bytes received from each peer, by index.
     pub received: Vec<AtomicU64>,
+    /// Heartbeats written (4 bytes each, not in [`sent`](Self::sent)).
+    pub heartbeats_sent: AtomicU64,
+    /// Heartbeats received (4 bytes each, not in [`received`](Self::received)).
+    pub heartbeats_received: AtomicU64,
     /// Frames that failed validation.
     pub bad_frames: AtomicU64,
     /// Streams refused (unknown or unexpected sender, handshake mismatch).
@@ -183,6 +213,8 @@ impl NetStats {
         Self {
             sent: (0..peers).map(|_| AtomicU64::new(0)).collect(),
             received: (0..peers).map(|_| AtomicU64::new(0)).collect(),
+            heartbeats_sent: AtomicU64::new(0),
+            heartbeats_received: AtomicU64::new(0),
             bad_frames: AtomicU64::new(0),
             refused_streams: AtomicU64::new(0),
             refused_connections: AtomicU64::new(0),
@@ -270,7 +302,7 @@ pub struct RunShape {
 }
 
 impl RunShape {
-    fn hello(&self, peer: usize, cluster: &Cluster) -> Hello {
+    fn hello(&self, peer: usize, cluster: &Cluster, start: u64) -> Hello {
         Hello {
             version: frame::PROTOCOL_VERSION,
             wire_version: wire::WIRE_VERSION,
@@ -279,6 +311,7 @@ impl RunShape {
             d: self.d as u32,
             batch: self.batch as u32,
             clocks: self.clocks,
+            start,
             topology_hash: cluster.topology_hash(),
             dtype: self.dtype.to_string(),
         }

@@ -190,17 +190,19 @@ impl Node {
             names: NodeName::all(cluster),
             in_neighbors: cluster.in_neighbours(id).to_vec(),
             core_ids: (0..cluster.peers()).map(|i| cluster.core_id(i)).collect(),
-            hello: shape.hello(id, cluster),
+            hello: shape.hello(id, cluster, opts.start_clock),
             expect: Expect {
                 j: shape.j,
                 d: shape.d,
                 peers: cluster.workers(),
             },
             max_frame: shape.max_frame(),
-            clocks: shape.clocks,
+            clocks: shape.clocks.saturating_sub(opts.start_clock),
             inbox: inbox_tx.clone(),
             stats: Arc::clone(&stats),
             handshake_timeout: opts.startup_timeout,
+            liveness_timeout: opts.liveness_timeout,
+            heartbeat: opts.heartbeat,
         };
         tokio::spawn(readers.accept(incoming));
         Ok(Node {
@@ -231,7 +233,8 @@ impl Node {
     ///
     /// # Errors
     /// The first fatal condition: an engine error, a bad frame, a broken or refused stream,
-    /// a handshake mismatch, a timeout naming whom the peer was waiting on.
+    /// a handshake mismatch, an in-neighbour silent for [`Options::liveness_timeout`]
+    /// ([`Error::NoHeartbeat`]).
     pub async fn run<N: StateMachine + Send + 'static>(
         self,
         cluster: &Cluster,
@@ -250,7 +253,7 @@ impl Node {
             stop_swarm,
             ..
         } = self;
-        let hello = frame::encode(&shape.hello(id, cluster));
+        let hello = frame::encode(&shape.hello(id, cluster, opts.start_clock));
         let deadline = Instant::now() + opts.startup_timeout;
         let mut writers = Vec::new();
         let mut queues: Vec<Option<mpsc::Sender<Arc<Vec<u8>>>>> = vec![None; cluster.peers()];
@@ -277,6 +280,7 @@ impl Node {
                 fatal: inbox_tx.clone(),
                 deadline,
                 ack_timeout: opts.startup_timeout,
+                heartbeat: opts.heartbeat,
             };
             writers.push((to, tokio::spawn(w.run(rx))));
         }
@@ -291,10 +295,14 @@ impl Node {
             tokio::runtime::Handle::current(),
             shape.dtype,
         );
+        // No progress timeout: the readers declare a silent in-neighbour lost (liveness);
+        // a blocked peer says whom it waits for.
         let drive_opts = DriveOptions {
-            timeout: opts.timeout,
+            timeout: None,
+            stall_report: Some(super::STALL_REPORT_EVERY),
             progress: opts.progress.clone(),
             keep: opts.keep,
+            checkpoint: opts.checkpoint.clone(),
         };
         let stragglers = opts.stragglers;
         let (engine, records, result) = tokio::task::spawn_blocking(move || {
@@ -308,9 +316,10 @@ impl Node {
                 &drive_opts,
                 &mut records,
             );
+            let lost = links.forgotten();
             // Dropping the links closes the writers' queues: they flush and close.
             drop(links);
-            (engine, records, r)
+            (engine, records, (r, lost))
         })
         .await
         .map_err(|source| Error::Task {
@@ -318,12 +327,18 @@ impl Node {
             task: "engine".into(),
             source,
         })?;
-        let timeout = opts.timeout;
+        let timeout = opts.liveness_timeout;
+        let (result, lost) = result;
         let outcome = match result {
             Ok(()) => {
-                // Writers flush, close and wait for their receivers to finish reading.
+                // Writers flush, close and wait for their receivers to finish reading (a
+                // writer to a node lost during the run failed with it: not the run's error).
                 let mut done = Ok(());
                 for (to, w) in writers {
+                    if lost.contains(&to) {
+                        w.abort();
+                        continue;
+                    }
                     done = join_writer(cluster, id, to, w, timeout).await;
                     if done.is_err() {
                         break;

@@ -1,11 +1,11 @@
 //! One writer per out-edge: stream, handshake, then the engine's frames under the
-//! bandwidth budget.
+//! bandwidth budget, and heartbeats while there are none.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use futures::{AsyncReadExt, AsyncWriteExt};
+use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use libp2p::{Multiaddr, PeerId as Libp2pId};
 use sfb_core::PeerId;
 use tokio::sync::mpsc;
@@ -33,6 +33,8 @@ pub(super) struct Writer {
     pub(super) fatal: mpsc::Sender<Inbound>,
     pub(super) deadline: Instant,
     pub(super) ack_timeout: Duration,
+    /// Write a heartbeat after this long without writing anything.
+    pub(super) heartbeat: Duration,
 }
 
 const CHUNK: usize = 64 * 1024;
@@ -129,9 +131,29 @@ impl Writer {
         }
     }
 
-    async fn run_inner(&self, mut rx: mpsc::Receiver<Arc<Vec<u8>>>) -> Result<()> {
+    async fn run_inner(&self, rx: mpsc::Receiver<Arc<Vec<u8>>>) -> Result<()> {
+        let stream = self.connect().await?;
+        debug!(peer = self.me.index, to = self.to, "stream open");
+        self.send(stream, rx).await
+    }
+
+    /// Writes the engine's frames from `rx` as they come, and a [`frame::HEARTBEAT`]
+    /// whenever nothing was written for [`heartbeat`](Self::heartbeat) (outside the
+    /// bandwidth budget and the byte counters: 4 bytes each, counted apart); when `rx`
+    /// closes, closes the stream and waits for the receiver to finish reading.
+    ///
+    /// A heartbeat that cannot be written stops the heartbeats and fails nothing by
+    /// itself: the next frame, or the close, meets the broken stream and reports it, as
+    /// without heartbeats (a receiver that finished and left early is no loss).
+    pub(super) async fn send<S>(
+        &self,
+        mut stream: S,
+        mut rx: mpsc::Receiver<Arc<Vec<u8>>>,
+    ) -> Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
         let to = self.to;
-        let mut stream = self.connect().await?;
         let mut frames = 0u64;
         let io = |frames, reason| Error::Send {
             peer: self.me,
@@ -139,8 +161,33 @@ impl Writer {
             frames,
             reason,
         };
-        debug!(peer = self.me.index, to, "stream open");
-        while let Some(buf) = rx.recv().await {
+        let mut last_write = tokio::time::Instant::now();
+        let mut beating = true;
+        loop {
+            let buf = tokio::select! {
+                biased;
+                buf = rx.recv() => match buf {
+                    Some(buf) => buf,
+                    None => break,
+                },
+                () = tokio::time::sleep_until(last_write + self.heartbeat), if beating => {
+                    let beat = async {
+                        stream.write_all(&frame::HEARTBEAT).await?;
+                        stream.flush().await
+                    };
+                    match beat.await {
+                        Ok(()) => {
+                            self.stats.heartbeats_sent.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            debug!(peer = self.me.index, to, %e, "heartbeat failed; stopping them");
+                            beating = false;
+                        }
+                    }
+                    last_write = tokio::time::Instant::now();
+                    continue;
+                }
+            };
             let started = Instant::now();
             let len = (buf.len() as u32).to_le_bytes();
             let mut pieces: Vec<&[u8]> = vec![&len];
@@ -155,6 +202,7 @@ impl Writer {
                 stream.write_all(piece).await.map_err(|e| io(frames, e))?;
             }
             stream.flush().await.map_err(|e| io(frames, e))?;
+            last_write = tokio::time::Instant::now();
             frames += 1;
             self.stats.sent[to].fetch_add(buf.len() as u64 + 4, Ordering::Relaxed);
             self.stats.mark_write(started);
@@ -164,5 +212,173 @@ impl Writer {
         let mut rest = Vec::new();
         let _ = tokio::time::timeout(self.ack_timeout, stream.read_to_end(&mut rest)).await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::pin::Pin;
+    use std::sync::Mutex;
+    use std::task::{Context, Poll};
+
+    use super::*;
+    use crate::p2p::NetStats;
+
+    /// A stream that keeps what is written (or refuses every write when `broken`) and
+    /// whose reads end at once (the receiver has read everything).
+    #[derive(Clone, Default)]
+    struct Sink {
+        written: Arc<Mutex<Vec<u8>>>,
+        attempts: Arc<std::sync::atomic::AtomicUsize>,
+        broken: bool,
+    }
+
+    impl AsyncWrite for Sink {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            b: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.attempts.fetch_add(1, Ordering::Relaxed);
+            if self.broken {
+                return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+            }
+            self.written.lock().unwrap().extend_from_slice(b);
+            Poll::Ready(Ok(b.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncRead for Sink {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut [u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Ready(Ok(0))
+        }
+    }
+
+    /// Node 0's writer to node 1, heartbeat every `heartbeat`.
+    fn writer(heartbeat: Duration) -> Writer {
+        let name = |index| NodeName {
+            index,
+            server: false,
+        };
+        Writer {
+            me: name(0),
+            to: 1,
+            to_name: name(1),
+            to_core: PeerId(1),
+            to_id: Libp2pId::random(),
+            addr: "/ip4/127.0.0.1/tcp/1".parse().unwrap(),
+            control: libp2p_stream::Behaviour::new().new_control(),
+            dial: mpsc::channel(1).0,
+            hello: Vec::new(),
+            bucket: None,
+            stats: Arc::new(NetStats::new(2)),
+            fatal: mpsc::channel(1).0,
+            deadline: Instant::now(),
+            ack_timeout: Duration::from_secs(1),
+            heartbeat,
+        }
+    }
+
+    /// Polls `cond` every millisecond; panics after 10 s.
+    async fn eventually(what: &str, cond: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !cond() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "not within 10 s: {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// The frames in `bytes` (heartbeats are the empty ones).
+    fn frames(mut bytes: &[u8]) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        while !bytes.is_empty() {
+            let len = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+            out.push(bytes[4..4 + len].to_vec());
+            bytes = &bytes[4 + len..];
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn an_idle_writer_sends_heartbeats_outside_the_byte_counters() {
+        let w = Arc::new(writer(Duration::from_millis(10)));
+        let sink = Sink::default();
+        let (tx, rx) = mpsc::channel(4);
+        let task = {
+            let (w, sink) = (Arc::clone(&w), sink.clone());
+            tokio::spawn(async move { w.send(sink, rx).await })
+        };
+        tx.send(Arc::new(vec![1, 2, 3])).await.unwrap();
+        eventually("three heartbeats", || {
+            w.stats.heartbeats_sent.load(Ordering::Relaxed) >= 3
+        })
+        .await;
+        tx.send(Arc::new(vec![4])).await.unwrap();
+        drop(tx);
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the writer ends")
+            .unwrap()
+            .unwrap();
+        let got = frames(&sink.written.lock().unwrap());
+        let beats = got.iter().filter(|f| f.is_empty()).count();
+        assert!(beats >= 3, "{got:?}");
+        assert_eq!(got.first(), Some(&vec![1, 2, 3]));
+        assert_eq!(got.last(), Some(&vec![4]));
+        assert_eq!(got.len(), beats + 2);
+        assert_eq!(
+            w.stats.heartbeats_sent.load(Ordering::Relaxed),
+            beats as u64
+        );
+        // The byte counter holds the two frames alone.
+        assert_eq!(w.stats.sent[1].load(Ordering::Relaxed), (3 + 4) + (1 + 4));
+    }
+
+    #[tokio::test]
+    async fn a_failed_heartbeat_fails_nothing_until_a_frame_needs_the_stream() {
+        let w = Arc::new(writer(Duration::from_millis(5)));
+        let sink = Sink {
+            broken: true,
+            ..Sink::default()
+        };
+        let (tx, rx) = mpsc::channel(4);
+        let task = {
+            let (w, sink) = (Arc::clone(&w), sink.clone());
+            tokio::spawn(async move { w.send(sink, rx).await })
+        };
+        eventually("a heartbeat tried", || {
+            sink.attempts.load(Ordering::Relaxed) >= 1
+        })
+        .await;
+        assert!(!task.is_finished(), "a failed heartbeat ended the writer");
+        // No more heartbeats are tried on the broken stream.
+        let tried = sink.attempts.load(Ordering::Relaxed);
+        tx.send(Arc::new(vec![7])).await.unwrap();
+        let err = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("the writer ends")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(sink.attempts.load(Ordering::Relaxed), tried + 1);
+        assert!(
+            err.to_string()
+                .starts_with("lost peer 1: the stream from peer 0 to it broke after 0 frames"),
+            "{err}"
+        );
+        assert_eq!(w.stats.heartbeats_sent.load(Ordering::Relaxed), 0);
     }
 }

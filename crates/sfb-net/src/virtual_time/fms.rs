@@ -78,4 +78,7 @@ impl<M: Model, S: Model> StateMachine for FmsNode<M, S> {
     fn finish(&mut self, time: &mut dyn TimeSource) {
         both!(self, n => StateMachine::finish(n, time))
     }
+    fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
+        both!(self, n => StateMachine::peer_lost(n, peer))
+    }
 }

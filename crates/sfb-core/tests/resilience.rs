@@ -1,0 +1,563 @@
+//! Resilience of the state machines. Checkpoints: under BSP a run resumed from
+//! every node's state at one clock ends bitwise where the uninterrupted run ends (SFB and
+//! FMS, every optimizer with state, a model with state); states that do not fit are refused.
+//! Peer loss: survivors train on without a lost peer (SSP, async, BSP with `continue`), BSP
+//! fails by default, the FMS server serves the clients left.
+
+use ndarray::{Array2, ArrayView2};
+use sfb_core::checkpoint::{ByteReader, ByteWriter};
+use sfb_core::fms;
+use sfb_core::{
+    Config, Consistency, Engine, Event, ManualTime, Method, Model, ModelError, NodeState,
+    Optimizer, PeerId, Progress, Shard, StateMachine, SvList,
+};
+
+/// Least squares with per-sample state: each sample's residual is weighted by how often the
+/// sample was drawn (mod 3), so a resume that lost the model's state computes other factors.
+#[derive(Clone)]
+struct Counting {
+    seen: Vec<u64>,
+}
+
+impl Model for Counting {
+    type Sample = (Vec<f32>, Vec<f32>);
+    fn compute_sv(
+        &mut self,
+        _: ArrayView2<'_, f32>,
+        _: &[&Self::Sample],
+        _: &mut SvList,
+    ) -> Result<(), ModelError> {
+        unreachable!("the engine calls compute_sv_indexed")
+    }
+    fn compute_sv_indexed(
+        &mut self,
+        w: ArrayView2<'_, f32>,
+        batch: &[(usize, &Self::Sample)],
+        sv: &mut SvList,
+    ) -> Result<(), ModelError> {
+        for &(i, (x, y)) in batch {
+            if self.seen.len() <= i {
+                self.seen.resize(i + 1, 0);
+            }
+            self.seen[i] += 1;
+            let weight = 1.0 + (self.seen[i] % 3) as f32;
+            let u: Vec<f32> = w
+                .rows()
+                .into_iter()
+                .zip(y)
+                .map(|(row, yj)| weight * (row.dot(&ndarray::aview1(x)) - yj))
+                .collect();
+            sv.push_dense(&u, x)?;
+        }
+        Ok(())
+    }
+    fn save_state(&self) -> Vec<u8> {
+        let v: Vec<f64> = self.seen.iter().map(|&c| c as f64).collect();
+        ByteWriter::new().f64s(&v).finish()
+    }
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
+        let mut r = ByteReader::new(bytes);
+        let v = r.f64s(None).map_err(ModelError::msg)?;
+        r.finish().map_err(ModelError::msg)?;
+        self.seen = v.into_iter().map(|c| c as u64).collect();
+        Ok(())
+    }
+}
+
+const J: usize = 3;
+const D: usize = 5;
+
+fn shard(peer: u32) -> Shard<(Vec<f32>, Vec<f32>)> {
+    let samples = (0..7)
+        .map(|i| {
+            let x: Vec<f32> = (0..D)
+                .map(|k| (((i * 7 + k * 3 + peer as usize) % 11) as f32 - 5.0) / 5.0)
+                .collect();
+            let y: Vec<f32> = (0..J).map(|j| ((i + j) % 3) as f32 - 1.0).collect();
+            (x, y)
+        })
+        .collect();
+    Shard::new(samples, 100 + u64::from(peer))
+}
+
+fn config(id: u32, peers: usize, method: Method, consistency: Consistency) -> Config {
+    let mut cfg = Config::full_broadcast(PeerId(id), peers);
+    cfg.clocks = 12;
+    cfg.batch_size = 3;
+    cfg.lr = if method.is_adaptive() { 0.05 } else { 0.02 };
+    cfg.consistency = consistency;
+    cfg.checkpoint_every = 4;
+    cfg.optimizer = Optimizer {
+        method,
+        ..Optimizer::default()
+    };
+    cfg
+}
+
+fn w0() -> Array2<f32> {
+    Array2::from_shape_fn((J, D), |(j, d)| ((j * D + d) % 5) as f32 * 0.01)
+}
+
+/// Drives every node round-robin in one thread until all are done; returns the states
+/// their checkpoint events carried. `index` maps a destination to a node.
+fn drive_all(
+    nodes: &mut [&mut dyn StateMachine],
+    index: impl Fn(PeerId) -> usize,
+) -> Vec<NodeState> {
+    let mut time = ManualTime::default();
+    let mut states = Vec::new();
+    let mut done = vec![false; nodes.len()];
+    for _ in 0..100_000 {
+        if done.iter().all(|&d| d) {
+            return states;
+        }
+        for i in 0..nodes.len() {
+            if done[i] {
+                continue;
+            }
+            if nodes[i].on_tick(&mut time).unwrap() == Progress::Done {
+                nodes[i].finish(&mut time);
+                done[i] = true;
+            }
+            let from = nodes[i].id();
+            while let Some(out) = nodes[i].poll_output() {
+                let to = index(out.to);
+                nodes[to].on_message(from, out.msg, &mut time).unwrap();
+            }
+            while let Some(ev) = nodes[i].poll_event() {
+                if let Event::Checkpoint(s) = ev {
+                    states.push(*s);
+                }
+            }
+        }
+    }
+    panic!("the cluster did not finish");
+}
+
+fn peers(method: Method, consistency: &Consistency, every: u64) -> Vec<Engine<Counting>> {
+    (0..3)
+        .map(|p| {
+            let mut cfg = config(p, 3, method, consistency.clone());
+            cfg.checkpoint_every = every;
+            Engine::new(cfg, Counting { seen: Vec::new() }, w0(), shard(p)).unwrap()
+        })
+        .collect()
+}
+
+fn drive_peers(engines: &mut [Engine<Counting>]) -> Vec<NodeState> {
+    let mut nodes: Vec<&mut dyn StateMachine> = engines
+        .iter_mut()
+        .map(|e| e as &mut dyn StateMachine)
+        .collect();
+    drive_all(&mut nodes, |p| p.index())
+}
+
+/// Final checksums of a cluster (SFB peers), and the states taken.
+fn run_peers(mut engines: Vec<Engine<Counting>>) -> (Vec<String>, Vec<NodeState>) {
+    let states = drive_peers(&mut engines);
+    let sums = engines.iter().map(|e| e.replica().checksum()).collect();
+    (sums, states)
+}
+
+/// Every peer resumed from its state at `cut` (after `edit`), with `method` and
+/// `consistency`.
+fn resumed(
+    states: &[NodeState],
+    cut: u64,
+    method: Method,
+    consistency: &Consistency,
+    edit: impl Fn(&mut NodeState),
+) -> Vec<Engine<Counting>> {
+    at(states, cut)
+        .into_iter()
+        .map(|mut s| {
+            edit(&mut s);
+            let p = s.id.0;
+            let cfg = config(p, 3, method, consistency.clone());
+            Engine::resume(cfg, Counting { seen: Vec::new() }, shard(p), s).unwrap()
+        })
+        .collect()
+}
+
+fn at(states: &[NodeState], clock: u64) -> Vec<NodeState> {
+    let mut v: Vec<NodeState> = states
+        .iter()
+        .filter(|s| s.clock == clock)
+        .cloned()
+        .collect();
+    v.sort_by_key(|s| s.id);
+    v
+}
+
+#[test]
+fn bsp_resumed_from_a_cut_ends_bitwise_equal_for_every_stateful_optimizer() {
+    for method in [
+        Method::Sgd,
+        Method::Factored,
+        Method::AdaGrad,
+        Method::AdaRevision,
+        Method::Momentum,
+    ] {
+        let (plain, none) = run_peers(peers(method, &Consistency::Bsp, 0));
+        assert!(none.is_empty());
+        let (full, states) = run_peers(peers(method, &Consistency::Bsp, 4));
+        assert_eq!(
+            full, plain,
+            "{method}: checkpoints change nothing under BSP"
+        );
+        assert!(full.windows(2).all(|w| w[0] == w[1]));
+        // Every peer took its state at 4 and 8 (not 0, not at the last clock).
+        let mut clocks: Vec<(u64, PeerId)> = states.iter().map(|s| (s.clock, s.id)).collect();
+        clocks.sort();
+        assert_eq!(clocks.len(), 6, "{method}: {clocks:?}");
+        for cut in [4, 8] {
+            let again = resumed(&states, cut, method, &Consistency::Bsp, |_| {});
+            let (sums, _) = run_peers(again);
+            assert_eq!(sums, full, "{method}: resumed at {cut}");
+        }
+    }
+}
+
+#[test]
+fn losing_the_model_state_or_the_sampler_changes_the_result() {
+    // The test above would pass for a model whose state does not matter: check it does.
+    let (full, states) = run_peers(peers(Method::Sgd, &Consistency::Bsp, 4));
+    let again = resumed(
+        &states,
+        8,
+        Method::Sgd,
+        &Consistency::Bsp,
+        |s: &mut NodeState| {
+            s.model = Counting { seen: Vec::new() }.save_state();
+        },
+    );
+    assert_ne!(run_peers(again).0, full);
+    let again = resumed(
+        &states,
+        8,
+        Method::Sgd,
+        &Consistency::Bsp,
+        |s: &mut NodeState| {
+            s.sampler.as_mut().unwrap().pos = 0;
+        },
+    );
+    assert_ne!(run_peers(again).0, full);
+}
+
+#[test]
+fn ssp_and_async_cuts_hold_every_update_once() {
+    for consistency in [Consistency::Ssp { staleness: 2 }, Consistency::Async] {
+        let (_, states) = run_peers(peers(Method::Sgd, &consistency, 4));
+        for s in at(&states, 8) {
+            // The cut: exactly the clocks < 8 of all three peers are in W.
+            assert_eq!(s.metrics.batches_applied, 3 * 8, "{consistency}");
+        }
+        let again = resumed(&states, 8, Method::Sgd, &consistency, |_| {});
+        let mut nodes = again;
+        drive_peers(&mut nodes);
+        for e in &nodes {
+            assert_eq!(e.metrics().batches_applied, 3 * 12, "{consistency}");
+            assert_eq!(e.metrics().clocks, 12);
+        }
+    }
+}
+
+#[test]
+fn states_that_do_not_fit_are_refused_with_the_reason() {
+    let (_, states) = run_peers(peers(Method::Factored, &Consistency::Bsp, 4));
+    let s1 = at(&states, 4).remove(1);
+    let resume = |cfg: Config, s: NodeState, shard| {
+        Engine::resume(cfg, Counting { seen: Vec::new() }, shard, s)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = resume(
+        config(2, 3, Method::Factored, Consistency::Bsp),
+        s1.clone(),
+        shard(2),
+    );
+    assert!(
+        e.contains("written by SFB peer p1, not by SFB peer p2"),
+        "{e}"
+    );
+    let e = resume(
+        config(1, 3, Method::Momentum, Consistency::Bsp),
+        s1.clone(),
+        shard(1),
+    );
+    assert!(
+        e.contains("written by optimizer factored, this run uses momentum"),
+        "{e}"
+    );
+    let e = resume(
+        config(1, 4, Method::Factored, Consistency::Bsp),
+        s1.clone(),
+        shard(1),
+    );
+    assert!(e.contains("another topology"), "{e}");
+    let small = Shard::new(shard(1).samples()[..5].to_vec(), 101);
+    let e = resume(
+        config(1, 3, Method::Factored, Consistency::Bsp),
+        s1.clone(),
+        small,
+    );
+    assert!(e.contains("shard of 7 samples"), "{e}");
+    let mut cfg = config(1, 3, Method::Factored, Consistency::Bsp);
+    cfg.clocks = 3;
+    let e = resume(cfg, s1.clone(), shard(1));
+    assert!(e.contains("past this run's last clock"), "{e}");
+    let mut wide = s1.clone();
+    wide.w = Some(Array2::zeros((J, D + 1)));
+    let mut fresh = Engine::new(
+        config(1, 3, Method::Factored, Consistency::Bsp),
+        Counting { seen: Vec::new() },
+        w0(),
+        shard(1),
+    )
+    .unwrap();
+    let e = fresh.restore(wide).unwrap_err().to_string();
+    assert!(
+        e.contains("another model shape: W is 3×6, this run's is 3×5"),
+        "{e}"
+    );
+    let mut bad = s1.clone();
+    bad.model = vec![1, 2, 3];
+    let e = resume(
+        config(1, 3, Method::Factored, Consistency::Bsp),
+        bad,
+        shard(1),
+    );
+    assert!(e.contains("model state"), "{e}");
+}
+
+fn fms_config(every: u64) -> fms::Config {
+    let mut cfg = fms::Config::new(3);
+    cfg.on_peer_loss = sfb_core::PeerLoss::Continue;
+    cfg.clocks = 12;
+    cfg.batch_size = 3;
+    cfg.lr = 0.05;
+    cfg.checkpoint_every = every;
+    cfg.optimizer = Optimizer {
+        method: Method::Factored,
+        ..Optimizer::default()
+    };
+    cfg
+}
+
+struct Fms {
+    clients: Vec<fms::Client<Counting>>,
+    server: fms::Server<Counting>,
+}
+
+impl Fms {
+    fn new(every: u64) -> Self {
+        let cfg = fms_config(every);
+        let clients = (0..3)
+            .map(|p| {
+                fms::Client::new(
+                    PeerId(p),
+                    cfg.clone(),
+                    Counting { seen: Vec::new() },
+                    w0(),
+                    shard(p),
+                )
+                .unwrap()
+            })
+            .collect();
+        let server = fms::Server::new(cfg, Counting { seen: Vec::new() }, w0()).unwrap();
+        Self { clients, server }
+    }
+
+    fn run(&mut self) -> Vec<NodeState> {
+        let mut nodes: Vec<&mut dyn StateMachine> = self
+            .clients
+            .iter_mut()
+            .map(|c| c as &mut dyn StateMachine)
+            .chain(std::iter::once(&mut self.server as &mut dyn StateMachine))
+            .collect();
+        drive_all(
+            &mut nodes,
+            |p| if p == PeerId::SERVER { 3 } else { p.index() },
+        )
+    }
+}
+
+#[test]
+fn fms_resumed_from_a_cut_ends_bitwise_equal() {
+    let mut plain = Fms::new(0);
+    plain.run();
+    let mut full = Fms::new(4);
+    let states = full.run();
+    let want = full.server.replica().checksum();
+    assert_eq!(want, plain.server.replica().checksum());
+    assert_eq!(states.len(), 8, "3 clients and the server, at 4 and 8");
+    let cut = at(&states, 8);
+    let cfg = fms_config(4);
+    let clients = cut
+        .iter()
+        .filter(|s| s.id != PeerId::SERVER)
+        .map(|s| {
+            fms::Client::resume(
+                s.id,
+                cfg.clone(),
+                Counting { seen: Vec::new() },
+                shard(s.id.0),
+                s.clone(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let server = cut.iter().find(|s| s.id == PeerId::SERVER).unwrap().clone();
+    let server = fms::Server::resume(cfg.clone(), Counting { seen: Vec::new() }, server).unwrap();
+    let mut resumed = Fms { clients, server };
+    resumed.run();
+    assert_eq!(resumed.server.replica().checksum(), want);
+    for c in &resumed.clients {
+        assert_eq!(c.checksum(), want);
+    }
+    // A client's state is refused by the server.
+    let e = fms::Server::resume(cfg, Counting { seen: Vec::new() }, cut[0].clone())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not by the FMS server"), "{e}");
+}
+
+/// Drives `nodes` round-robin; node `victim` stops being driven (it "dies") once it has
+/// completed `at` clocks, and every other node is then told so. Returns each survivor's
+/// final clock and the error, if any, it raised on the news.
+fn run_with_loss(
+    nodes: &mut [&mut dyn StateMachine],
+    index: impl Fn(PeerId) -> usize,
+    victim: usize,
+    at: u64,
+) -> Vec<Option<sfb_core::Error>> {
+    let mut time = ManualTime::default();
+    let n = nodes.len();
+    let mut done = vec![false; n];
+    let mut errors: Vec<Option<sfb_core::Error>> = (0..n).map(|_| None).collect();
+    let mut told = false;
+    for _ in 0..100_000 {
+        if !told && nodes[victim].clock() >= at {
+            told = true;
+            done[victim] = true;
+            let dead = nodes[victim].id();
+            for k in (0..n).filter(|&k| k != victim) {
+                if let Err(e) = nodes[k].peer_lost(dead) {
+                    errors[k] = Some(e);
+                    done[k] = true;
+                }
+            }
+        }
+        if done.iter().all(|&d| d) {
+            return errors;
+        }
+        for i in 0..n {
+            if done[i] {
+                continue;
+            }
+            if nodes[i].on_tick(&mut time).unwrap() == Progress::Done {
+                nodes[i].finish(&mut time);
+                done[i] = true;
+            }
+            let from = nodes[i].id();
+            while let Some(out) = nodes[i].poll_output() {
+                let to = index(out.to);
+                if !(told && to == victim) {
+                    nodes[to].on_message(from, out.msg, &mut time).unwrap();
+                }
+            }
+            while nodes[i].poll_event().is_some() {}
+        }
+    }
+    panic!("the cluster did not finish");
+}
+
+#[test]
+fn survivors_train_on_without_a_lost_peer_under_ssp_and_bsp_fails_by_default() {
+    for (consistency, policy) in [
+        (
+            Consistency::Ssp { staleness: 2 },
+            sfb_core::PeerLoss::Continue,
+        ),
+        (Consistency::Async, sfb_core::PeerLoss::Continue),
+        (Consistency::Bsp, sfb_core::PeerLoss::Continue),
+        (Consistency::Bsp, sfb_core::PeerLoss::Fail),
+    ] {
+        let mut engines: Vec<Engine<Counting>> = (0..4)
+            .map(|p| {
+                let mut cfg = config(p, 4, Method::Sgd, consistency.clone());
+                cfg.on_peer_loss = policy;
+                Engine::new(cfg, Counting { seen: Vec::new() }, w0(), shard(p)).unwrap()
+            })
+            .collect();
+        let mut nodes: Vec<&mut dyn StateMachine> = engines
+            .iter_mut()
+            .map(|e| e as &mut dyn StateMachine)
+            .collect();
+        let errors = run_with_loss(&mut nodes, |p| p.index(), 2, 5);
+        for (k, e) in engines.iter().enumerate().filter(|(k, _)| *k != 2) {
+            if policy == sfb_core::PeerLoss::Fail {
+                let err = errors[k]
+                    .as_ref()
+                    .expect("BSP fails by default")
+                    .to_string();
+                assert!(err.contains("lost p2"), "{err}");
+                continue;
+            }
+            assert!(errors[k].is_none());
+            assert!(e.is_done(), "{consistency}: peer {k} finished");
+            assert_eq!(e.metrics().clocks, 12);
+            let lost = &e.metrics().lost_peers;
+            assert_eq!(lost.len(), 1);
+            assert_eq!(lost[0].0, 2);
+            assert!(e.config().in_neighbors.iter().all(|&p| p != PeerId(2)));
+            // Every batch the victim delivered before it died was applied.
+            assert!(e.metrics().batches_applied >= 3 * 12 + 5, "{consistency}");
+        }
+    }
+}
+
+#[test]
+fn the_fms_server_serves_the_clients_left() {
+    let mut f = Fms::new(0);
+    let mut nodes: Vec<&mut dyn StateMachine> = f
+        .clients
+        .iter_mut()
+        .map(|c| c as &mut dyn StateMachine)
+        .chain(std::iter::once(&mut f.server as &mut dyn StateMachine))
+        .collect();
+    let errors = run_with_loss(
+        &mut nodes,
+        |p| if p == PeerId::SERVER { 3 } else { p.index() },
+        1,
+        4,
+    );
+    assert!(errors.iter().all(Option::is_none));
+    assert!(f.server.is_done());
+    assert_eq!(
+        f.server.metrics().lost_peers,
+        vec![(1, f.server.metrics().lost_peers[0].1)]
+    );
+    for k in [0, 2] {
+        assert!(f.clients[k].is_done());
+        assert_eq!(f.clients[k].checksum(), f.server.replica().checksum());
+    }
+    // A client that loses the server cannot go on.
+    let mut f = Fms::new(0);
+    let mut nodes: Vec<&mut dyn StateMachine> = f
+        .clients
+        .iter_mut()
+        .map(|c| c as &mut dyn StateMachine)
+        .chain(std::iter::once(&mut f.server as &mut dyn StateMachine))
+        .collect();
+    let errors = run_with_loss(
+        &mut nodes,
+        |p| if p == PeerId::SERVER { 3 } else { p.index() },
+        3,
+        4,
+    );
+    for e in errors.iter().take(3) {
+        let e = e.as_ref().unwrap().to_string();
+        assert!(e.contains("cannot train without its server"), "{e}");
+    }
+}

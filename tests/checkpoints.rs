@@ -1,0 +1,401 @@
+//! Checkpoints and resume (issue 12, parts 1 and 2) with real processes: a run killed
+//! (SIGKILL, by PID) at clock 30 of 60 and resumed with `--resume` ends with the same
+//! checksums as an uninterrupted run of the same seed, under BSP, in memory (`sfb run`) and
+//! over libp2p (`sfb peer`, `sfb server`), SFB and FMS. Damaged, foreign and missing
+//! checkpoints are refused with a one-line reason; an unwritable checkpoint directory is
+//! reported before any training. No process outlives its test.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+use common::{Children, SFB, assert_gone, init, start, tempdir, wait_timeout};
+
+const GROUP: &str = "checkpoints";
+
+/// The run every test interrupts: 60 clocks (see [`SLOW`]).
+const RUN: &[&str] = &[
+    "--synthetic",
+    "classes=8,features=64,samples=4000",
+    "--clocks",
+    "60",
+    "--seed",
+    "5",
+    "--eval-every",
+    "20",
+];
+
+/// Slows the workers to ~25 ms a clock by a rotating straggler (a delay only: BSP results
+/// do not depend on it), so that a run is killed at clock 30 well before its end.
+const SLOW: &[&str] = &["--straggler", "rotate:25"];
+
+/// The run's options with a checkpoint every 10 clocks, then `extra`.
+fn args(extra: &[&str]) -> Vec<String> {
+    RUN.iter()
+        .chain(&["--checkpoint-every", "10"])
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// `sfb run` to completion (in memory, uninterrupted, no checkpoints): its summary.
+fn uninterrupted(dir: &Path, extra: &[&str]) -> Value {
+    let summary = dir.join("uninterrupted.json");
+    let out = Command::new(SFB)
+        .arg("run")
+        .args(RUN)
+        .args(extra)
+        .arg("--summary")
+        .arg(&summary)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap()
+}
+
+fn checksums(summary: &Value) -> Vec<String> {
+    summary["replica_checksums"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The largest clock in a metrics file so far.
+fn last_clock(metrics: &Path) -> u64 {
+    std::fs::read_to_string(metrics)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["clock"].as_u64())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Polls `metrics` until some node has completed `clock` clocks (60 s at most).
+fn wait_for_clock(metrics: &Path, clock: u64, child: &mut std::process::Child) {
+    let start = Instant::now();
+    while last_clock(metrics) < clock {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before clock {clock}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no clock {clock} within 60 s"
+        );
+        // Polling a file another process appends to.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn checkpoint_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".sfbck"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn sfb_run_in_memory_killed_at_clock_30_resumes_bitwise() {
+    for backend in ["sfb", "fms"] {
+        let dir = tempdir(GROUP, &format!("mem-{backend}"));
+        let want = uninterrupted(&dir, &["--backend", backend]);
+        let ck = dir.join("ck");
+        let metrics = dir.join("m.jsonl");
+        let mut child = Command::new(SFB)
+            .arg("run")
+            .args(args(&["--backend", backend]))
+            .args(SLOW)
+            .arg("--checkpoint-dir")
+            .arg(&ck)
+            .arg("--metrics")
+            .arg(&metrics)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        wait_for_clock(&metrics, 30, &mut child);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_gone(&[pid]);
+        let files = checkpoint_files(&ck);
+        assert!(!files.is_empty(), "{backend}: no checkpoint written");
+        let summary = dir.join("resumed.json");
+        let out = Command::new(SFB)
+            .arg("run")
+            .args(args(&[
+                "--backend",
+                backend,
+                "--resume",
+                "--checkpoint-dir",
+            ]))
+            .arg(&ck)
+            .arg("--summary")
+            .arg(&summary)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{backend}: {err}");
+        let got: Value = serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap();
+        assert_eq!(checksums(&got), checksums(&want), "{backend}: {files:?}");
+        assert_eq!(got["clocks"], want["clocks"]);
+        assert_eq!(got["objective"], want["objective"], "{backend}");
+    }
+}
+
+fn report(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("report-{name}.json"))
+}
+
+fn report_checksum(dir: &Path, name: &str) -> String {
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(report(dir, name)).unwrap()).unwrap();
+    v["report"]["checksum"].as_str().unwrap().to_string()
+}
+
+/// Starts every node of `cluster` (`sfb peer --id I`, and `sfb server` for FMS) with the
+/// run's options, `--checkpoint-dir ck`, `extra`, and a report each.
+fn start_nodes(
+    dir: &Path,
+    cluster: &Path,
+    peers: usize,
+    fms: bool,
+    ck: &Path,
+    extra: &[&str],
+) -> common::Started {
+    let mut nodes: Vec<(String, Vec<String>)> = (0..peers)
+        .map(|i| {
+            let mut a: Vec<String> = vec!["peer".into(), "--id".into(), i.to_string()];
+            a.extend([
+                "--report".into(),
+                report(dir, &i.to_string()).display().to_string(),
+            ]);
+            (format!("peer {i}"), a)
+        })
+        .collect();
+    if fms {
+        let a = vec![
+            "server".to_string(),
+            "--report".into(),
+            report(dir, "server").display().to_string(),
+        ];
+        nodes.push(("server".into(), a));
+    }
+    for (k, (_, a)) in nodes.iter_mut().enumerate() {
+        a.extend(args(extra));
+        if k < peers {
+            // The server computes nothing to slow down.
+            a.extend(SLOW.iter().map(|s| s.to_string()));
+        }
+        a.push("--checkpoint-dir".into());
+        a.push(ck.display().to_string());
+    }
+    let mut c = start(cluster, &nodes);
+    c.exchange();
+    c
+}
+
+/// Kills `victim` by PID once it reports clock 30; every other node must then stop on its
+/// own (BSP fails fast on a lost node) within the liveness timeout. Returns the nodes' exit
+/// statuses.
+fn kill_at_30(c: &mut common::Started, victim: usize) {
+    let pids = c.children.pids();
+    c.wait_clock(victim, 30);
+    c.children.kill(victim);
+    for k in 0..pids.len() {
+        if k != victim {
+            let (status, err) = c.children.wait_one(k, Duration::from_secs(60));
+            assert!(
+                !status.success(),
+                "node {k} succeeded without its peer:\n{err}"
+            );
+            assert!(err.contains("lost"), "node {k}: {err}");
+        }
+    }
+    assert_gone(&pids);
+}
+
+#[test]
+fn libp2p_peers_killed_at_clock_30_resume_bitwise() {
+    let dir = tempdir(GROUP, "p2p-sfb");
+    let want = uninterrupted(&dir, &["--peers", "4"]);
+    let cluster = init(&dir, &["--peers", "4", "--out-degree", "3"]);
+    let ck = dir.join("ck");
+    let mut c = start_nodes(&dir, &cluster, 4, false, &ck, &[]);
+    kill_at_30(&mut c, 2);
+    drop(c);
+    let files = checkpoint_files(&ck);
+    assert!(files.iter().any(|f| f.starts_with("peer-2.c")), "{files:?}");
+    // Every node again, from the latest clock they all have.
+    let mut c = start_nodes(&dir, &cluster, 4, false, &ck, &["--resume"]);
+    let pids = c.children.pids();
+    c.children.wait_all(Duration::from_secs(120));
+    drop(c);
+    assert_gone(&pids);
+    let got: Vec<String> = (0..4)
+        .map(|i| report_checksum(&dir, &i.to_string()))
+        .collect();
+    assert_eq!(got, checksums(&want), "{files:?}");
+}
+
+#[test]
+fn fms_server_and_clients_killed_at_clock_30_resume_bitwise() {
+    let dir = tempdir(GROUP, "p2p-fms");
+    let want = uninterrupted(&dir, &["--peers", "3", "--backend", "fms"]);
+    let cluster = init(&dir, &["--peers", "3", "--backend", "fms"]);
+    let ck = dir.join("ck");
+    let mut c = start_nodes(&dir, &cluster, 3, true, &ck, &[]);
+    // The server is node 3: kill it.
+    kill_at_30(&mut c, 3);
+    drop(c);
+    let files = checkpoint_files(&ck);
+    assert!(files.iter().any(|f| f.starts_with("server.c")), "{files:?}");
+    let mut c = start_nodes(&dir, &cluster, 3, true, &ck, &["--resume"]);
+    let pids = c.children.pids();
+    c.children.wait_all(Duration::from_secs(120));
+    drop(c);
+    assert_gone(&pids);
+    let want = checksums(&want);
+    for name in ["0", "1", "2", "server"] {
+        assert_eq!(report_checksum(&dir, name), want[0], "{name}: {files:?}");
+    }
+}
+
+/// `sfb run` with `args`: exit status, stderr and how long it took.
+fn sfb_run(args: &[String]) -> (bool, String, Duration) {
+    let t0 = Instant::now();
+    let mut child = Command::new(SFB)
+        .arg("run")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_timeout(&mut child, Duration::from_secs(60));
+    let guard = Children(vec![("sfb run".into(), child)]);
+    let status = status.expect("sfb run within 60 s");
+    let mut guard = guard;
+    let err = common::stderr_of(&mut guard.0[0].1);
+    (status.success(), err, t0.elapsed())
+}
+
+#[test]
+fn damaged_foreign_and_missing_checkpoints_are_refused_in_one_line() {
+    let dir = tempdir(GROUP, "refused");
+    let ck = dir.join("ck");
+    let base = |extra: &[&str]| -> Vec<String> {
+        let mut a = args(&[]);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a.push("--checkpoint-dir".into());
+        a.push(ck.display().to_string());
+        a
+    };
+    // Nothing to resume yet.
+    let (ok, err, _) = sfb_run(&base(&["--resume"]));
+    assert!(!ok);
+    assert!(err.contains("peer 0 has no checkpoint there"), "{err}");
+    let (ok, err, _) = sfb_run(&base(&[]));
+    assert!(ok, "{err}");
+    let files = checkpoint_files(&ck);
+    assert_eq!(
+        files.len(),
+        8,
+        "4 peers × the newest 2 (clocks 40, 50): {files:?}"
+    );
+    let newest = ck.join(files.iter().rfind(|f| f.starts_with("peer-1.")).unwrap());
+    let original = std::fs::read(&newest).unwrap();
+    let error_line = |err: &str| -> String {
+        let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        lines[0].to_string()
+    };
+    // Corrupted: one flipped byte in W.
+    let mut bytes = original.clone();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x10;
+    std::fs::write(&newest, &bytes).unwrap();
+    let (ok, err, _) = sfb_run(&base(&["--resume"]));
+    assert!(!ok);
+    let line = error_line(&err);
+    assert!(
+        line.contains("checksum mismatch: the file is corrupted"),
+        "{line}"
+    );
+    assert!(line.contains("peer-1.c0000000050.sfbck"), "{line}");
+    // Truncated.
+    std::fs::write(&newest, &original[..original.len() - 100]).unwrap();
+    let (ok, err, _) = sfb_run(&base(&["--resume"]));
+    assert!(!ok);
+    assert!(error_line(&err).contains("truncated"), "{err}");
+    // Not a checkpoint at all.
+    std::fs::write(&newest, b"hello").unwrap();
+    let (ok, err, _) = sfb_run(&base(&["--resume"]));
+    assert!(!ok);
+    assert!(error_line(&err).contains("not an sfb checkpoint"), "{err}");
+    std::fs::write(&newest, &original).unwrap();
+    // Foreign: another model shape, another model, another number of peers.
+    for (extra, reason) in [
+        (
+            vec!["--synthetic", "classes=9,features=64,samples=4000"],
+            "another model shape: W is 8×64, this run's is 9×64",
+        ),
+        (
+            vec!["--model", "dml"],
+            "written for model mlr, this run trains dml",
+        ),
+        (
+            vec!["--peers", "3"],
+            "written by a run of 4 peers, this run has 3",
+        ),
+        (vec!["--peers", "5"], "peer 4 has no checkpoint there"),
+        (vec!["--out-degree", "2"], "another topology"),
+    ] {
+        let mut a = base(&["--resume"]);
+        match a.iter().position(|x| x == extra[0]) {
+            // --synthetic is in RUN: replace its value.
+            Some(i) => a[i + 1] = extra[1].to_string(),
+            None => a.extend(extra.iter().map(|s| s.to_string())),
+        }
+        let (ok, err, _) = sfb_run(&a);
+        assert!(!ok, "{extra:?}");
+        assert!(error_line(&err).contains(reason), "{extra:?}: {err}");
+    }
+    // And the intact files still resume.
+    let (ok, err, _) = sfb_run(&base(&["--resume"]));
+    assert!(ok, "{err}");
+}
+
+#[test]
+fn an_unwritable_checkpoint_directory_is_reported_before_training() {
+    let dir = tempdir(GROUP, "unwritable");
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let metrics = dir.join("m.jsonl");
+    for (target, why) in [
+        (file.clone(), "it is an existing file, not a folder"),
+        (file.join("sub"), "Not a directory"),
+    ] {
+        let mut a = args(&["--metrics", &metrics.display().to_string()]);
+        a.push("--checkpoint-dir".into());
+        a.push(target.display().to_string());
+        let (ok, err, took) = sfb_run(&a);
+        assert!(!ok);
+        assert!(err.contains("cannot write --checkpoint-dir"), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        assert_eq!(last_clock(&metrics), 0, "no clock ran");
+    }
+}
