@@ -399,3 +399,145 @@ fn an_unwritable_checkpoint_directory_is_reported_before_training() {
         assert_eq!(last_clock(&metrics), 0, "no clock ran");
     }
 }
+
+/// PIDs of the live children of `parent` (from /proc).
+fn children_of(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // "pid (comm) state ppid …": the fields after the last ')'.
+        let rest: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if rest.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn sigint_to_the_launcher_stops_every_node_at_one_clock_checkpointed_and_resumable() {
+    let dir = tempdir(GROUP, "sigint");
+    let want = uninterrupted(&dir, &[]);
+    let ck = dir.join("ck");
+    let summary = dir.join("stopped.json");
+    let mut launcher = Command::new(SFB)
+        .args(["run", "--transport", "libp2p"])
+        .args(args(&[]))
+        .args(SLOW)
+        .arg("--checkpoint-dir")
+        .arg(&ck)
+        .arg("--summary")
+        .arg(&summary)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = launcher.id();
+    // Wait for the nodes, then for the run to be under way (a checkpoint of clock 10).
+    let start = Instant::now();
+    let kids = loop {
+        let k = children_of(pid);
+        if k.len() == 4 && ck.join("peer-0.c0000000010.sfbck").exists() {
+            break k;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the run did not start"
+        );
+        // Polling the process table and a file another process writes.
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let st = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let status = wait_timeout(&mut launcher, Duration::from_secs(60)).expect("the launcher exits");
+    let mut guard = Children(vec![("launcher".into(), launcher)]);
+    let err = common::stderr_of(&mut guard.0[0].1);
+    assert!(status.success(), "{status}: {err}");
+    assert!(err.contains("stopping every node at clock"), "{err}");
+    assert_gone(&kids);
+    assert_gone(&[pid]);
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let why = s["failed"].as_str().unwrap();
+    assert!(why.contains("continue with --resume"), "{why}");
+    let t = s["clocks"].as_u64().unwrap();
+    assert!(t < 60, "stopped at {t}");
+    // Every node checkpointed the stop's clock.
+    for i in 0..4 {
+        let f = ck.join(format!("peer-{i}.c{t:010}.sfbck"));
+        assert!(f.exists(), "{}", f.display());
+    }
+    // And the run resumed from there ends where the uninterrupted one does.
+    let resumed = dir.join("resumed.json");
+    let out = Command::new(SFB)
+        .args(["run", "--transport", "libp2p"])
+        .args(args(&["--resume"]))
+        .arg("--checkpoint-dir")
+        .arg(&ck)
+        .arg("--summary")
+        .arg(&resumed)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_str(&std::fs::read_to_string(resumed).unwrap()).unwrap();
+    assert_eq!(checksums(&got), checksums(&want));
+}
+
+#[test]
+fn sigterm_to_a_peer_ends_its_run_with_exit_0_and_the_others_go_on_under_ssp() {
+    let dir = tempdir(GROUP, "sigterm-peer");
+    let cluster = init(&dir, &["--peers", "4", "--out-degree", "3"]);
+    let ck = dir.join("ck");
+    let nodes: Vec<(String, Vec<String>)> = (0..4)
+        .map(|i| {
+            let mut a: Vec<String> = vec!["peer".into(), "--id".into(), i.to_string()];
+            a.extend([
+                "--report".into(),
+                report(&dir, &i.to_string()).display().to_string(),
+            ]);
+            a.extend([
+                "--summary".into(),
+                dir.join(format!("s-{i}.json")).display().to_string(),
+            ]);
+            a.extend(args(&["--consistency", "ssp:2"]));
+            a.extend(SLOW.iter().map(|s| s.to_string()));
+            a.extend(["--checkpoint-dir".into(), ck.display().to_string()]);
+            (format!("peer {i}"), a)
+        })
+        .collect();
+    let mut c = start(&cluster, &nodes);
+    c.exchange();
+    let pids = c.children.pids();
+    c.wait_clock(1, 20);
+    let st = Command::new("kill")
+        .args(["-TERM", &pids[1].to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (status, err) = c.children.wait_one(1, Duration::from_secs(60));
+    assert!(status.success(), "{status}: {err}");
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("s-1.json")).unwrap()).unwrap();
+    let why = s["failed"].as_str().unwrap();
+    assert!(why.starts_with("stopped at clock"), "{why}");
+    for k in [0, 2, 3] {
+        let (status, err) = c.children.wait_one(k, Duration::from_secs(120));
+        assert!(status.success(), "peer {k}: {err}");
+    }
+    drop(c);
+    assert_gone(&pids);
+}

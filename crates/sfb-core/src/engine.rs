@@ -543,7 +543,8 @@ impl<M: Model> Engine<M> {
     /// changes).
     pub fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
         let neighbour = self.worker.inbound.awaits(peer) || self.side.out_neighbors.contains(&peer);
-        if !neighbour || self.worker.done {
+        // A neighbour that delivered every clock has finished, not died (its stream ends).
+        if !neighbour || self.worker.done || self.worker.finished_by(peer) {
             return Ok(false);
         }
         if self.cfg.on_peer_loss == PeerLoss::Fail {
@@ -559,6 +560,14 @@ impl<M: Model> Engine<M> {
         self.cfg.in_neighbors.retain(|&p| p != peer);
         self.cfg.out_neighbors.retain(|&p| p != peer);
         Ok(true)
+    }
+
+    /// Ends the run at clock `t` (a coordinated stop: every node of the run gets the same
+    /// `t`) with a checkpoint of clock `t` if the peer checkpoints, so that `--resume`
+    /// continues from there; returns the clock it stops at (its own, if it is already past
+    /// `t`). Frames of clocks `≥ t` are then refused as beyond the run.
+    pub fn stop_at(&mut self, t: u64) -> u64 {
+        self.worker.stop_at(t)
     }
 
     /// Takes a message received from peer `from`.

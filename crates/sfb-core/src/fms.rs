@@ -268,6 +268,8 @@ pub struct Server<M: Model> {
     wall_offset_s: f64,
     /// Clients lost during the run.
     lost: Vec<PeerId>,
+    /// The run was cut short by [`stop_at`](Self::stop_at).
+    stopped_early: bool,
 }
 
 impl<M: Model> std::fmt::Debug for Server<M> {
@@ -306,6 +308,7 @@ impl<M: Model> Server<M> {
             done: false,
             wall_offset_s: 0.0,
             lost: Vec::new(),
+            stopped_early: false,
         })
     }
 
@@ -526,6 +529,10 @@ impl<M: Model> Server<M> {
         let now = time.now();
         let started = *self.started.get_or_insert(now);
         if self.clock >= self.cfg.clocks {
+            if self.stopped_early && self.cfg.checkpoint_every > 0 {
+                self.events
+                    .push_back(Event::Checkpoint(Box::new(self.state(time.now()))));
+            }
             self.done = true;
             return Ok(Progress::Done);
         }
@@ -625,6 +632,21 @@ impl<M: Model> Server<M> {
         Ok(())
     }
 
+    /// Ends the run at clock `t` (every client told the same): the server completes the
+    /// clocks before `t`, takes a checkpoint of clock `t` if it checkpoints, and is done.
+    /// Returns the clock it stops at (its own if it is past `t`).
+    pub fn stop_at(&mut self, t: u64) -> u64 {
+        if self.done {
+            return self.clock;
+        }
+        let t = t.max(self.clock);
+        if t < self.cfg.clocks {
+            self.cfg.clocks = t;
+            self.stopped_early = true;
+        }
+        self.cfg.clocks
+    }
+
     /// Client `peer` is gone. With [`PeerLoss::Continue`](crate::PeerLoss::Continue) the
     /// server stops waiting for it and stops sending it W, and serves the others (the
     /// updates it had sent are applied with their clocks). Returns whether it was a client
@@ -633,7 +655,12 @@ impl<M: Model> Server<M> {
     /// # Errors
     /// [`Error::PeerLost`] with [`PeerLoss::Fail`](crate::PeerLoss::Fail) (nothing changes).
     pub fn client_lost(&mut self, peer: PeerId) -> Result<bool> {
-        if !self.inbound.awaits(peer) || self.done {
+        // A client that pushed every clock has finished, not died.
+        let finished = self
+            .inbound
+            .delivered_by(peer)
+            .is_some_and(|d| d >= self.cfg.clocks);
+        if !self.inbound.awaits(peer) || self.done || finished {
             return Ok(false);
         }
         if self.cfg.on_peer_loss == crate::PeerLoss::Fail {
@@ -1008,6 +1035,16 @@ impl<M: Model> Client<M> {
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.worker.poll_event()
+    }
+
+    /// Whether the server has sent W of the run's last clock (its stream may then end).
+    pub(crate) fn worker_finished_by_server(&self) -> bool {
+        self.worker.finished_by(PeerId::SERVER)
+    }
+
+    /// Ends the run at clock `t`; see [`Engine::stop_at`].
+    pub fn stop_at(&mut self, t: u64) -> u64 {
+        self.worker.stop_at(t)
     }
 
     /// Tries to make progress: computes and pushes the next clock if the held W is recent

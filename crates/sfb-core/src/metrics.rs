@@ -497,11 +497,7 @@ impl std::fmt::Display for Summary {
             )?;
         }
         if let Some(why) = &s.failed {
-            return writeln!(
-                f,
-                "  FAILED after {} clocks (figures of each node's last record): {why}",
-                s.clocks
-            );
+            return writeln!(f, "  ended early, after {} clocks: {why}", s.clocks);
         }
         let mut distinct = s.replica_checksums.clone();
         distinct.sort();

@@ -40,6 +40,9 @@ pub trait StateMachine {
     /// # Errors
     /// [`Error::PeerLost`](crate::Error::PeerLost) when the node stops instead.
     fn peer_lost(&mut self, peer: PeerId) -> Result<bool>;
+    /// Ends the run at clock `t` (every node told the same), checkpointing there if the
+    /// node checkpoints; returns the clock it stops at.
+    fn stop_at(&mut self, t: u64) -> u64;
 }
 
 impl<M: Model> StateMachine for Engine<M> {
@@ -69,6 +72,9 @@ impl<M: Model> StateMachine for Engine<M> {
     }
     fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
         Engine::peer_lost(self, peer)
+    }
+    fn stop_at(&mut self, t: u64) -> u64 {
+        Engine::stop_at(self, t)
     }
 }
 
@@ -100,6 +106,9 @@ impl<M: Model> StateMachine for Server<M> {
     fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
         self.client_lost(peer)
     }
+    fn stop_at(&mut self, t: u64) -> u64 {
+        Server::stop_at(self, t)
+    }
 }
 
 impl<M: Model> StateMachine for Client<M> {
@@ -128,7 +137,7 @@ impl<M: Model> StateMachine for Client<M> {
         Client::finish(self, time);
     }
     fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
-        if peer != PeerId::SERVER || self.is_done() {
+        if peer != PeerId::SERVER || self.is_done() || self.worker_finished_by_server() {
             return Ok(false);
         }
         Err(crate::Error::PeerLost {
@@ -137,5 +146,8 @@ impl<M: Model> StateMachine for Client<M> {
             clock: self.clock(),
             why: "an FMS client cannot train without its server",
         })
+    }
+    fn stop_at(&mut self, t: u64) -> u64 {
+        Client::stop_at(self, t)
     }
 }

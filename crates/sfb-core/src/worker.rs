@@ -153,6 +153,11 @@ impl Inbound {
         self.position(q).is_some()
     }
 
+    /// What `q` has delivered, if it is awaited.
+    pub(crate) fn delivered_by(&self, q: PeerId) -> Option<u64> {
+        self.position(q).map(|i| self.delivered[i])
+    }
+
     /// Records the next clock of the node at position `i` as delivered.
     pub(crate) fn deliver(&mut self, i: usize, mean_iter_us: u32) {
         self.delivered[i] += 1;
@@ -256,6 +261,8 @@ pub(crate) struct Worker<M: Model> {
     wall_offset_s: f64,
     /// The clock of the last state taken or restored.
     last_checkpoint: Option<u64>,
+    /// The run was cut short by [`stop_at`](Self::stop_at).
+    stopped_early: bool,
 }
 
 /// A worker's model, data and evaluator, to rebuild it for another protocol.
@@ -293,7 +300,25 @@ impl<M: Model> Worker<M> {
             drift_reported: 0,
             wall_offset_s: 0.0,
             last_checkpoint: None,
+            stopped_early: false,
         }
+    }
+
+    /// Ends the run at clock `t` instead of the last (every node of the run must be told
+    /// the same `t`): the worker computes no clock `≥ t`, waits for every awaited node's
+    /// clocks `< t`, applies them and is done, with a checkpoint of clock `t` if it
+    /// checkpoints. Returns the clock it stops at: `t`, or its own clock if it is already
+    /// past `t` (the request then comes too late for it), or the last clock.
+    pub(crate) fn stop_at(&mut self, t: u64) -> u64 {
+        if self.done {
+            return self.clock;
+        }
+        let t = t.max(self.clock);
+        if t < self.plan.clocks {
+            self.plan.clocks = t;
+            self.stopped_early = true;
+        }
+        self.plan.clocks
     }
 
     /// The worker's part of a checkpoint at its current clock (the side adds W and the
@@ -378,6 +403,14 @@ impl<M: Model> Worker<M> {
         awaited || sent_to
     }
 
+    /// Whether awaited node `peer` has delivered every clock of the run (its stream may then
+    /// end without it being lost).
+    pub(crate) fn finished_by(&self, peer: PeerId) -> bool {
+        self.inbound
+            .delivered_by(peer)
+            .is_some_and(|d| d >= self.plan.clocks)
+    }
+
     /// Whether the worker has stepped (a fresh worker can be rebuilt for another protocol).
     pub(crate) fn has_run(&self) -> bool {
         self.clock > 0 || self.started.is_some()
@@ -411,7 +444,17 @@ impl<M: Model> Worker<M> {
                 return Ok(Progress::Blocked);
             }
             self.metrics.flush_s += secs(since, now);
-            side.absorb(self, u64::MAX, time)?;
+            // Everything of the run's clocks (a node past a requested stop keeps its later
+            // clocks out).
+            side.absorb(self, self.plan.clocks, time)?;
+            if self.stopped_early && self.plan.checkpoint_every > 0 {
+                // Stopped at clock t by request: W holds exactly the clocks < t of every
+                // awaited node, the cut of a checkpoint at t.
+                let mut state = self.state(side.role(), time.now());
+                side.snapshot(&mut state);
+                self.last_checkpoint = Some(self.clock);
+                self.events.push_back(Event::Checkpoint(Box::new(state)));
+            }
             self.done = true;
             self.last_step_end = Some(time.now());
             return Ok(Progress::Done);

@@ -561,3 +561,50 @@ fn the_fms_server_serves_the_clients_left() {
         assert!(e.contains("cannot train without its server"), "{e}");
     }
 }
+
+#[test]
+fn a_coordinated_stop_checkpoints_its_clock_and_resumes_bitwise() {
+    let (full, _) = run_peers(peers(Method::Factored, &Consistency::Bsp, 4));
+    let mut engines = peers(Method::Factored, &Consistency::Bsp, 4);
+    for e in &mut engines {
+        assert_eq!(e.stop_at(6), 6);
+    }
+    let states = drive_peers(&mut engines);
+    for e in &engines {
+        assert!(e.is_done());
+        assert_eq!(e.clock(), 6);
+    }
+    // The periodic checkpoint at 4, and the stop's at 6.
+    assert_eq!(at(&states, 6).len(), 3);
+    assert_eq!(at(&states, 4).len(), 3);
+    let again = resumed(&states, 6, Method::Factored, &Consistency::Bsp, |_| {});
+    assert_eq!(run_peers(again).0, full);
+    // FMS: the server and its clients stop at 6 and resume to the same end.
+    let mut plain = Fms::new(4);
+    plain.run();
+    let mut f = Fms::new(4);
+    for c in &mut f.clients {
+        c.stop_at(6);
+    }
+    f.server.stop_at(6);
+    let states = f.run();
+    let cut = at(&states, 6);
+    assert_eq!(cut.len(), 4);
+    let cfg = fms_config(4);
+    let clients = cut
+        .iter()
+        .filter(|s| s.id != PeerId::SERVER)
+        .map(|s| {
+            let model = Counting { seen: Vec::new() };
+            fms::Client::resume(s.id, cfg.clone(), model, shard(s.id.0), s.clone()).unwrap()
+        })
+        .collect();
+    let server = cut.iter().find(|s| s.id == PeerId::SERVER).unwrap().clone();
+    let server = fms::Server::resume(cfg, Counting { seen: Vec::new() }, server).unwrap();
+    let mut resumed_fms = Fms { clients, server };
+    resumed_fms.run();
+    assert_eq!(
+        resumed_fms.server.replica().checksum(),
+        plain.server.replica().checksum()
+    );
+}

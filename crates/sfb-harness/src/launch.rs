@@ -166,6 +166,16 @@ pub enum Event {
     Clock(u64),
 }
 
+/// A request of the launcher to its children, one JSON line on their stdin after [`Addrs`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Request {
+    /// End the run at this clock (every node gets the same), checkpointing there if the
+    /// run checkpoints: how the launcher stops a run on SIGINT/SIGTERM.
+    StopAt(u64),
+}
+
 /// The parent's answer on a child's stdin: every node's address, in cluster-file order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Addrs {
@@ -379,6 +389,9 @@ impl NodeRun<'_> {
             sinks.push(sink(&dir.join(format!("node-{id}.jsonl")))?);
         }
         let mut opts = node_options(&run.net);
+        // A coordinated stop: the launcher's `{"stop_at":T}` on stdin, or SIGTERM/SIGINT.
+        let stop = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+        opts.stop_at = Some(Arc::clone(&stop));
         // Straggling is a driver option: the same schedule as in memory.
         opts.stragglers = run.train.straggler.map_or(sfb_core::Stragglers::None, |s| {
             s.schedule(run.peers, run.train.seed)
@@ -418,10 +431,31 @@ impl NodeRun<'_> {
             .build()
             .map_err(io("starting the async runtime"))?;
         let outcome = rt.block_on(async {
+            // SIGTERM (and SIGINT, unless the launcher owns this node: a terminal's Ctrl-C
+            // reaches the whole process group, and the launcher stops every node at one
+            // clock) ends this node's run at its current clock: it exits 0 with its records
+            // and a summary marked stopped; its neighbours see it leave.
+            let owned = spec.owned_by_launcher;
+            let on_signal = Arc::clone(&stop);
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .map_err(io("listening for SIGTERM"))?;
+            let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+                .map_err(io("listening for SIGINT"))?;
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => if owned { continue },
+                    }
+                    // 0: stop at whatever clock the node is at.
+                    on_signal.store(0, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
             let started = Node::start(&file, id, &shape, &opts).await?;
             if exchange {
                 say(&Event::Listening(started.listen_addr().to_string()));
-                let line = read_addrs_line(id, spec).await?;
+                let line = read_addrs_line(id, spec, Arc::clone(&stop)).await?;
                 let a: Addrs = serde_json::from_str(&line).map_err(|source| Error::Json {
                     what: "the addresses on stdin".into(),
                     source,
@@ -485,7 +519,12 @@ impl NodeRun<'_> {
             w: f.w.view(),
             extra: None,
         };
-        let summary = summarize(run.run_info(), &[node], None);
+        let mut summary = summarize(run.run_info(), &[node], None);
+        if stop.load(std::sync::atomic::Ordering::Relaxed) != u64::MAX {
+            let at = report.report.metrics.clocks;
+            summary.clocks = at;
+            summary.failed = Some(format!("stopped at clock {at} on request"));
+        }
         if let Some(path) = &run.output.summary {
             write_json(path, &summary, true)?;
         }
@@ -530,7 +569,11 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
 /// ([`NodeSpec::owned_by_launcher`]) then keeps reading: its stdin closing before the run
 /// is over means the launcher died (even by SIGKILL), and the node stops, taking the
 /// launcher's directory (cluster file, keys) with it.
-async fn read_addrs_line(id: usize, spec: &NodeSpec) -> Result<String, Error> {
+async fn read_addrs_line(
+    id: usize,
+    spec: &NodeSpec,
+    stop: Arc<std::sync::atomic::AtomicU64>,
+) -> Result<String, Error> {
     use std::io::{BufRead, Read};
     let launcher_dir = if spec.owned_by_launcher {
         Some(spec.out_dir.clone())
@@ -544,8 +587,15 @@ async fn read_addrs_line(id: usize, spec: &NodeSpec) -> Result<String, Error> {
         let first = stdin.read_line(&mut line).map(|_| line);
         let _ = tx.send(first);
         let Some(dir) = launcher_dir else { return };
-        let mut buf = [0u8; 256];
-        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+        // Then the launcher's requests, one JSON line each, until it closes stdin.
+        let mut line = String::new();
+        while matches!(stdin.read_line(&mut line), Ok(n) if n > 0) {
+            if let Ok(Request::StopAt(t)) = serde_json::from_str::<Request>(line.trim()) {
+                stop.store(t, std::sync::atomic::Ordering::Relaxed);
+            }
+            line.clear();
+        }
+        let _ = stdin.read(&mut [0u8; 1]);
         orphaned(id, dir.as_deref());
     });
     let line = rx
@@ -721,12 +771,19 @@ impl Launcher {
             .map_err(io("starting the async runtime"))?;
         // Under a continue policy a node that dies is lost, not the run's end.
         let survive = spec.fault.peer_loss(&spec.train.consistency) == sfb_core::PeerLoss::Continue;
-        let ran = rt.block_on(self.children(&spec_path, &cluster_path, &prefixes, fms, survive));
+        // How far ahead of the fastest node reported a coordinated stop is set, so that no
+        // node is past it when the request arrives: the consistency model's spread, plus 2.
+        let margin = match spec.train.consistency.to_core().staleness_bound() {
+            Some(s) => s + 2,
+            None => spec.train.max_drift + 2,
+        };
+        let ran =
+            rt.block_on(self.children(&spec_path, &cluster_path, &prefixes, fms, survive, margin));
         // The runtime (and with it every child still running) ends before the namespaces
         // are torn down.
         drop(rt);
-        let lost = match ran {
-            Ok(lost) => lost,
+        let (lost, stopped_at) = match ran {
+            Ok(r) => r,
             Err(e) => {
                 // What the nodes recorded before the failure, for the partial summary.
                 if let Some(path) = &spec.output.metrics {
@@ -736,6 +793,15 @@ impl Launcher {
             }
         };
         let mut outcome = merge(dir.path(), spec, fms, &lost)?;
+        if let Some(t) = stopped_at {
+            let resume = if spec.fault.checkpoint_dir.is_some() {
+                "every node checkpointed there: continue with --resume"
+            } else {
+                "no checkpoints (--checkpoint-dir): it cannot be resumed"
+            };
+            outcome.summary.clocks = t.min(outcome.summary.clocks);
+            outcome.summary.failed = Some(format!("stopped by a signal at clock {t}; {resume}"));
+        }
         if let Some(n) = &shaping {
             outcome.summary.transport = "libp2p+netns".into();
             add_qdisc_stats(&mut outcome.summary, n);
@@ -755,7 +821,8 @@ impl Launcher {
         prefixes: &[Vec<String>],
         fms: bool,
         survive: bool,
-    ) -> Result<Vec<usize>, Error> {
+        margin: u64,
+    ) -> Result<(Vec<usize>, Option<u64>), Error> {
         let n = prefixes.len();
         let name = |i: usize| {
             if fms && i == n - 1 {
@@ -774,6 +841,8 @@ impl Launcher {
         let mut stdins = Vec::new();
         let tails: Vec<Arc<Mutex<std::collections::VecDeque<String>>>> =
             (0..n).map(|_| Arc::default()).collect();
+        // The highest clock any node has reported.
+        let fastest = Arc::new(std::sync::atomic::AtomicU64::new(0));
         for (i, prefix) in prefixes.iter().enumerate() {
             let mut cmd = match prefix.split_first() {
                 Some((prog, args)) => {
@@ -809,6 +878,7 @@ impl Launcher {
             let tail = Arc::clone(&tails[i]);
             let tx = tx.clone();
             let progress = self.progress.clone();
+            let fastest = Arc::clone(&fastest);
             set.spawn(async move {
                 // The child lives in this task: aborting the task kills it.
                 let mut c = c;
@@ -834,6 +904,7 @@ impl Launcher {
                                 let _ = tx.send((i, a)).await;
                             }
                             Ok(Event::Clock(k)) => {
+                                fastest.fetch_max(k, std::sync::atomic::Ordering::Relaxed);
                                 if let Some(f) = &progress {
                                     f(i, k);
                                 }
@@ -901,12 +972,15 @@ impl Launcher {
                 tracing::debug!("{}: {e}", name(i));
             }
         }
-        // Wait for all; the first failure (or Ctrl-C, or SIGTERM) stops the rest.
+        // Wait for all; the first failure stops the rest. The first Ctrl-C or SIGTERM asks
+        // every node to stop at one clock (a coordinated stop, checkpointed if the run
+        // checkpoints); a second one kills them.
         let mut lost = Vec::new();
+        let mut stopping: Option<u64> = None;
         loop {
-            tokio::select! {
+            let signalled = tokio::select! {
                 done = set.join_next() => {
-                    let Some(done) = done else { return Ok(lost) };
+                    let Some(done) = done else { return Ok((lost, stopping)) };
                     let (i, status) = done.expect("node task panicked");
                     let s = match status {
                         Ok(s) if s.success() => continue,
@@ -932,8 +1006,25 @@ impl Launcher {
                     };
                     return Err(failed(i, why));
                 }
-                _ = &mut ctrl_c => return Err(Error::Interrupted),
-                _ = term.recv() => return Err(Error::Interrupted),
+                _ = &mut ctrl_c => true,
+                _ = term.recv() => true,
+            };
+            if signalled {
+                if stopping.is_some() {
+                    return Err(Error::Interrupted);
+                }
+                let t = fastest.load(std::sync::atomic::Ordering::Relaxed) + margin;
+                tracing::warn!(
+                    "stopping every node at clock {t} (press Ctrl-C again to kill them now)"
+                );
+                let line = serde_json::to_string(&Request::StopAt(t)).expect("plain") + "\n";
+                for stdin in &mut stdins {
+                    let _ = stdin.write_all(line.as_bytes()).await;
+                    let _ = stdin.flush().await;
+                }
+                stopping = Some(t);
+                // ctrl_c is a one-shot future: listen again.
+                ctrl_c.set(tokio::signal::ctrl_c());
             }
         }
     }

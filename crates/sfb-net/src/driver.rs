@@ -26,6 +26,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sfb_core::metrics::ClockRecord;
@@ -135,6 +136,10 @@ pub struct DriveOptions {
     pub stall_report: Option<Duration>,
     /// Called with each record as the node emits it, the final one included.
     pub progress: Option<ProgressFn>,
+    /// A coordinated stop: when set to a clock (not `u64::MAX`), the node ends its run there
+    /// ([`StateMachine::stop_at`]), checkpointing if it checkpoints. Every node of the run
+    /// must be given the same clock.
+    pub stop_at: Option<Arc<AtomicU64>>,
     /// Called with the node's state at each of its checkpoint clocks (on the node's
     /// thread, before the clock's frames are sent); an `Err` (e.g. the disk is full) stops
     /// the node with [`Error::Checkpoint`].
@@ -191,7 +196,16 @@ where
     let mut reported = None;
     // Nodes the links reported lost and this node went on without.
     let mut lost: Vec<PeerId> = Vec::new();
+    let mut stopping = false;
     loop {
+        if !stopping
+            && let Some(t) = opts.stop_at.as_ref().map(|a| a.load(Ordering::Relaxed))
+            && t != u64::MAX
+        {
+            stopping = true;
+            let at = node.stop_at(t);
+            tracing::warn!("{me} stops at clock {at} (asked to stop at {t})");
+        }
         loop {
             match links.try_recv() {
                 Ok(Some((from, msg))) => {
@@ -316,15 +330,20 @@ where
         return Ok(());
     }
     match node.peer_lost(peer) {
-        Ok(_) => {
+        Ok(was_needed) => {
             lost.push(peer);
             outbox.retain(|o| o.to != peer);
             links.forget(peer);
-            tracing::warn!(
-                "{} at clock {} lost {peer} ({e}); training on without it",
-                node.id(),
-                node.clock()
-            );
+            if was_needed {
+                tracing::warn!(
+                    "{} at clock {} lost {peer} ({e}); training on without it",
+                    node.id(),
+                    node.clock()
+                );
+            } else {
+                // It had delivered everything this node needs (a run stopped early).
+                tracing::debug!("{}: {peer} has finished ({e})", node.id());
+            }
             Ok(())
         }
         // The node's policy is to stop: the transport's error says best what happened.
@@ -571,6 +590,9 @@ mod tests {
         fn peer_lost(&mut self, _peer: PeerId) -> sfb_core::Result<bool> {
             Ok(false)
         }
+        fn stop_at(&mut self, _t: u64) -> u64 {
+            self.clock
+        }
     }
 
     /// In-memory links driven by a script: `inbox` frames become available one per call
@@ -647,6 +669,7 @@ mod tests {
             progress: None,
             keep: Keep::All,
             checkpoint: None,
+            stop_at: None,
         }
     }
 

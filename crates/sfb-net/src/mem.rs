@@ -235,6 +235,7 @@ pub(crate) fn drive<N: StateMachine>(
         progress: opts.progress.clone(),
         keep: opts.keep,
         checkpoint: opts.checkpoint.clone(),
+        stop_at: None,
     };
     let r = driver::drive(&mut node, &mut links, &mut time, &drive_opts, &mut records);
     if let Err(e) = &r

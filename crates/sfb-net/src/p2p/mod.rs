@@ -126,6 +126,9 @@ pub struct Options {
     pub progress: Option<ProgressFn>,
     /// Where the node's checkpoint states go (called on the engine thread). Default: none.
     pub checkpoint: Option<crate::driver::CheckpointFn>,
+    /// A coordinated stop (see [`DriveOptions::stop_at`](crate::driver::DriveOptions)):
+    /// store a clock here to end the run there. Default: none.
+    pub stop_at: Option<Arc<AtomicU64>>,
     /// The clock the node starts at: 0, or the clock of the checkpoint a resumed node
     /// continues from. Every stream then carries the clocks from there; the handshake
     /// refuses a neighbour that starts elsewhere. Default: 0.
@@ -174,6 +177,7 @@ impl Default for Options {
             queue_frames: 4,
             progress: None,
             checkpoint: None,
+            stop_at: None,
             start_clock: 0,
             stragglers: Stragglers::None,
             max_pending_handshakes: 32,

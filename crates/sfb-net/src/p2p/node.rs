@@ -303,6 +303,7 @@ impl Node {
             progress: opts.progress.clone(),
             keep: opts.keep,
             checkpoint: opts.checkpoint.clone(),
+            stop_at: opts.stop_at.clone(),
         };
         let stragglers = opts.stragglers;
         let (engine, records, result) = tokio::task::spawn_blocking(move || {

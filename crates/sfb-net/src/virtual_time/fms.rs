@@ -81,4 +81,7 @@ impl<M: Model, S: Model> StateMachine for FmsNode<M, S> {
     fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
         both!(self, n => StateMachine::peer_lost(n, peer))
     }
+    fn stop_at(&mut self, t: u64) -> u64 {
+        both!(self, n => StateMachine::stop_at(n, t))
+    }
 }
