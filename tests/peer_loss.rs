@@ -243,3 +243,53 @@ fn the_fms_server_serves_the_clients_left_after_one_dies() {
     drop(c);
     assert_gone(&pids);
 }
+
+#[test]
+fn with_partial_broadcast_every_survivor_repairs_the_topology_the_same_way() {
+    let dir = tempdir(GROUP, "q3");
+    let cluster = init(&dir, &["--peers", &PEERS.to_string(), "--out-degree", "3"]);
+    let nodes: Vec<(String, Vec<String>)> = (0..PEERS)
+        .map(|i| {
+            let mut a: Vec<String> = vec!["peer".into(), "--id".into(), i.to_string()];
+            a.push("--report".into());
+            a.push(report(&dir, i).display().to_string());
+            a.extend(run_args("ssp:2"));
+            (format!("peer {i}"), a)
+        })
+        .collect();
+    let mut c = start(&cluster, &nodes);
+    c.exchange();
+    let pids = c.children.pids();
+    c.wait_clock(VICTIM, 20);
+    c.children.kill(VICTIM);
+    let mut topologies = Vec::new();
+    for k in (0..PEERS).filter(|&k| k != VICTIM) {
+        let (status, err) = c.children.wait_one(k, Duration::from_secs(120));
+        assert!(status.success(), "survivor {k} failed ({status}):\n{err}");
+        let m = read_report(&dir, k)["report"]["metrics"].clone();
+        assert_eq!(m["clocks"], 80, "survivor {k}");
+        topologies.push(m["topology"].as_str().unwrap_or("none").to_string());
+    }
+    drop(c);
+    assert_gone(&pids);
+    // What sfb-topology's repair gives for this failure, as the nodes identify it.
+    let file = sfb::net::cluster::Cluster::load(&cluster).unwrap();
+    let out: Vec<Vec<usize>> = (0..PEERS).map(|i| file.out(i).to_vec()).collect();
+    let t = sfb::topology::Topology::new(out).unwrap();
+    let r = sfb::topology::repair(&t, &[VICTIM]).unwrap();
+    let mut lists = vec![Vec::new(); PEERS];
+    for (n, l) in r.topology.out_lists().iter().enumerate() {
+        lists[r.survivors[n]] = l.iter().map(|&x| r.survivors[x]).collect();
+    }
+    let want = format!(
+        "{:016x}",
+        sfb::harness::checkpoint::topology_fingerprint(&lists)
+    );
+    eprintln!(
+        "repaired topology {want}: {lists:?} ({} arcs changed)",
+        r.changed_arcs
+    );
+    for (k, got) in topologies.iter().enumerate() {
+        assert_eq!(got, &want, "survivor #{k}: {topologies:?}");
+    }
+}

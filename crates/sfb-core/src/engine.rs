@@ -570,6 +570,36 @@ impl<M: Model> Engine<M> {
         self.worker.stop_at(t)
     }
 
+    /// New neighbours after a topology repair (the transport computed them from the set
+    /// of lost peers, the same on every survivor): batches go to `out` from the next clock
+    /// on; a new in-neighbour is awaited from its first frame (of whatever clock it has
+    /// reached); an in-neighbour no longer in `inn` is no longer awaited. `topology`
+    /// identifies the repaired graph (recorded in the metrics, so runs can check that every
+    /// survivor used the same).
+    pub fn set_neighbors(&mut self, out: Vec<PeerId>, inn: Vec<PeerId>, topology: String) {
+        let me = self.cfg.id;
+        let out: Vec<PeerId> = out.into_iter().filter(|&p| p != me).collect();
+        let inn: Vec<PeerId> = inn.into_iter().filter(|&p| p != me).collect();
+        let gone: Vec<PeerId> = self
+            .worker
+            .inbound
+            .peers()
+            .iter()
+            .copied()
+            .filter(|p| !inn.contains(p))
+            .collect();
+        for p in gone {
+            self.worker.inbound.remove(p);
+        }
+        for &p in &inn {
+            self.worker.inbound.add_fresh(p, self.worker.clock);
+        }
+        self.side.out_neighbors.clone_from(&out);
+        self.cfg.out_neighbors = out;
+        self.cfg.in_neighbors = inn;
+        self.worker.metrics.topology = Some(topology);
+    }
+
     /// Takes a message received from peer `from`.
     ///
     /// The batch must come from an in-neighbour, be its next clock (links are FIFO), fit
@@ -605,7 +635,9 @@ impl<M: Model> Engine<M> {
         let (j, d) = self.side.replica.dim();
         batch.validate(j, d)?;
         self.worker.metrics.bytes_received += wire::encoded_len_with(&msg, self.cfg.wire) as u64;
-        self.worker.inbound.deliver(i, *mean_iter_us);
+        self.worker
+            .inbound
+            .deliver_clock(i, batch.clock, *mean_iter_us);
         self.side
             .pending
             .insert((batch.clock, batch.origin), Arc::clone(batch));

@@ -46,6 +46,10 @@ pub struct PeerMetrics {
     /// when it learned of the loss.
     #[serde(default)]
     pub lost_peers: Vec<(u32, u64)>,
+    /// The topology this node last switched to after losing peers (an identifier of the
+    /// repaired graph, the same on every survivor), if it did.
+    #[serde(default)]
+    pub topology: Option<String>,
 }
 
 impl PeerMetrics {

@@ -43,6 +43,11 @@ pub trait StateMachine {
     /// Ends the run at clock `t` (every node told the same), checkpointing there if the
     /// node checkpoints; returns the clock it stops at.
     fn stop_at(&mut self, t: u64) -> u64;
+    /// New neighbours after a topology repair ([`Engine::set_neighbors`]); nodes without a
+    /// topology (FMS) ignore it.
+    fn set_neighbors(&mut self, out: Vec<PeerId>, inn: Vec<PeerId>, topology: String) {
+        let _ = (out, inn, topology);
+    }
 }
 
 impl<M: Model> StateMachine for Engine<M> {
@@ -75,6 +80,9 @@ impl<M: Model> StateMachine for Engine<M> {
     }
     fn stop_at(&mut self, t: u64) -> u64 {
         Engine::stop_at(self, t)
+    }
+    fn set_neighbors(&mut self, out: Vec<PeerId>, inn: Vec<PeerId>, topology: String) {
+        Engine::set_neighbors(self, out, inn, topology);
     }
 }
 

@@ -56,6 +56,9 @@ pub(crate) struct Inbound {
     index: Vec<(PeerId, usize)>,
     delivered: Vec<u64>,
     mean_iter_s: Vec<f64>,
+    /// Awaited since a topology repair and nothing received yet: its first frame may be of
+    /// any clock (it starts sending from where it is).
+    fresh: Vec<bool>,
     /// Number of nodes of the cluster (for error messages).
     cluster: usize,
 }
@@ -70,6 +73,7 @@ impl Inbound {
             index,
             delivered: vec![0; peers.len()],
             mean_iter_s: vec![0.0; peers.len()],
+            fresh: vec![false; peers.len()],
             cluster,
         }
     }
@@ -109,6 +113,16 @@ impl Inbound {
             });
         };
         let expected = self.delivered[i];
+        if self.fresh[i] {
+            if clock >= clocks {
+                return Err(Error::BadClock {
+                    origin,
+                    clock,
+                    reason: "beyond the run's last clock",
+                });
+            }
+            return Ok(i);
+        }
         if clock != expected {
             return Err(Error::BadClock {
                 origin,
@@ -138,6 +152,7 @@ impl Inbound {
         self.peers.remove(i);
         self.delivered.remove(i);
         self.mean_iter_s.remove(i);
+        self.fresh.remove(i);
         self.index = self
             .peers
             .iter()
@@ -156,6 +171,41 @@ impl Inbound {
     /// What `q` has delivered, if it is awaited.
     pub(crate) fn delivered_by(&self, q: PeerId) -> Option<u64> {
         self.position(q).map(|i| self.delivered[i])
+    }
+
+    /// Awaits `q` from now on, a new in-neighbour after a topology repair: until its first
+    /// frame it counts as having delivered `clock` clocks (this node's own), then as what
+    /// it sends. No-op if `q` is awaited.
+    pub(crate) fn add_fresh(&mut self, q: PeerId, clock: u64) {
+        if self.position(q).is_some() {
+            return;
+        }
+        self.peers.push(q);
+        self.delivered.push(clock);
+        self.mean_iter_s.push(0.0);
+        self.fresh.push(true);
+        self.index = self
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| (p, i))
+            .collect();
+        self.index.sort_unstable();
+    }
+
+    /// The awaited nodes.
+    pub(crate) fn peers(&self) -> &[PeerId] {
+        &self.peers
+    }
+
+    /// Records `clock` of the node at position `i` as delivered (its next clock, or a
+    /// fresh in-neighbour's first).
+    pub(crate) fn deliver_clock(&mut self, i: usize, clock: u64, mean_iter_us: u32) {
+        if self.fresh[i] {
+            self.fresh[i] = false;
+            self.delivered[i] = clock;
+        }
+        self.deliver(i, mean_iter_us);
     }
 
     /// Records the next clock of the node at position `i` as delivered.

@@ -158,7 +158,9 @@ pub const TOPOLOGY_FILE: &str = "topology.json";
 /// # Errors
 /// [`Error::Output`] with the operating system's reason.
 pub fn write_topology(path: &Path, out: &[Vec<usize>]) -> Result<()> {
-    let tmp = path.with_extension("json.tmp");
+    // Every node of a run on this machine writes the same file: a temporary name of its
+    // own, then an atomic rename (same content, last one wins).
+    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
     let err = |source| Error::Output {
         field: "fault.checkpoint_dir",
         path: path.to_path_buf(),

@@ -399,6 +399,12 @@ impl NodeRun<'_> {
         // The records stream to the sinks; the node keeps only its final one.
         opts.keep = sfb_net::driver::Keep::Last;
         opts.checkpoint = checkpoint.map(crate::cluster::checkpoint_sink);
+        if !full_w {
+            // SFB: after a loss every survivor repairs the cluster file's topology the same
+            // way (sfb-topology's repair of the same set of lost peers).
+            let out: Vec<Vec<usize>> = (0..file.peers()).map(|i| file.out(i).to_vec()).collect();
+            opts.repair = repair_fn(out, id);
+        }
         // A resumed node's streams carry the clocks from its checkpoint on.
         opts.start_clock = start_clock;
         let exchange = spec.exchange_addrs;
@@ -1141,6 +1147,33 @@ fn merge(dir: &Path, spec: &RunSpec, fms: bool, lost: &[usize]) -> crate::Result
         m.finish()?;
     }
     Ok(Outcome { summary, records })
+}
+
+/// Node `me`'s neighbours in the topology `out` repaired for a set of lost peers
+/// ([`sfb_topology::repair`], deterministic: every survivor computes the same graph), with
+/// the fingerprint of the repaired graph in the original ids; `None` if `out` is not a
+/// valid topology.
+fn repair_fn(out: Vec<Vec<usize>>, me: usize) -> Option<sfb_net::driver::RepairFn> {
+    let topology = sfb_topology::Topology::new(out).ok()?;
+    Some(Arc::new(move |lost: &[sfb_core::PeerId]| {
+        let failed: Vec<usize> = lost.iter().map(|p| p.index()).collect();
+        let r = sfb_topology::repair(&topology, &failed).ok()?;
+        let new_me = r.new_id(me)?;
+        let old = |v: &[usize]| -> Vec<usize> { v.iter().map(|&n| r.survivors[n]).collect() };
+        let lists = r.topology.out_lists();
+        let mut in_old = vec![Vec::new(); topology.peers()];
+        for (n, l) in lists.iter().enumerate() {
+            in_old[r.survivors[n]] = old(l);
+        }
+        let ids = |v: Vec<usize>| v.into_iter().map(|x| sfb_core::PeerId(x as u32)).collect();
+        let my_out = old(&lists[new_me]);
+        let my_in: Vec<usize> = (0..lists.len())
+            .filter(|&n| lists[n].contains(&new_me))
+            .map(|n| r.survivors[n])
+            .collect();
+        let fingerprint = format!("{:016x}", crate::checkpoint::topology_fingerprint(&in_old));
+        Some((ids(my_out), ids(my_in), fingerprint))
+    }))
 }
 
 /// Appends every node's records found in `dir` (`node-I.jsonl`) to `path`, skipping

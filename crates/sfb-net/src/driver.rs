@@ -39,6 +39,12 @@ use crate::{Error, Result};
 /// A per-clock progress callback.
 pub type ProgressFn = Arc<dyn Fn(&ClockRecord) + Send + Sync>;
 
+/// A node's neighbours after the topology is repaired for a set of lost nodes: `(out,
+/// in, identifier of the repaired graph)`, or `None` when there is nothing to repair
+/// (e.g. FMS). Must give every survivor the same graph for the same set.
+pub type RepairFn =
+    Arc<dyn Fn(&[PeerId]) -> Option<(Vec<PeerId>, Vec<PeerId>, String)> + Send + Sync>;
+
 /// Where a node's checkpoint states go (the harness writes them to disk); `Err` names
 /// why one could not be kept.
 pub type CheckpointFn = Arc<dyn Fn(&NodeState) -> std::result::Result<(), String> + Send + Sync>;
@@ -94,6 +100,18 @@ pub trait Links {
     fn forget(&mut self, peer: PeerId) {
         let _ = peer;
     }
+
+    /// Tells every out-neighbour that `peer` is lost (they forward it once), so every
+    /// survivor learns the same set of lost nodes. Default: nothing to do.
+    fn announce_lost(&mut self, peer: PeerId) {
+        let _ = peer;
+    }
+
+    /// Opens a link to `to`, a new out-neighbour after a topology repair. Default: nothing
+    /// to do (links to every node already exist).
+    fn connect(&mut self, to: PeerId) {
+        let _ = to;
+    }
 }
 
 impl<L: Links + ?Sized> Links for &mut L {
@@ -108,6 +126,12 @@ impl<L: Links + ?Sized> Links for &mut L {
     }
     fn forget(&mut self, peer: PeerId) {
         (**self).forget(peer);
+    }
+    fn announce_lost(&mut self, peer: PeerId) {
+        (**self).announce_lost(peer);
+    }
+    fn connect(&mut self, to: PeerId) {
+        (**self).connect(to);
     }
 }
 
@@ -140,6 +164,9 @@ pub struct DriveOptions {
     /// ([`StateMachine::stop_at`]), checkpointing if it checkpoints. Every node of the run
     /// must be given the same clock.
     pub stop_at: Option<Arc<AtomicU64>>,
+    /// How the node's neighbours change when nodes are lost (partial broadcast); `None`:
+    /// the node only drops the lost ones.
+    pub repair: Option<RepairFn>,
     /// Called with the node's state at each of its checkpoint clocks (on the node's
     /// thread, before the clock's frames are sent); an `Err` (e.g. the disk is full) stops
     /// the node with [`Error::Checkpoint`].
@@ -213,7 +240,7 @@ where
                     last_progress = Instant::now();
                 }
                 Ok(None) => break,
-                Err(e) => go_on_without(node, links, &mut outbox, &mut lost, e)?,
+                Err(e) => go_on_without(node, links, &mut outbox, &mut lost, e, opts)?,
             }
         }
         while let Some(out) = outbox.front() {
@@ -223,7 +250,7 @@ where
                     last_progress = Instant::now();
                 }
                 Ok(Sent::Full) => break,
-                Err(e) => go_on_without(node, links, &mut outbox, &mut lost, e)?,
+                Err(e) => go_on_without(node, links, &mut outbox, &mut lost, e, opts)?,
             }
         }
         let room_on = outbox.front().map(|o| o.to);
@@ -263,7 +290,7 @@ where
         let woke = match links.wait(room_on, wake_at) {
             Ok(w) => w,
             Err(e) => {
-                go_on_without(node, links, &mut outbox, &mut lost, e)?;
+                go_on_without(node, links, &mut outbox, &mut lost, e, opts)?;
                 continue;
             }
         };
@@ -318,6 +345,7 @@ fn go_on_without<N, L>(
     outbox: &mut VecDeque<Output>,
     lost: &mut Vec<PeerId>,
     e: Error,
+    opts: &DriveOptions,
 ) -> Result<()>
 where
     N: StateMachine + ?Sized,
@@ -341,8 +369,24 @@ where
                     node.clock()
                 );
             } else {
-                // It had delivered everything this node needs (a run stopped early).
-                tracing::debug!("{}: {peer} has finished ({e})", node.id());
+                // It had delivered everything this node needs (a run stopped early), or it
+                // was not a neighbour (a notice).
+                tracing::debug!("{}: {peer} is gone ({e})", node.id());
+            }
+            if was_needed || matches!(e, Error::LostNotice { .. }) {
+                // Pass it on, then rewire: every survivor gets the same set of lost nodes
+                // and so the same repaired topology.
+                links.announce_lost(peer);
+                if let Some(repair) = &opts.repair
+                    && let Some((out, inn, topology)) = repair(lost)
+                {
+                    let me = node.id();
+                    tracing::info!("{me}: topology repaired for lost {lost:?}: sends to {out:?}");
+                    for &to in &out {
+                        links.connect(to);
+                    }
+                    node.set_neighbors(out, inn, topology);
+                }
             }
             Ok(())
         }
@@ -670,6 +714,7 @@ mod tests {
             keep: Keep::All,
             checkpoint: None,
             stop_at: None,
+            repair: None,
         }
     }
 

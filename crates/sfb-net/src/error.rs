@@ -34,6 +34,7 @@ impl Error {
             | Error::StreamBroken { from, .. }
             | Error::NoHeartbeat { from, .. } => Some(core(from)),
             Error::Disconnected { to, .. } => Some(*to),
+            Error::LostNotice { lost, .. } => Some(*lost),
             _ => None,
         }
     }
@@ -248,6 +249,14 @@ pub enum Error {
         frames: u64,
         /// Clocks of the run.
         clocks: u64,
+    },
+    /// A neighbour reported a node lost (it went on without it).
+    #[error("{peer}: a neighbour reports {lost} lost")]
+    LostNotice {
+        /// This node.
+        peer: PeerId,
+        /// The node lost.
+        lost: PeerId,
     },
     /// A peer sent a frame that failed validation.
     #[error("bad frame from peer {peer}: {reason}")]

@@ -26,6 +26,43 @@ pub fn is_heartbeat(frame: &[u8]) -> bool {
     frame.is_empty()
 }
 
+/// First byte of a control frame: never the first byte of an engine message (postcard
+/// writes a message's variant index, below 128, as one byte below 0x80).
+pub const CONTROL: u8 = 0xFF;
+
+/// A control frame between nodes, read by the transport and never handed to the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// "Node `.0` (sfb-core id) is lost": sent by a node that went on without it to its
+    /// out-neighbours, and forwarded once by each, so that every survivor learns the same
+    /// set of lost nodes and repairs the topology the same way.
+    Lost(u32),
+}
+
+impl Control {
+    /// The frame's bytes.
+    pub fn encode(self) -> Vec<u8> {
+        match self {
+            Control::Lost(p) => {
+                let mut v = vec![CONTROL, 1];
+                v.extend_from_slice(&p.to_le_bytes());
+                v
+            }
+        }
+    }
+
+    /// The control frame in `frame`, if it is one (`Err` for a malformed one).
+    pub fn decode(frame: &[u8]) -> Option<Result<Self, String>> {
+        if frame.first() != Some(&CONTROL) {
+            return None;
+        }
+        Some(match frame {
+            [_, 1, a, b, c, d] => Ok(Control::Lost(u32::from_le_bytes([*a, *b, *c, *d]))),
+            _ => Err(format!("malformed control frame of {} bytes", frame.len())),
+        })
+    }
+}
+
 /// First frame on every stream, from the opener (the sender of factors).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {

@@ -236,6 +236,7 @@ pub(crate) fn drive<N: StateMachine>(
         keep: opts.keep,
         checkpoint: opts.checkpoint.clone(),
         stop_at: None,
+        repair: None,
     };
     let r = driver::drive(&mut node, &mut links, &mut time, &drive_opts, &mut records);
     if let Err(e) = &r

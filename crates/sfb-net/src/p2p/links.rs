@@ -32,7 +32,12 @@ pub(super) struct QueueLinks {
     cache: Option<(Message, Arc<Vec<u8>>)>,
     /// Nodes the engine went on without ([`Links::forget`]).
     forgotten: Vec<PeerId>,
+    /// Opens a writer to a node index (a new out-neighbour), returning its queue.
+    spawner: Option<Spawner>,
 }
+
+/// Starts a writer to a node index and returns its queue.
+pub(super) type Spawner = Box<dyn Fn(usize) -> mpsc::Sender<Arc<Vec<u8>>> + Send>;
 
 impl QueueLinks {
     pub(super) fn new(
@@ -52,7 +57,14 @@ impl QueueLinks {
             dtype,
             cache: None,
             forgotten: Vec::new(),
+            spawner: None,
         }
+    }
+
+    /// Links that can open writers to new out-neighbours ([`Links::connect`]).
+    pub(super) fn with_spawner(mut self, spawner: Spawner) -> Self {
+        self.spawner = Some(spawner);
+        self
     }
 
     /// The nodes the engine went on without, by node index (their writers' failures are
@@ -91,6 +103,10 @@ impl QueueLinks {
             Inbound::WriterFailed(to) => Err(Error::Disconnected {
                 peer: self.me,
                 to: self.nodes[to],
+            }),
+            Inbound::Lost(lost) => Err(Error::LostNotice {
+                peer: self.me,
+                lost,
             }),
         }
     }
@@ -179,6 +195,30 @@ impl Links for QueueLinks {
             Got::Inbound(Some(x)) => self.open(x).map(|(from, msg)| Wake::Frame(from, msg)),
             Got::Inbound(None) => Err(Error::InboxClosed { peer: me }),
             Got::TimedOut => Ok(Wake::TimedOut),
+        }
+    }
+
+    fn announce_lost(&mut self, peer: PeerId) {
+        let frame = Arc::new(crate::frame::Control::Lost(peer.0).encode());
+        for q in self.queues.iter().flatten() {
+            // Off the engine thread: a full queue must not hold the engine, and a notice
+            // may overtake frames.
+            let (q, f) = (q.clone(), Arc::clone(&frame));
+            self.handle.spawn(async move {
+                let _ = q.send(f).await;
+            });
+        }
+    }
+
+    fn connect(&mut self, to: PeerId) {
+        let Some(i) = self.nodes.iter().position(|&n| n == to) else {
+            return;
+        };
+        if self.queues[i].is_some() || self.forgotten.contains(&to) {
+            return;
+        }
+        if let Some(spawn) = &self.spawner {
+            self.queues[i] = Some(spawn(i));
         }
     }
 

@@ -126,6 +126,9 @@ pub struct Options {
     pub progress: Option<ProgressFn>,
     /// Where the node's checkpoint states go (called on the engine thread). Default: none.
     pub checkpoint: Option<crate::driver::CheckpointFn>,
+    /// How the node's neighbours change when nodes are lost (partial broadcast): see
+    /// [`RepairFn`](crate::driver::RepairFn). Default: none (lost nodes are only dropped).
+    pub repair: Option<crate::driver::RepairFn>,
     /// A coordinated stop (see [`DriveOptions::stop_at`](crate::driver::DriveOptions)):
     /// store a clock here to end the run there. Default: none.
     pub stop_at: Option<Arc<AtomicU64>>,
@@ -177,6 +180,7 @@ impl Default for Options {
             queue_frames: 4,
             progress: None,
             checkpoint: None,
+            repair: None,
             stop_at: None,
             start_clock: 0,
             stragglers: Stragglers::None,
@@ -281,6 +285,8 @@ enum Inbound {
     Fatal(Error),
     /// The writer to this node index failed; its task holds the error.
     WriterFailed(usize),
+    /// A neighbour says this node (sfb-core id) is lost ([`frame::Control::Lost`]).
+    Lost(PeerId),
 }
 
 fn protocol() -> StreamProtocol {

@@ -254,35 +254,60 @@ impl Node {
             ..
         } = self;
         let hello = frame::encode(&shape.hello(id, cluster, opts.start_clock));
-        let deadline = Instant::now() + opts.startup_timeout;
-        let mut writers = Vec::new();
         let mut queues: Vec<Option<mpsc::Sender<Arc<Vec<u8>>>>> = vec![None; cluster.peers()];
+        // Writers are spawned at start for the out-neighbours, and mid-run for new ones
+        // after a topology repair (through the links); all are joined at the end.
+        let writers: Arc<std::sync::Mutex<Vec<WriterTask>>> = Arc::default();
+        let spawn_writer = {
+            let (me, cluster_c) = (NodeName::of(cluster, id), cluster.clone());
+            let (control, dial, hello, stats) = (
+                control.clone(),
+                dial.clone(),
+                hello.clone(),
+                Arc::clone(&stats),
+            );
+            let (bucket, fatal, writers) = (
+                opts.bandwidth.clone(),
+                inbox_tx.clone(),
+                Arc::clone(&writers),
+            );
+            let (queue_len, ack_timeout, heartbeat) =
+                (opts.edge_queue(), opts.startup_timeout, opts.heartbeat);
+            let handle = tokio::runtime::Handle::current();
+            move |to: usize| -> mpsc::Sender<Arc<Vec<u8>>> {
+                let (tx, rx) = mpsc::channel(queue_len);
+                let addr = cluster_c
+                    .addr(to)
+                    .clone()
+                    .with(Protocol::P2p(cluster_c.peer_id(to)));
+                let _ = dial.try_send(addr.clone());
+                let w = Writer {
+                    me,
+                    to,
+                    to_name: NodeName::of(&cluster_c, to),
+                    to_core: cluster_c.core_id(to),
+                    to_id: cluster_c.peer_id(to),
+                    addr,
+                    control: control.clone(),
+                    dial: dial.clone(),
+                    hello: hello.clone(),
+                    bucket: bucket.clone(),
+                    stats: Arc::clone(&stats),
+                    fatal: fatal.clone(),
+                    deadline: Instant::now() + ack_timeout,
+                    ack_timeout,
+                    heartbeat,
+                };
+                let task = handle.spawn(w.run(rx));
+                writers
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((to, task));
+                tx
+            }
+        };
         for &to in cluster.out(id) {
-            let (tx, rx) = mpsc::channel(opts.edge_queue());
-            queues[to] = Some(tx);
-            let addr = cluster
-                .addr(to)
-                .clone()
-                .with(Protocol::P2p(cluster.peer_id(to)));
-            let _ = dial.send(addr.clone()).await;
-            let w = Writer {
-                me: NodeName::of(cluster, id),
-                to,
-                to_name: NodeName::of(cluster, to),
-                to_core: cluster.core_id(to),
-                to_id: cluster.peer_id(to),
-                addr,
-                control: control.clone(),
-                dial: dial.clone(),
-                hello: hello.clone(),
-                bucket: opts.bandwidth.clone(),
-                stats: Arc::clone(&stats),
-                fatal: inbox_tx.clone(),
-                deadline,
-                ack_timeout: opts.startup_timeout,
-                heartbeat: opts.heartbeat,
-            };
-            writers.push((to, tokio::spawn(w.run(rx))));
+            queues[to] = Some(spawn_writer(to));
         }
         drop(inbox_tx);
         let nodes: Vec<PeerId> = (0..cluster.peers()).map(|i| cluster.core_id(i)).collect();
@@ -294,7 +319,8 @@ impl Node {
             inbox,
             tokio::runtime::Handle::current(),
             shape.dtype,
-        );
+        )
+        .with_spawner(Box::new(spawn_writer));
         // No progress timeout: the readers declare a silent in-neighbour lost (liveness);
         // a blocked peer says whom it waits for.
         let drive_opts = DriveOptions {
@@ -304,6 +330,7 @@ impl Node {
             keep: opts.keep,
             checkpoint: opts.checkpoint.clone(),
             stop_at: opts.stop_at.clone(),
+            repair: opts.repair.clone(),
         };
         let stragglers = opts.stragglers;
         let (engine, records, result) = tokio::task::spawn_blocking(move || {
@@ -335,6 +362,11 @@ impl Node {
                 // Writers flush, close and wait for their receivers to finish reading (a
                 // writer to a node lost during the run failed with it: not the run's error).
                 let mut done = Ok(());
+                let writers = std::mem::take(
+                    &mut *writers
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                );
                 for (to, w) in writers {
                     if lost.contains(&to) {
                         w.abort();
@@ -354,6 +386,11 @@ impl Node {
             // A writer failed: its task holds the real error.
             Err(Error::Disconnected { to, .. }) if cluster.node_of(to).is_some() => {
                 let to = cluster.node_of(to).expect("checked");
+                let writers = std::mem::take(
+                    &mut *writers
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                );
                 let w = writers
                     .into_iter()
                     .find_map(|(t, w)| (t == to).then_some(w));
@@ -380,6 +417,9 @@ impl Node {
         outcome
     }
 }
+
+/// A writer's node index and task.
+type WriterTask = (usize, tokio::task::JoinHandle<Result<()>>);
 
 /// Waits for the writer to peer `to` to finish.
 async fn join_writer(

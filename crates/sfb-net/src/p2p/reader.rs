@@ -60,9 +60,10 @@ impl Readers {
             self.refuse(format!("{peer} is not in the cluster file"));
             return;
         };
+        // Any member of the cluster may become an in-neighbour when the topology is
+        // repaired after a loss; the engine refuses frames from a node it does not await.
         if !self.in_neighbors.contains(&from) {
-            self.refuse(format!("peer {from} is not an in-neighbour of peer {me}"));
-            return;
+            tracing::debug!("peer {me}: a stream from peer {from}, not an in-neighbour at start");
         }
         let hello = match tokio::time::timeout(
             self.handshake_timeout,
@@ -155,6 +156,25 @@ impl Readers {
                     self.stats
                         .heartbeats_received
                         .fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Some(buf)) if buf.first() == Some(&frame::CONTROL) => {
+                    match frame::Control::decode(&buf) {
+                        Some(Ok(frame::Control::Lost(p))) => {
+                            let about = PeerId(p);
+                            if self.inbox.send(Inbound::Lost(about)).await.is_err() {
+                                return None;
+                            }
+                        }
+                        Some(Err(why)) => {
+                            self.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+                            let _ = stream.close().await;
+                            return Some(Error::BadFrame {
+                                peer: self.core_ids[from],
+                                reason: why,
+                            });
+                        }
+                        None => {}
+                    }
                 }
                 Ok(Some(buf)) => {
                     let n = buf.len() as u64 + 4;
