@@ -162,6 +162,7 @@ fn every_option_lands_in_the_spec() {
             resume: true,
             resume_at: None,
             on_peer_loss: Some(sfb::harness::PeerLossSpec::Continue),
+            rejoin: false,
         },
     };
     assert_eq!(s, want);

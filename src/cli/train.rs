@@ -191,6 +191,11 @@ pub struct TrainArgs {
     /// continue under ssp, async and throttle.
     #[arg(long, value_enum, value_name = "POLICY")]
     pub on_peer_loss: Option<PeerLossArg>,
+    /// sfb peer: this peer was lost and restarts into the run under way: it takes W, the
+    /// optimizer state and the clock from a neighbour and trains on; the others take it
+    /// back.
+    #[arg(long)]
+    pub rejoin: bool,
     /// Data files and per-model parameters.
     #[command(flatten)]
     pub model_opts: Box<ModelOptions>,
@@ -276,6 +281,7 @@ impl TrainArgs {
                 PeerLossArg::Fail => sfb_harness::PeerLossSpec::Fail,
                 PeerLossArg::Continue => sfb_harness::PeerLossSpec::Continue,
             }),
+            rejoin: self.rejoin,
         };
     }
 }

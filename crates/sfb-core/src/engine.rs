@@ -361,6 +361,9 @@ pub struct Engine<M: Model> {
     cfg: Config,
     worker: Worker<M>,
     side: PeerSide,
+    /// Rejoining a run under way: no step until [`Engine::adopt`] gives it the cluster's
+    /// W and clock.
+    rejoining: bool,
 }
 
 impl<M: Model> std::fmt::Debug for Engine<M> {
@@ -402,7 +405,64 @@ impl<M: Model> Engine<M> {
             },
             worker,
             cfg,
+            rejoining: false,
         })
+    }
+
+    /// A peer restarted into a run under way (`--rejoin`): it computes nothing until a
+    /// neighbour's state arrives ([`adopt`](Self::adopt)).
+    pub fn rejoining(mut self) -> Self {
+        self.rejoining = true;
+        self
+    }
+
+    /// Whether the engine waits for a neighbour's state ([`rejoining`](Self::rejoining)).
+    pub fn is_rejoining(&self) -> bool {
+        self.rejoining
+    }
+
+    /// A rejoining peer takes a neighbour's W, optimizer state and clock (`state`, taken
+    /// by the neighbour at its clock boundary) and goes on from that clock: every
+    /// in-neighbour is awaited from its next frame, of whatever clock. Its own model state
+    /// and sampler are its own (they are not transferred). Ignored when the engine is not
+    /// rejoining (a second neighbour's state).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] for a state of another shape or optimizer, or a non-finite W
+    /// (nothing changes).
+    pub fn adopt(&mut self, mut state: NodeState) -> Result<bool> {
+        if !self.rejoining {
+            return Ok(false);
+        }
+        let w = state.w.take().ok_or_else(|| Error::Checkpoint {
+            reason: "a rejoin state without W".into(),
+        })?;
+        if w.dim() != self.side.replica.dim() {
+            return Err(Error::Checkpoint {
+                reason: format!(
+                    "a rejoin state of another model shape ({}×{})",
+                    w.nrows(),
+                    w.ncols()
+                ),
+            });
+        }
+        let replica = Replica::new(w)?;
+        self.side.stepper.restore_state(&state.optimizer)?;
+        self.side.replica = replica;
+        self.side.pending.clear();
+        self.worker.rejoin_at(state.clock);
+        self.rejoining = false;
+        Ok(true)
+    }
+
+    /// Peer `peer`, lost earlier, is back (restarted with `--rejoin`): the caller gives
+    /// the engine its neighbours again ([`set_neighbors`](Self::set_neighbors)); this
+    /// records the return in the metrics.
+    pub fn peer_rejoined(&mut self, peer: PeerId) {
+        self.worker
+            .metrics
+            .rejoined_peers
+            .push((peer.0, self.worker.clock));
     }
 
     /// An engine for `cfg` continuing from `state` (taken by this peer in a run with the
@@ -661,6 +721,9 @@ impl<M: Model> Engine<M> {
     /// (which cannot happen for validated batches). After an error the engine should be
     /// dropped.
     pub fn on_tick(&mut self, time: &mut dyn TimeSource) -> Result<Progress> {
+        if self.rejoining {
+            return Ok(Progress::Blocked);
+        }
         self.worker.step(&mut self.side, time)
     }
 

@@ -50,6 +50,10 @@ pub struct PeerMetrics {
     /// repaired graph, the same on every survivor), if it did.
     #[serde(default)]
     pub topology: Option<String>,
+    /// Nodes that came back (`--rejoin`) after being lost, each with this node's clock
+    /// then.
+    #[serde(default)]
+    pub rejoined_peers: Vec<(u32, u64)>,
 }
 
 impl PeerMetrics {

@@ -48,6 +48,23 @@ pub trait StateMachine {
     fn set_neighbors(&mut self, out: Vec<PeerId>, inn: Vec<PeerId>, topology: String) {
         let _ = (out, inn, topology);
     }
+    /// A peer lost earlier is back; record it. Default: nothing.
+    fn peer_rejoined(&mut self, peer: PeerId) {
+        let _ = peer;
+    }
+    /// The state to hand a rejoining peer (W, optimizer state, clock), if this node has
+    /// one to give. Default: none.
+    fn rejoin_state(&self) -> Option<crate::NodeState> {
+        None
+    }
+    /// A rejoining node takes a neighbour's state; whether it did (the first one only).
+    ///
+    /// # Errors
+    /// A state that does not fit. Default: ignores it.
+    fn adopt(&mut self, state: crate::NodeState) -> Result<bool> {
+        let _ = state;
+        Ok(false)
+    }
 }
 
 impl<M: Model> StateMachine for Engine<M> {
@@ -83,6 +100,15 @@ impl<M: Model> StateMachine for Engine<M> {
     }
     fn set_neighbors(&mut self, out: Vec<PeerId>, inn: Vec<PeerId>, topology: String) {
         Engine::set_neighbors(self, out, inn, topology);
+    }
+    fn peer_rejoined(&mut self, peer: PeerId) {
+        Engine::peer_rejoined(self, peer);
+    }
+    fn rejoin_state(&self) -> Option<crate::NodeState> {
+        Some(Engine::state(self))
+    }
+    fn adopt(&mut self, state: crate::NodeState) -> Result<bool> {
+        Engine::adopt(self, state)
     }
 }
 

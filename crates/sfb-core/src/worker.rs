@@ -354,6 +354,19 @@ impl<M: Model> Worker<M> {
         }
     }
 
+    /// A rejoining node starts at `clock`: every awaited node becomes fresh (awaited from its
+    /// next frame, of whatever clock).
+    pub(crate) fn rejoin_at(&mut self, clock: u64) {
+        self.clock = clock;
+        self.metrics.clocks = clock;
+        self.drift_reported = clock;
+        let peers: Vec<PeerId> = self.inbound.peers().to_vec();
+        for p in peers {
+            self.inbound.remove(p);
+            self.inbound.add_fresh(p, clock);
+        }
+    }
+
     /// Ends the run at clock `t` instead of the last (every node of the run must be told
     /// the same `t`): the worker computes no clock `≥ t`, waits for every awaited node's
     /// clocks `< t`, applies them and is done, with a checkpoint of clock `t` if it

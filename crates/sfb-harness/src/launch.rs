@@ -326,7 +326,10 @@ fn drive_node(
             })
         }
         (false, _) => {
-            let engine = builder.build_peer(id as u32)?;
+            let mut engine = builder.build_peer(id as u32)?;
+            if run.fault.rejoin {
+                engine = engine.rejoining();
+            }
             let jd = engine.replica().dim();
             let base = engine.metrics().clone();
             let start = engine.clock();

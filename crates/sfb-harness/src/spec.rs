@@ -861,6 +861,11 @@ pub struct FaultOptions {
     /// training without it. Default: fail under BSP (a BSP run must not silently change),
     /// continue under SSP, async and custom barriers.
     pub on_peer_loss: Option<PeerLossSpec>,
+    /// This node was lost and restarts into the run under way (`sfb peer --rejoin`): it
+    /// takes W, the optimizer state and the clock from the first neighbour that sends
+    /// them, then trains on; the others take it back (the topology returns to what it was
+    /// without the loss).
+    pub rejoin: bool,
 }
 
 /// [`FaultOptions::on_peer_loss`].
@@ -891,6 +896,7 @@ impl Default for FaultOptions {
             resume: false,
             resume_at: None,
             on_peer_loss: None,
+            rejoin: false,
         }
     }
 }
@@ -1289,6 +1295,7 @@ mod tests {
                 resume: true,
                 resume_at: Some(14),
                 on_peer_loss: Some(PeerLossSpec::Continue),
+                rejoin: true,
             },
         };
         assert_eq!(RunSpec::from_json(&spec.to_json()).unwrap(), spec);

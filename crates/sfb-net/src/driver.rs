@@ -107,6 +107,17 @@ pub trait Links {
         let _ = peer;
     }
 
+    /// Tells every out-neighbour that `peer` is back (they forward it once). Default:
+    /// nothing to do.
+    fn announce_joined(&mut self, peer: PeerId) {
+        let _ = peer;
+    }
+
+    /// Sends this node's `state` to `to`, a node rejoining the run. Default: nothing to do.
+    fn send_state(&mut self, to: PeerId, state: &NodeState) {
+        let _ = (to, state);
+    }
+
     /// Opens a link to `to`, a new out-neighbour after a topology repair. Default: nothing
     /// to do (links to every node already exist).
     fn connect(&mut self, to: PeerId) {
@@ -132,6 +143,12 @@ impl<L: Links + ?Sized> Links for &mut L {
     }
     fn connect(&mut self, to: PeerId) {
         (**self).connect(to);
+    }
+    fn announce_joined(&mut self, peer: PeerId) {
+        (**self).announce_joined(peer);
+    }
+    fn send_state(&mut self, to: PeerId, state: &NodeState) {
+        (**self).send_state(to, state);
     }
 }
 
@@ -235,6 +252,9 @@ where
         }
         loop {
             match links.try_recv() {
+                // A frame of a node already lost was in flight when a neighbour's notice
+                // overtook it: the node went on without it.
+                Ok(Some((from, _))) if lost.contains(&from) => {}
                 Ok(Some((from, msg))) => {
                     node.on_message(from, msg, time).map_err(peer_err)?;
                     last_progress = Instant::now();
@@ -295,6 +315,7 @@ where
             }
         };
         match woke {
+            Wake::Frame(from, _) if lost.contains(&from) => {}
             Wake::Frame(from, msg) => {
                 node.on_message(from, msg, time).map_err(peer_err)?;
                 last_progress = Instant::now();
@@ -351,6 +372,39 @@ where
     N: StateMachine + ?Sized,
     L: Links + ?Sized,
 {
+    let e = match e {
+        Error::RejoinState { state, .. } => {
+            if node.adopt(*state).map_err(|source| Error::Peer {
+                peer: node.id(),
+                source,
+            })? {
+                tracing::warn!("{} rejoined the run at clock {}", node.id(), node.clock());
+            }
+            return Ok(());
+        }
+        Error::Joined { joined, .. } => {
+            if let Some(i) = lost.iter().position(|&p| p == joined) {
+                lost.remove(i);
+                links.announce_joined(joined);
+                links.connect(joined);
+                node.peer_rejoined(joined);
+                if let Some(repair) = &opts.repair
+                    && let Some((out, inn, topology)) = repair(lost)
+                {
+                    for &to in &out {
+                        links.connect(to);
+                    }
+                    node.set_neighbors(out, inn, topology);
+                }
+                if let Some(state) = node.rejoin_state() {
+                    links.send_state(joined, &state);
+                }
+                tracing::warn!("{} at clock {}: {joined} is back", node.id(), node.clock());
+            }
+            return Ok(());
+        }
+        e => e,
+    };
     let Some(peer) = e.lost_peer() else {
         return Err(e);
     };

@@ -250,6 +250,24 @@ pub enum Error {
         /// Clocks of the run.
         clocks: u64,
     },
+    /// Not a failure: node `joined` opened a stream to this one (at start, or coming back
+    /// with `--rejoin`) or a neighbour says it is back. The driver loop handles it.
+    #[error("{peer}: {joined} joined")]
+    Joined {
+        /// This node.
+        peer: PeerId,
+        /// The node that joined.
+        joined: PeerId,
+    },
+    /// Not a failure: a neighbour's state for this rejoining node. The driver loop
+    /// handles it.
+    #[error("{peer}: a neighbour's state of clock {}", state.clock)]
+    RejoinState {
+        /// This node.
+        peer: PeerId,
+        /// The state.
+        state: Box<sfb_core::NodeState>,
+    },
     /// A neighbour reported a node lost (it went on without it).
     #[error("{peer}: a neighbour reports {lost} lost")]
     LostNotice {

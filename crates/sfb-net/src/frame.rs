@@ -37,6 +37,26 @@ pub enum Control {
     /// out-neighbours, and forwarded once by each, so that every survivor learns the same
     /// set of lost nodes and repairs the topology the same way.
     Lost(u32),
+    /// "Node `.0` is back" (restarted with `--rejoin`): forwarded like [`Control::Lost`].
+    Joined(u32),
+}
+
+/// A control frame carrying a node's state to a rejoining node: `[CONTROL, 2]` then
+/// [`sfb_core::NodeState::encode`].
+pub fn state_frame(state: &sfb_core::NodeState) -> Vec<u8> {
+    let mut v = vec![CONTROL, 2];
+    v.extend_from_slice(&state.encode());
+    v
+}
+
+/// The state in a frame written by [`state_frame`], if it is one.
+pub fn decode_state(frame: &[u8]) -> Option<Result<sfb_core::NodeState, String>> {
+    match frame {
+        [CONTROL, 2, rest @ ..] => {
+            Some(sfb_core::NodeState::decode(rest).map_err(|e| e.to_string()))
+        }
+        _ => None,
+    }
 }
 
 impl Control {
@@ -45,6 +65,11 @@ impl Control {
         match self {
             Control::Lost(p) => {
                 let mut v = vec![CONTROL, 1];
+                v.extend_from_slice(&p.to_le_bytes());
+                v
+            }
+            Control::Joined(p) => {
+                let mut v = vec![CONTROL, 3];
                 v.extend_from_slice(&p.to_le_bytes());
                 v
             }
@@ -58,6 +83,7 @@ impl Control {
         }
         Some(match frame {
             [_, 1, a, b, c, d] => Ok(Control::Lost(u32::from_le_bytes([*a, *b, *c, *d]))),
+            [_, 3, a, b, c, d] => Ok(Control::Joined(u32::from_le_bytes([*a, *b, *c, *d]))),
             _ => Err(format!("malformed control frame of {} bytes", frame.len())),
         })
     }
@@ -193,4 +219,42 @@ pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
 /// A description of what could not be decoded.
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
     postcard::from_bytes(bytes).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod control_tests {
+    use super::*;
+
+    #[test]
+    fn control_frames_round_trip_and_never_look_like_engine_messages() {
+        for c in [Control::Lost(3), Control::Joined(u32::MAX)] {
+            let b = c.encode();
+            assert_eq!(Control::decode(&b), Some(Ok(c)));
+            // An engine message's first byte is its variant index, below 0x80.
+            assert!(b[0] >= 0x80);
+        }
+        assert_eq!(Control::decode(&[0x01, 2, 3]), None);
+        assert!(matches!(Control::decode(&[CONTROL, 1, 0]), Some(Err(_))));
+        assert!(matches!(
+            Control::decode(&[CONTROL, 9, 0, 0, 0, 0]),
+            Some(Err(_))
+        ));
+        let state = sfb_core::NodeState {
+            role: sfb_core::Role::Peer,
+            id: sfb_core::PeerId(1),
+            clock: 7,
+            w: Some(ndarray::Array2::from_elem((2, 3), 0.5)),
+            optimizer: vec![1, 2],
+            model: Vec::new(),
+            sampler: None,
+            awaited: Vec::new(),
+            metrics: Default::default(),
+            wall_s: 0.0,
+            first_objective: None,
+        };
+        let f = state_frame(&state);
+        assert_eq!(decode_state(&f), Some(Ok(state)));
+        assert!(matches!(decode_state(&f[..f.len() - 1]), Some(Err(_))));
+        assert_eq!(decode_state(&Control::Lost(1).encode()), None);
+    }
 }

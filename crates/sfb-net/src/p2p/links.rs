@@ -108,6 +108,14 @@ impl QueueLinks {
                 peer: self.me,
                 lost,
             }),
+            Inbound::Joined(joined) => Err(Error::Joined {
+                peer: self.me,
+                joined,
+            }),
+            Inbound::State(state) => Err(Error::RejoinState {
+                peer: self.me,
+                state,
+            }),
         }
     }
 }
@@ -210,7 +218,31 @@ impl Links for QueueLinks {
         }
     }
 
+    fn announce_joined(&mut self, peer: PeerId) {
+        let frame = Arc::new(crate::frame::Control::Joined(peer.0).encode());
+        for q in self.queues.iter().flatten() {
+            let (q, f) = (q.clone(), Arc::clone(&frame));
+            self.handle.spawn(async move {
+                let _ = q.send(f).await;
+            });
+        }
+    }
+
+    fn send_state(&mut self, to: PeerId, state: &sfb_core::NodeState) {
+        let Some(i) = self.nodes.iter().position(|&n| n == to) else {
+            return;
+        };
+        if let Some(q) = &self.queues[i] {
+            let (q, f) = (q.clone(), Arc::new(crate::frame::state_frame(state)));
+            self.handle.spawn(async move {
+                let _ = q.send(f).await;
+            });
+        }
+    }
+
     fn connect(&mut self, to: PeerId) {
+        // A node that comes back is linked again.
+        self.forgotten.retain(|&p| p != to);
         let Some(i) = self.nodes.iter().position(|&n| n == to) else {
             return;
         };

@@ -287,6 +287,11 @@ enum Inbound {
     WriterFailed(usize),
     /// A neighbour says this node (sfb-core id) is lost ([`frame::Control::Lost`]).
     Lost(PeerId),
+    /// A node opened a stream to this one, or a neighbour says it is back
+    /// ([`frame::Control::Joined`]).
+    Joined(PeerId),
+    /// A neighbour's state, for a rejoining node.
+    State(Box<sfb_core::NodeState>),
 }
 
 fn protocol() -> StreamProtocol {

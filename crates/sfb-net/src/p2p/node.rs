@@ -196,7 +196,12 @@ impl Node {
                 d: shape.d,
                 peers: cluster.workers(),
             },
-            max_frame: shape.max_frame(),
+            // Room for a neighbour's state sent to a rejoining node: W and up to three
+            // more J×D matrices of optimizer state (the engine frames are still checked
+            // against their own limits when decoded).
+            max_frame: shape
+                .max_frame()
+                .max((64 << 10) + 16usize.saturating_mul(shape.j.saturating_mul(shape.d))),
             clocks: shape.clocks.saturating_sub(opts.start_clock),
             inbox: inbox_tx.clone(),
             stats: Arc::clone(&stats),
@@ -367,8 +372,16 @@ impl Node {
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner),
                 );
-                for (to, w) in writers {
-                    if lost.contains(&to) {
+                let last_of = |to: usize| writers.iter().rposition(|(t, _)| *t == to);
+                let replaced: Vec<bool> = writers
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (to, _))| last_of(*to) != Some(k))
+                    .collect();
+                for (k, (to, w)) in writers.into_iter().enumerate() {
+                    // A writer to a node lost during the run failed with it; one replaced
+                    // by a new writer (the node came back) failed before it.
+                    if lost.contains(&to) || replaced[k] {
                         w.abort();
                         continue;
                     }

@@ -102,6 +102,8 @@ impl Readers {
                 .await;
             return;
         }
+        // A node that opens a stream may be one that was lost and came back (`--rejoin`).
+        let _ = self.inbox.send(Inbound::Joined(self.core_ids[from])).await;
         if let Some(fatal) = self.follow(from, stream).await {
             let _ = self.inbox.send(Inbound::Fatal(fatal)).await;
         }
@@ -158,6 +160,24 @@ impl Readers {
                         .fetch_add(1, Ordering::Relaxed);
                 }
                 Ok(Some(buf)) if buf.first() == Some(&frame::CONTROL) => {
+                    if let Some(state) = frame::decode_state(&buf) {
+                        match state {
+                            Ok(s) => {
+                                if self.inbox.send(Inbound::State(Box::new(s))).await.is_err() {
+                                    return None;
+                                }
+                            }
+                            Err(why) => {
+                                self.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+                                let _ = stream.close().await;
+                                return Some(Error::BadFrame {
+                                    peer: self.core_ids[from],
+                                    reason: format!("a rejoin state: {why}"),
+                                });
+                            }
+                        }
+                        continue;
+                    }
                     match frame::Control::decode(&buf) {
                         Some(Ok(frame::Control::Lost(p))) => {
                             let about = PeerId(p);
@@ -165,6 +185,12 @@ impl Readers {
                                 return None;
                             }
                         }
+                        Some(Ok(frame::Control::Joined(p)))
+                            if self.inbox.send(Inbound::Joined(PeerId(p))).await.is_err() =>
+                        {
+                            return None;
+                        }
+                        Some(Ok(frame::Control::Joined(_))) => {}
                         Some(Err(why)) => {
                             self.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
                             let _ = stream.close().await;
