@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{Children, SFB, assert_gone, init, start, tempdir, wait_timeout};
+use common::{Children, SFB, assert_gone, children_of, init, start, tempdir, wait_timeout};
 
 const GROUP: &str = "checkpoints";
 
@@ -398,28 +398,6 @@ fn an_unwritable_checkpoint_directory_is_reported_before_training() {
         assert!(took < Duration::from_secs(10), "{took:?}");
         assert_eq!(last_clock(&metrics), 0, "no clock ran");
     }
-}
-
-/// PIDs of the live children of `parent` (from /proc).
-fn children_of(parent: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // "pid (comm) state ppid …": the fields after the last ')'.
-        let rest: Vec<&str> = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        if rest.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
-            out.push(pid);
-        }
-    }
-    out
 }
 
 #[test]

@@ -416,3 +416,80 @@ fn a_killed_peer_restarted_with_rejoin_finishes_with_the_others() {
         "rejoined {ro} vs survivor {so}"
     );
 }
+
+#[test]
+fn the_launcher_reports_a_lost_peer_and_lets_the_survivors_finish() {
+    let dir = tempdir(GROUP, "launcher");
+    let summary = dir.join("summary.json");
+    let mut launcher = Command::new(SFB)
+        .args(["run", "--transport", "libp2p", "--peers", "4"])
+        .args(run_args("ssp:2"))
+        .arg("--summary")
+        .arg(&summary)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = launcher.id();
+    let start = std::time::Instant::now();
+    let kids = loop {
+        let k = common::children_of(pid);
+        if k.len() == 4 {
+            break k;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "no children");
+        // Polling the process table.
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // The launcher's directory (from a child's `--spec DIR/node.json`) holds each node's
+    // records as they happen: kill node 2 by PID once it has completed 20 clocks.
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", kids[0])).unwrap();
+    let args: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let spec = args
+        .iter()
+        .position(|a| a == "--spec")
+        .map(|i| args[i + 1].clone())
+        .unwrap();
+    let records = Path::new(&spec).with_file_name("node-2.jsonl");
+    let victim = *kids
+        .iter()
+        .find(|&&k| {
+            let c = std::fs::read(format!("/proc/{k}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&c).contains("--id\u{0}2\u{0}")
+        })
+        .unwrap();
+    let start = std::time::Instant::now();
+    while std::fs::read_to_string(&records)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 20
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "node 2 did not reach clock 20"
+        );
+        // Polling a file another process appends to.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let st = Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let status = common::wait_timeout(&mut launcher, Duration::from_secs(120)).expect("exits");
+    let mut guard = common::Children(vec![("launcher".into(), launcher)]);
+    let err = common::stderr_of(&mut guard.0[0].1);
+    assert!(status.success(), "{status}: {err}");
+    assert!(err.contains("the others train on without it"), "{err}");
+    assert_gone(&kids);
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(s["replica_checksums"].as_array().unwrap().len(), 3, "{s}");
+    let lost = s["lost_peers"].as_array().unwrap();
+    assert_eq!(lost.len(), 1, "{s}");
+    assert_eq!(lost[0]["peer"], 2, "{s}");
+    assert!(lost[0]["clock"].as_u64().unwrap() >= 18, "{s}");
+}
