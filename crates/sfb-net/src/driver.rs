@@ -107,6 +107,10 @@ pub trait Links {
         let _ = peer;
     }
 
+    /// Tells every out-neighbour, after this node's last frames, that it leaves the run on
+    /// request (a planned leave). Default: nothing to do.
+    fn announce_leaving(&mut self) {}
+
     /// Tells every out-neighbour that `peer` is back (they forward it once). Default:
     /// nothing to do.
     fn announce_joined(&mut self, peer: PeerId) {
@@ -146,6 +150,9 @@ impl<L: Links + ?Sized> Links for &mut L {
     }
     fn announce_joined(&mut self, peer: PeerId) {
         (**self).announce_joined(peer);
+    }
+    fn announce_leaving(&mut self) {
+        (**self).announce_leaving();
     }
     fn send_state(&mut self, to: PeerId, state: &NodeState) {
         (**self).send_state(to, state);
@@ -241,12 +248,15 @@ where
     // Nodes the links reported lost and this node went on without.
     let mut lost: Vec<PeerId> = Vec::new();
     let mut stopping = false;
+    // Stopped alone (`stop_at` 0: now), not with the whole run: a planned leave.
+    let mut leaving = false;
     loop {
         if !stopping
             && let Some(t) = opts.stop_at.as_ref().map(|a| a.load(Ordering::Relaxed))
             && t != u64::MAX
         {
             stopping = true;
+            leaving = t == 0;
             let at = node.stop_at(t);
             tracing::warn!("{me} stops at clock {at} (asked to stop at {t})");
         }
@@ -291,6 +301,9 @@ where
                     continue;
                 }
                 Progress::Done => {
+                    if leaving {
+                        links.announce_leaving();
+                    }
                     node.finish(time);
                     drain_events(node, opts, records)?;
                     return Ok(());
@@ -416,7 +429,13 @@ where
             lost.push(peer);
             outbox.retain(|o| o.to != peer);
             links.forget(peer);
-            if was_needed {
+            if was_needed && matches!(e, Error::Left { .. }) {
+                tracing::warn!(
+                    "{} at clock {}: {peer} left the run; training on without it",
+                    node.id(),
+                    node.clock()
+                );
+            } else if was_needed {
                 tracing::warn!(
                     "{} at clock {} lost {peer} ({e}); training on without it",
                     node.id(),
@@ -427,7 +446,7 @@ where
                 // was not a neighbour (a notice).
                 tracing::debug!("{}: {peer} is gone ({e})", node.id());
             }
-            if was_needed || matches!(e, Error::LostNotice { .. }) {
+            if was_needed || matches!(e, Error::LostNotice { .. } | Error::Left { .. }) {
                 // Pass it on, then rewire: every survivor gets the same set of lost nodes
                 // and so the same repaired topology.
                 links.announce_lost(peer);

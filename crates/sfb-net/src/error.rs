@@ -35,6 +35,7 @@ impl Error {
             | Error::NoHeartbeat { from, .. } => Some(core(from)),
             Error::Disconnected { to, .. } => Some(*to),
             Error::LostNotice { lost, .. } => Some(*lost),
+            Error::Left { left, .. } => Some(*left),
             _ => None,
         }
     }
@@ -267,6 +268,14 @@ pub enum Error {
         peer: PeerId,
         /// The state.
         state: Box<sfb_core::NodeState>,
+    },
+    /// A neighbour left the run on request (a planned leave, not a failure of its own).
+    #[error("{peer}: {left} left the run")]
+    Left {
+        /// This node.
+        peer: PeerId,
+        /// The node that left.
+        left: PeerId,
     },
     /// A neighbour reported a node lost (it went on without it).
     #[error("{peer}: a neighbour reports {lost} lost")]

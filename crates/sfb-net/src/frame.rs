@@ -39,6 +39,9 @@ pub enum Control {
     Lost(u32),
     /// "Node `.0` is back" (restarted with `--rejoin`): forwarded like [`Control::Lost`].
     Joined(u32),
+    /// "I (node `.0`) am leaving" (stopped on request): a planned leave, not a failure;
+    /// the receivers treat it like a loss and forward it as [`Control::Lost`].
+    Left(u32),
 }
 
 /// A control frame carrying a node's state to a rejoining node: `[CONTROL, 2]` then
@@ -73,6 +76,11 @@ impl Control {
                 v.extend_from_slice(&p.to_le_bytes());
                 v
             }
+            Control::Left(p) => {
+                let mut v = vec![CONTROL, 4];
+                v.extend_from_slice(&p.to_le_bytes());
+                v
+            }
         }
     }
 
@@ -84,6 +92,7 @@ impl Control {
         Some(match frame {
             [_, 1, a, b, c, d] => Ok(Control::Lost(u32::from_le_bytes([*a, *b, *c, *d]))),
             [_, 3, a, b, c, d] => Ok(Control::Joined(u32::from_le_bytes([*a, *b, *c, *d]))),
+            [_, 4, a, b, c, d] => Ok(Control::Left(u32::from_le_bytes([*a, *b, *c, *d]))),
             _ => Err(format!("malformed control frame of {} bytes", frame.len())),
         })
     }
@@ -227,7 +236,11 @@ mod control_tests {
 
     #[test]
     fn control_frames_round_trip_and_never_look_like_engine_messages() {
-        for c in [Control::Lost(3), Control::Joined(u32::MAX)] {
+        for c in [
+            Control::Lost(3),
+            Control::Joined(u32::MAX),
+            Control::Left(0),
+        ] {
             let b = c.encode();
             assert_eq!(Control::decode(&b), Some(Ok(c)));
             // An engine message's first byte is its variant index, below 0x80.

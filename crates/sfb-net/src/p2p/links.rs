@@ -116,6 +116,10 @@ impl QueueLinks {
                 peer: self.me,
                 state,
             }),
+            Inbound::Left(left) => Err(Error::Left {
+                peer: self.me,
+                left,
+            }),
         }
     }
 }
@@ -215,6 +219,14 @@ impl Links for QueueLinks {
             self.handle.spawn(async move {
                 let _ = q.send(f).await;
             });
+        }
+    }
+
+    fn announce_leaving(&mut self) {
+        let frame = Arc::new(crate::frame::Control::Left(self.me.0).encode());
+        for q in self.queues.iter().flatten() {
+            // In order after this node's last frames: the queue is FIFO.
+            let _ = self.handle.block_on(q.send(Arc::clone(&frame)));
         }
     }
 

@@ -292,6 +292,8 @@ enum Inbound {
     Joined(PeerId),
     /// A neighbour's state, for a rejoining node.
     State(Box<sfb_core::NodeState>),
+    /// An in-neighbour says it is leaving ([`frame::Control::Left`]).
+    Left(PeerId),
 }
 
 fn protocol() -> StreamProtocol {

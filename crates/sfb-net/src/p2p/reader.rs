@@ -191,6 +191,12 @@ impl Readers {
                             return None;
                         }
                         Some(Ok(frame::Control::Joined(_))) => {}
+                        Some(Ok(frame::Control::Left(p)))
+                            if self.inbox.send(Inbound::Left(PeerId(p))).await.is_err() =>
+                        {
+                            return None;
+                        }
+                        Some(Ok(frame::Control::Left(_))) => {}
                         Some(Err(why)) => {
                             self.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
                             let _ = stream.close().await;
