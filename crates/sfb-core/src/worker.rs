@@ -65,17 +65,27 @@ pub(crate) struct Inbound {
 
 impl Inbound {
     pub(crate) fn new(peers: &[PeerId], cluster: usize) -> Self {
-        let mut index: Vec<(PeerId, usize)> =
-            peers.iter().enumerate().map(|(i, &p)| (p, i)).collect();
-        index.sort_unstable();
-        Self {
+        let mut inbound = Self {
             peers: peers.to_vec(),
-            index,
+            index: Vec::new(),
             delivered: vec![0; peers.len()],
             mean_iter_s: vec![0.0; peers.len()],
             fresh: vec![false; peers.len()],
             cluster,
-        }
+        };
+        inbound.reindex();
+        inbound
+    }
+
+    /// Rebuilds the sorted `(peer, position)` index after `peers` changed.
+    fn reindex(&mut self) {
+        self.index = self
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| (p, i))
+            .collect();
+        self.index.sort_unstable();
     }
 
     fn position(&self, q: PeerId) -> Option<usize> {
@@ -153,13 +163,7 @@ impl Inbound {
         self.delivered.remove(i);
         self.mean_iter_s.remove(i);
         self.fresh.remove(i);
-        self.index = self
-            .peers
-            .iter()
-            .enumerate()
-            .map(|(i, &p)| (p, i))
-            .collect();
-        self.index.sort_unstable();
+        self.reindex();
         true
     }
 
@@ -184,13 +188,7 @@ impl Inbound {
         self.delivered.push(clock);
         self.mean_iter_s.push(0.0);
         self.fresh.push(true);
-        self.index = self
-            .peers
-            .iter()
-            .enumerate()
-            .map(|(i, &p)| (p, i))
-            .collect();
-        self.index.sort_unstable();
+        self.reindex();
     }
 
     /// The awaited nodes.

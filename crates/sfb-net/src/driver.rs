@@ -101,10 +101,11 @@ pub trait Links {
         let _ = peer;
     }
 
-    /// Tells every out-neighbour that `peer` is lost (they forward it once), so every
-    /// survivor learns the same set of lost nodes. Default: nothing to do.
-    fn announce_lost(&mut self, peer: PeerId) {
-        let _ = peer;
+    /// Tells every out-neighbour that `peer` is lost, or (`left`) left on request; they
+    /// forward it once, so every survivor learns the same set of lost nodes. Default:
+    /// nothing to do.
+    fn announce_lost(&mut self, peer: PeerId, left: bool) {
+        let _ = (peer, left);
     }
 
     /// Tells every out-neighbour, after this node's last frames, that it leaves the run on
@@ -142,8 +143,8 @@ impl<L: Links + ?Sized> Links for &mut L {
     fn forget(&mut self, peer: PeerId) {
         (**self).forget(peer);
     }
-    fn announce_lost(&mut self, peer: PeerId) {
-        (**self).announce_lost(peer);
+    fn announce_lost(&mut self, peer: PeerId, left: bool) {
+        (**self).announce_lost(peer, left);
     }
     fn connect(&mut self, to: PeerId) {
         (**self).connect(to);
@@ -449,7 +450,7 @@ where
             if was_needed || matches!(e, Error::LostNotice { .. } | Error::Left { .. }) {
                 // Pass it on, then rewire: every survivor gets the same set of lost nodes
                 // and so the same repaired topology.
-                links.announce_lost(peer);
+                links.announce_lost(peer, matches!(e, Error::Left { .. }));
                 if let Some(repair) = &opts.repair
                     && let Some((out, inn, topology)) = repair(lost)
                 {

@@ -39,8 +39,8 @@ pub enum Control {
     Lost(u32),
     /// "Node `.0` is back" (restarted with `--rejoin`): forwarded like [`Control::Lost`].
     Joined(u32),
-    /// "I (node `.0`) am leaving" (stopped on request): a planned leave, not a failure;
-    /// the receivers treat it like a loss and forward it as [`Control::Lost`].
+    /// "Node `.0` is leaving" (stopped on request): a planned leave, not a failure; the
+    /// receivers treat it like a loss and forward it once, as a leave.
     Left(u32),
 }
 

@@ -61,6 +61,18 @@ impl QueueLinks {
         }
     }
 
+    /// Queues the control frame `c` for every out-neighbour, off the engine thread: a full
+    /// queue must not hold the engine, and a notice may overtake frames.
+    fn notify_all(&self, c: crate::frame::Control) {
+        let frame = Arc::new(c.encode());
+        for q in self.queues.iter().flatten() {
+            let (q, f) = (q.clone(), Arc::clone(&frame));
+            self.handle.spawn(async move {
+                let _ = q.send(f).await;
+            });
+        }
+    }
+
     /// Links that can open writers to new out-neighbours ([`Links::connect`]).
     pub(super) fn with_spawner(mut self, spawner: Spawner) -> Self {
         self.spawner = Some(spawner);
@@ -210,19 +222,16 @@ impl Links for QueueLinks {
         }
     }
 
-    fn announce_lost(&mut self, peer: PeerId) {
-        let frame = Arc::new(crate::frame::Control::Lost(peer.0).encode());
-        for q in self.queues.iter().flatten() {
-            // Off the engine thread: a full queue must not hold the engine, and a notice
-            // may overtake frames.
-            let (q, f) = (q.clone(), Arc::clone(&frame));
-            self.handle.spawn(async move {
-                let _ = q.send(f).await;
-            });
-        }
+    fn announce_lost(&mut self, peer: PeerId, left: bool) {
+        self.notify_all(if left {
+            crate::frame::Control::Left(peer.0)
+        } else {
+            crate::frame::Control::Lost(peer.0)
+        });
     }
 
     fn announce_leaving(&mut self) {
+        // Not `notify_all`: in order after this node's last frames, and before it exits.
         let frame = Arc::new(crate::frame::Control::Left(self.me.0).encode());
         for q in self.queues.iter().flatten() {
             // In order after this node's last frames: the queue is FIFO.
@@ -231,13 +240,7 @@ impl Links for QueueLinks {
     }
 
     fn announce_joined(&mut self, peer: PeerId) {
-        let frame = Arc::new(crate::frame::Control::Joined(peer.0).encode());
-        for q in self.queues.iter().flatten() {
-            let (q, f) = (q.clone(), Arc::clone(&frame));
-            self.handle.spawn(async move {
-                let _ = q.send(f).await;
-            });
-        }
+        self.notify_all(crate::frame::Control::Joined(peer.0));
     }
 
     fn send_state(&mut self, to: PeerId, state: &sfb_core::NodeState) {
