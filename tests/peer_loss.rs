@@ -16,6 +16,8 @@ use common::{SFB, Started, assert_gone, init, start, tempdir};
 const GROUP: &str = "peer-loss";
 const PEERS: usize = 8;
 const VICTIM: usize = 5;
+/// The victim's shard: 8000 training samples (the held-out set is generated apart) over 8 peers.
+const LOST_SHARD: u64 = 1000;
 
 /// The run: 80 clocks of MLR on blobs, every peer slowed by a rotating 15 ms straggler so
 /// that clock 20 comes well before the end.
@@ -137,7 +139,11 @@ fn seven_survivors_of_a_kill_at_clock_20_finish_within_2_percent_under_ssp() {
     let want = baseline_objective(&dir, "ssp:2");
     let survivors = kill_one_at_20(&dir, &run_args("ssp:2"));
     let mut objectives = Vec::new();
+    let mut taken = 0;
     for (k, err, r) in &survivors {
+        taken += r["report"]["metrics"]["taken_over_samples"]
+            .as_u64()
+            .unwrap();
         let m = &r["report"]["metrics"];
         assert_eq!(m["clocks"], 80, "survivor {k} finished every clock");
         let lost = m["lost_peers"].as_array().unwrap();
@@ -156,6 +162,9 @@ fn seven_survivors_of_a_kill_at_clock_20_finish_within_2_percent_under_ssp() {
         );
         objectives.push(r["report"]["objective"].as_f64().unwrap());
     }
+    // MLR's default is --lost-shards takeover: the survivors' shares of the victim's
+    // 8000 / 8 training samples are disjoint (each computes its own) and cover it.
+    assert_eq!(taken, LOST_SHARD, "samples taken over");
     let mean = objectives.iter().sum::<f64>() / objectives.len() as f64;
     eprintln!("held-out objective: no failure {want:.4}, 7 survivors {mean:.4} ({objectives:?})");
     assert!(
@@ -263,13 +272,18 @@ fn with_partial_broadcast_every_survivor_repairs_the_topology_the_same_way() {
     c.wait_clock(VICTIM, 20);
     c.children.kill(VICTIM);
     let mut topologies = Vec::new();
+    let mut taken = 0;
     for k in (0..PEERS).filter(|&k| k != VICTIM) {
         let (status, err) = c.children.wait_one(k, Duration::from_secs(120));
         assert!(status.success(), "survivor {k} failed ({status}):\n{err}");
         let m = read_report(&dir, k)["report"]["metrics"].clone();
         assert_eq!(m["clocks"], 80, "survivor {k}");
         topologies.push(m["topology"].as_str().unwrap_or("none").to_string());
+        taken += m["taken_over_samples"].as_u64().unwrap();
     }
+    // Survivors that were not the victim's neighbours learned of it from the notice and
+    // took their share too.
+    assert_eq!(taken, LOST_SHARD, "samples taken over");
     drop(c);
     assert_gone(&pids);
     // What sfb-topology's repair gives for this failure, as the nodes identify it.
@@ -381,6 +395,8 @@ fn a_killed_peer_restarted_with_rejoin_finishes_with_the_others() {
         let back = m["rejoined_peers"].as_array().unwrap();
         assert_eq!(back.len(), 1, "survivor {k}: {m}");
         assert_eq!(back[0][0], victim as u64);
+        // Its shard was given back.
+        assert_eq!(m["taken_over_samples"], 0, "survivor {k}");
     }
     drop(c);
     drop(guard);
@@ -492,4 +508,6 @@ fn the_launcher_reports_a_lost_peer_and_lets_the_survivors_finish() {
     assert_eq!(lost.len(), 1, "{s}");
     assert_eq!(lost[0]["peer"], 2, "{s}");
     assert!(lost[0]["clock"].as_u64().unwrap() >= 18, "{s}");
+    // Node 2's 8000 / 4 samples, taken over by the three survivors.
+    assert_eq!(s["taken_over_samples"], 2000, "{s}");
 }

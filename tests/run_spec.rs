@@ -108,6 +108,8 @@ fn every_option_lands_in_the_spec() {
         "--resume",
         "--on-peer-loss",
         "continue",
+        "--lost-shards",
+        "drop",
     ]);
     let want = RunSpec {
         peers: 6,
@@ -163,6 +165,7 @@ fn every_option_lands_in_the_spec() {
             resume_at: None,
             on_peer_loss: Some(sfb::harness::PeerLossSpec::Continue),
             rejoin: false,
+            lost_shards: Some(sfb::harness::LostShardsSpec::Drop),
         },
     };
     assert_eq!(s, want);

@@ -178,6 +178,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "resume",
     "resume_at",
     "on_peer_loss",
+    "lost_shards",
     "rejoin",
     "fms_push",
     "bandwidth",

@@ -186,9 +186,9 @@ pub struct TrainArgs {
     )]
     pub resume_at: Option<u64>,
     /// When a neighbour is lost (its process died, or no heartbeat within --peer-timeout):
-    /// fail, or continue training without it (the lost peer's data is no longer trained
-    /// on; the summary names who was lost at which clock). Default: fail under BSP,
-    /// continue under ssp, async and throttle.
+    /// fail, or continue training without it (its data: see --lost-shards; the summary
+    /// names who was lost at which clock). Default: fail under BSP, continue under ssp,
+    /// async and throttle.
     #[arg(long, value_enum, value_name = "POLICY")]
     pub on_peer_loss: Option<PeerLossArg>,
     /// sfb peer: this peer was lost and restarts into the run under way: it takes W, the
@@ -196,9 +196,25 @@ pub struct TrainArgs {
     /// back.
     #[arg(long)]
     pub rejoin: bool,
+    /// A lost peer's data shard: takeover (the survivors split it between them, the same
+    /// way whatever order they learn of losses in, and give it back if it rejoins) or drop
+    /// (no longer trained on). Default: takeover for mlr, sc and mlr-primal with sgd; drop
+    /// for models whose state belongs to their own samples (l2mlr's SDCA duals, saga, dml)
+    /// and under FMS.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub lost_shards: Option<LostShardsArg>,
     /// Data files and per-model parameters.
     #[command(flatten)]
     pub model_opts: Box<ModelOptions>,
+}
+
+/// `--lost-shards`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LostShardsArg {
+    /// The survivors take the lost shard over.
+    Takeover,
+    /// The lost shard is not trained on any more.
+    Drop,
 }
 
 /// `--on-peer-loss`.
@@ -282,6 +298,10 @@ impl TrainArgs {
                 PeerLossArg::Continue => sfb_harness::PeerLossSpec::Continue,
             }),
             rejoin: self.rejoin,
+            lost_shards: self.lost_shards.map(|p| match p {
+                LostShardsArg::Takeover => sfb_harness::LostShardsSpec::Takeover,
+                LostShardsArg::Drop => sfb_harness::LostShardsSpec::Drop,
+            }),
         };
     }
 }

@@ -17,7 +17,7 @@
 //! applies them and reports [`Progress::Done`]. Under BSP with full broadcast every
 //! replica then holds bitwise the same W.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ndarray::{Array2, ArrayView2};
@@ -30,7 +30,7 @@ use crate::wire::{self, Message};
 use crate::worker::{Inbound, Plan, Side, Worker, WorkerParts};
 use crate::{
     Consistency, Error, Evaluation, Evaluator, FactorBatch, Model, Optimizer, PeerId, Replica,
-    Result, Shard, Stepper,
+    Result, Shard, ShardSource, Stepper,
 };
 
 /// Configuration of one peer's engine.
@@ -364,6 +364,15 @@ pub struct Engine<M: Model> {
     /// Rejoining a run under way: no step until [`Engine::adopt`] gives it the cluster's
     /// W and clock.
     rejoining: bool,
+    /// Where the shard comes from when peers are lost ([`Engine::with_takeover`]).
+    takeover: Option<TakeOver<M::Sample>>,
+}
+
+/// The shard source of [`Engine::with_takeover`] and the peers it currently covers.
+struct TakeOver<S> {
+    source: ShardSource<S>,
+    lost: BTreeSet<PeerId>,
+    own: usize,
 }
 
 impl<M: Model> std::fmt::Debug for Engine<M> {
@@ -406,7 +415,41 @@ impl<M: Model> Engine<M> {
             worker,
             cfg,
             rejoining: false,
+            takeover: None,
         })
+    }
+
+    /// Lost peers' shards are taken over: whenever the set of lost peers changes (a loss
+    /// the engine is told of, neighbour or not, or a rejoin) the shard becomes
+    /// `source(lost)` and the sampler starts a new epoch over it ([`Shard::reassign`]).
+    /// Every survivor computes its part from the same set, so together they train on the
+    /// whole data again. Only for models whose state does not follow sample indices
+    /// (not SDCA's duals or SAGA's table: their indices would change meaning).
+    pub fn with_takeover(mut self, source: ShardSource<M::Sample>) -> Self {
+        self.takeover = Some(TakeOver {
+            source,
+            lost: BTreeSet::new(),
+            own: self.worker.shard.len(),
+        });
+        self
+    }
+
+    /// Recomputes the shard after the set of lost peers changed (`gone`: lost, else back).
+    fn retake(&mut self, peer: PeerId, gone: bool) {
+        let Some(t) = &mut self.takeover else {
+            return;
+        };
+        let changed = if gone {
+            t.lost.insert(peer)
+        } else {
+            t.lost.remove(&peer)
+        };
+        if !changed {
+            return;
+        }
+        let samples = (t.source)(&t.lost);
+        self.worker.metrics.taken_over_samples = samples.len().saturating_sub(t.own) as u64;
+        self.worker.shard.reassign(samples);
     }
 
     /// A peer restarted into a run under way (`--rejoin`): it computes nothing until a
@@ -463,6 +506,7 @@ impl<M: Model> Engine<M> {
             .metrics
             .rejoined_peers
             .push((peer.0, self.worker.clock));
+        self.retake(peer, false);
     }
 
     /// An engine for `cfg` continuing from `state` (taken by this peer in a run with the
@@ -604,7 +648,16 @@ impl<M: Model> Engine<M> {
     pub fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
         let neighbour = self.worker.inbound.awaits(peer) || self.side.out_neighbors.contains(&peer);
         // A neighbour that delivered every clock has finished, not died (its stream ends).
-        if !neighbour || self.worker.done || self.worker.finished_by(peer) {
+        if self.worker.done || self.worker.finished_by(peer) || peer == self.cfg.id {
+            return Ok(false);
+        }
+        if !neighbour {
+            // A notice of a loss elsewhere: nothing to stop waiting for, but its shard
+            // may be this peer's to take over.
+            if self.cfg.on_peer_loss == PeerLoss::Continue && self.takeover.is_some() {
+                self.worker.record_loss(peer);
+                self.retake(peer, true);
+            }
             return Ok(false);
         }
         if self.cfg.on_peer_loss == PeerLoss::Fail {
@@ -619,6 +672,7 @@ impl<M: Model> Engine<M> {
         self.worker.forget(peer, &mut self.side.out_neighbors);
         self.cfg.in_neighbors.retain(|&p| p != peer);
         self.cfg.out_neighbors.retain(|&p| p != peer);
+        self.retake(peer, true);
         Ok(true)
     }
 

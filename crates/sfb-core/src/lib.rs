@@ -76,7 +76,7 @@ pub use checkpoint::{NodeState, Role};
 pub use consistency::{
     Barrier, Consistency, ParseConsistencyError, PeerStatus, StatusView, ThrottledRelease,
 };
-pub use data::{Shard, shard_indices};
+pub use data::{Shard, ShardSource, shard_indices, takeover_indices};
 pub use engine::{Config, DEFAULT_MAX_DRIFT, Engine, Event, Output, PeerLoss, Progress};
 pub use error::{ConfigError, Error, ModelError, Result};
 pub use factor::{FactorBatch, SvList, VFactors};

@@ -54,6 +54,10 @@ pub struct PeerMetrics {
     /// then.
     #[serde(default)]
     pub rejoined_peers: Vec<(u32, u64)>,
+    /// Samples of lost peers' shards this peer trains on now (their shards taken over;
+    /// 0 when none is lost, or when lost shards are dropped).
+    #[serde(default)]
+    pub taken_over_samples: u64,
 }
 
 impl PeerMetrics {
@@ -221,6 +225,11 @@ pub struct Summary {
     /// survivors'. Absent when no node was lost.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost_peers: Vec<LostPeer>,
+    /// Samples of lost peers' shards the survivors trained on at the end (`--lost-shards
+    /// takeover`), summed over them: the lost shards' sizes when every one was taken over.
+    /// Absent when zero (nobody lost, shards dropped, or every lost peer back).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub taken_over_samples: u64,
     /// Why the run stopped before its end, when it did: the figures are then those of each
     /// node's last record ([`Summary::partial`]), and there are no checksums. Absent for a
     /// run that completed.
@@ -319,6 +328,7 @@ impl Summary {
             replica_checksums: reports.iter().map(|r| r.checksum.clone()).collect(),
             max_replica_divergence: divergence,
             lost_peers: lost_peers(reports),
+            taken_over_samples: reports.iter().map(|r| r.metrics.taken_over_samples).sum(),
             failed: None,
             extra: BTreeMap::new(),
         }
@@ -372,6 +382,10 @@ pub struct LostPeer {
     pub peer: u32,
     /// The earliest clock a survivor had completed when it learned of the loss.
     pub clock: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Every node some report lost, with the earliest clock, by node.

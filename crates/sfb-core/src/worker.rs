@@ -286,7 +286,7 @@ pub(crate) trait Side<M: Model> {
 pub(crate) struct Worker<M: Model> {
     pub(crate) id: PeerId,
     pub(crate) model: M,
-    shard: Shard<M::Sample>,
+    pub(crate) shard: Shard<M::Sample>,
     sv: SvList,
     evaluator: Option<Box<dyn Evaluator>>,
     pub(crate) plan: Plan,
@@ -458,10 +458,15 @@ impl<M: Model> Worker<M> {
         out.retain(|&p| p != peer);
         let sent_to = out.len() != len;
         self.outputs.retain(|o| o.to != peer);
+        self.record_loss(peer);
+        awaited || sent_to
+    }
+
+    /// Records `peer`'s loss (peer, the clock this node was at) once.
+    pub(crate) fn record_loss(&mut self, peer: PeerId) {
         if !self.metrics.lost_peers.iter().any(|&(p, _)| p == peer.0) {
             self.metrics.lost_peers.push((peer.0, self.clock));
         }
-        awaited || sent_to
     }
 
     /// Whether awaited node `peer` has delivered every clock of the run (its stream may then

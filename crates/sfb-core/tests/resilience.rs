@@ -608,3 +608,141 @@ fn a_coordinated_stop_checkpoints_its_clock_and_resumes_bitwise() {
         plain.server.replica().checksum()
     );
 }
+
+/// Least squares that records the id of every sample it is given (sample = (id, x, y)).
+struct Tagged {
+    drawn: Vec<usize>,
+}
+
+type TaggedSample = (usize, Vec<f32>, Vec<f32>);
+
+impl Model for Tagged {
+    type Sample = TaggedSample;
+    fn compute_sv(
+        &mut self,
+        w: ArrayView2<'_, f32>,
+        batch: &[&Self::Sample],
+        sv: &mut SvList,
+    ) -> Result<(), ModelError> {
+        for &(id, x, y) in batch {
+            self.drawn.push(*id);
+            let u: Vec<f32> = w
+                .rows()
+                .into_iter()
+                .zip(y)
+                .map(|(row, yj)| row.dot(&ndarray::aview1(x)) - yj)
+                .collect();
+            sv.push_dense(&u, x)?;
+        }
+        Ok(())
+    }
+}
+
+/// 4 peers over 40 tagged samples (peer p owns the ids ≡ p mod 4); peer 2 dies after
+/// clock 5 of 12; with `takeover`, every peer's source is [`takeover_indices`]. Returns the
+/// engines and, per survivor, the ids it drew after the loss.
+fn run_takeover(takeover: bool) -> (Vec<Engine<Tagged>>, Vec<Vec<usize>>) {
+    let data: std::sync::Arc<Vec<TaggedSample>> = std::sync::Arc::new(
+        (0..40)
+            .map(|i| {
+                let x: Vec<f32> = (0..D).map(|k| ((i * 3 + k) % 7) as f32 / 7.0).collect();
+                let y: Vec<f32> = (0..J).map(|j| ((i + j) % 2) as f32).collect();
+                (i, x, y)
+            })
+            .collect(),
+    );
+    let mut engines: Vec<Engine<Tagged>> = (0..4u32)
+        .map(|p| {
+            let mut cfg = config(p, 4, Method::Sgd, Consistency::Ssp { staleness: 1 });
+            cfg.checkpoint_every = 0;
+            cfg.on_peer_loss = sfb_core::PeerLoss::Continue;
+            let own = sfb_core::shard_indices(40, 4, p as usize)
+                .map(|i| data[i].clone())
+                .collect();
+            let e =
+                Engine::new(cfg, Tagged { drawn: Vec::new() }, w0(), Shard::new(own, 7)).unwrap();
+            if !takeover {
+                return e;
+            }
+            let data = std::sync::Arc::clone(&data);
+            e.with_takeover(std::sync::Arc::new(move |lost| {
+                let lost = lost.iter().map(|q: &PeerId| q.index()).collect();
+                sfb_core::takeover_indices(40, 4, p as usize, &lost)
+                    .into_iter()
+                    .map(|i| data[i].clone())
+                    .collect()
+            }))
+        })
+        .collect();
+    let mut nodes: Vec<&mut dyn StateMachine> = engines
+        .iter_mut()
+        .map(|e| e as &mut dyn StateMachine)
+        .collect();
+    let errors = run_with_loss(&mut nodes, |p| p.index(), 2, 5);
+    assert!(errors.iter().all(Option::is_none));
+    // Draws are K = 3 per clock: those of clocks ≥ the clock each survivor was at when told.
+    let after: Vec<Vec<usize>> = engines
+        .iter()
+        .enumerate()
+        .map(|(k, e)| {
+            if k == 2 {
+                return Vec::new();
+            }
+            let at = e.metrics().lost_peers[0].1 as usize;
+            e.model().drawn[at * 3..].to_vec()
+        })
+        .collect();
+    (engines, after)
+}
+
+#[test]
+fn survivors_take_over_a_lost_shard_in_disjoint_parts_and_give_it_back_on_rejoin() {
+    let (mut engines, after) = run_takeover(true);
+    let mut taken: Vec<usize> = Vec::new();
+    for k in [0usize, 1, 3] {
+        assert!(engines[k].is_done());
+        let theirs: Vec<usize> = after[k].iter().copied().filter(|i| i % 4 == 2).collect();
+        // Every id a survivor draws is its own or one of its share of peer 2's.
+        let share = sfb_core::takeover_indices(40, 4, k, &[2].into_iter().collect());
+        assert!(
+            after[k].iter().all(|i| share.contains(i)),
+            "peer {k}: {:?}",
+            after[k]
+        );
+        let mut mine: Vec<usize> = theirs.clone();
+        mine.sort_unstable();
+        mine.dedup();
+        assert_eq!(
+            mine.len() as u64,
+            engines[k].metrics().taken_over_samples,
+            "peer {k}"
+        );
+        taken.extend(mine);
+    }
+    // The shares are disjoint and cover the lost shard (each survivor drew at least one
+    // full epoch over its new shard after the loss).
+    taken.sort_unstable();
+    assert_eq!(taken, (0..40).filter(|i| i % 4 == 2).collect::<Vec<_>>());
+    let total: u64 = [0usize, 1, 3]
+        .iter()
+        .map(|&k| engines[k].metrics().taken_over_samples)
+        .sum();
+    assert_eq!(total, 10);
+    // Peer 2 back: the survivors' shards are their own again.
+    for k in [0usize, 1, 3] {
+        engines[k].peer_rejoined(PeerId(2));
+        assert_eq!(engines[k].metrics().taken_over_samples, 0);
+    }
+
+    // Dropped: nobody trains on peer 2's samples after its loss.
+    let (engines, after) = run_takeover(false);
+    for k in [0usize, 1, 3] {
+        assert!(engines[k].is_done());
+        assert!(
+            after[k].iter().all(|i| i % 4 == k),
+            "peer {k}: {:?}",
+            after[k]
+        );
+        assert_eq!(engines[k].metrics().taken_over_samples, 0);
+    }
+}

@@ -1,6 +1,7 @@
 //! The cluster builder: P engines (or an FMS server and P clients) from one description,
 //! with the per-peer seed scheme in one place.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +11,9 @@ use ndarray::Array2;
 use sfb_core::fms::{Client, Server};
 use sfb_core::metrics::{ClockRecord, RunInfo, Summary};
 use sfb_core::wire::Dtype;
-use sfb_core::{Config, Consistency, Engine, Evaluator, Model, PeerId, Role, Shard, shard_indices};
+use sfb_core::{
+    Config, Consistency, Engine, Evaluator, Model, PeerId, Role, Shard, ShardSource, shard_indices,
+};
 use sfb_models::{ModelSpec, Problem};
 use sfb_topology::{Method, Topology};
 
@@ -101,6 +104,7 @@ impl Cluster {
         b.s.metrics = spec.output.metrics.clone();
         let f = &spec.fault;
         b.s.on_peer_loss = Some(f.peer_loss(&t.consistency));
+        b.s.lost_shards = f.lost_shards;
         if let Some(dir) = &f.checkpoint_dir {
             b = b.checkpoints(dir, f.checkpoint_every, f.checkpoint_keep);
             if f.resuming() {
@@ -176,6 +180,7 @@ struct Settings {
     metrics: Option<PathBuf>,
     checkpoints: Option<Checkpoints>,
     on_peer_loss: Option<sfb_core::PeerLoss>,
+    lost_shards: Option<crate::LostShardsSpec>,
 }
 
 /// Where and how often the nodes checkpoint, and whether they resume.
@@ -224,6 +229,7 @@ impl Default for Settings {
             metrics: None,
             checkpoints: None,
             on_peer_loss: None,
+            lost_shards: None,
         }
     }
 }
@@ -333,6 +339,16 @@ mod kind {
         fn l2(&self) -> f32 {
             0.0
         }
+        /// Where `peer`'s samples come from once peers are lost (their shards taken over),
+        /// or why this model cannot take a shard over.
+        fn shard_source(
+            &mut self,
+            peer: &Peer,
+        ) -> std::result::Result<ShardSource<<Self::Model as Model>::Sample>, &'static str>;
+        /// Whether lost shards are taken over when no policy is set.
+        fn takes_over_by_default(&self) -> bool {
+            false
+        }
     }
 }
 use kind::{Kind, Parts};
@@ -342,6 +358,21 @@ use kind::{Kind, Parts};
 pub trait ModelSource: Kind {}
 
 impl<T: Kind> ModelSource for T {}
+
+/// Peer `peer`'s samples of `data` for a set of lost peers ([`sfb_core::takeover_indices`]).
+fn takeover_source<S: Clone + Send + Sync + 'static>(
+    data: Arc<Vec<S>>,
+    peer: &Peer,
+) -> ShardSource<S> {
+    let (peers, me) = (peer.peers, peer.id.index());
+    Arc::new(move |lost: &BTreeSet<PeerId>| {
+        let lost: BTreeSet<usize> = lost.iter().map(|p| p.index()).collect();
+        sfb_core::takeover_indices(data.len(), peers, me, &lost)
+            .into_iter()
+            .map(|i| data[i].clone())
+            .collect()
+    })
+}
 
 fn empty_shard(peer: &Peer, samples: usize) -> Error {
     Error::EmptyShard {
@@ -353,7 +384,7 @@ fn empty_shard(peer: &Peer, samples: usize) -> Error {
 
 impl<M: Model, F: FnMut(&Peer) -> M> Kind for Custom<M, F>
 where
-    M::Sample: Clone,
+    M::Sample: Clone + 'static,
 {
     type Model = M;
     fn name(&self) -> &'static str {
@@ -361,6 +392,13 @@ where
     }
     fn samples(&self) -> Option<usize> {
         self.data.as_ref().map(|d| d.len())
+    }
+    fn shard_source(
+        &mut self,
+        peer: &Peer,
+    ) -> std::result::Result<ShardSource<M::Sample>, &'static str> {
+        let data = self.data.clone().ok_or("no training data was given")?;
+        Ok(takeover_source(data, peer))
     }
     fn parts(&mut self, peer: &Peer, seed: u64) -> Result<Parts<M>> {
         let data = self.data.as_ref().ok_or(Error::MissingData)?;
@@ -393,6 +431,19 @@ impl Kind for Builtin {
     }
     fn samples(&self) -> Option<usize> {
         self.problem.as_ref().map(|p| p.train.len())
+    }
+    fn shard_source(
+        &mut self,
+        peer: &Peer,
+    ) -> std::result::Result<ShardSource<sfb_models::Example>, &'static str> {
+        if let Some(why) = self.spec.takeover_refusal() {
+            return Err(why);
+        }
+        let problem = self.problem.as_ref().ok_or("no training data was given")?;
+        Ok(takeover_source(Arc::clone(&problem.train), peer))
+    }
+    fn takes_over_by_default(&self) -> bool {
+        self.spec.takeover_refusal().is_none()
     }
     fn l2(&self) -> f32 {
         match self.spec {
@@ -602,6 +653,15 @@ impl<K> Builder<K> {
         self
     }
 
+    /// What becomes of a lost peer's shard ([`crate::FaultOptions::lost_shards`]).
+    /// Default: takeover for a built-in model whose state does not belong to its samples,
+    /// drop for the others and for a model of your own (its `compute_sv_indexed` may keep
+    /// per-sample state; opt in when it does not).
+    pub fn lost_shards(mut self, policy: crate::LostShardsSpec) -> Self {
+        self.s.lost_shards = Some(policy);
+        self
+    }
+
     /// In-memory runs: how long a peer may wait without receiving anything. Default 30 s.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.s.timeout = timeout;
@@ -803,7 +863,23 @@ impl<K: Kind> Builder<K> {
                 } else {
                     sfb_core::PeerLoss::Continue
                 });
-        let engine = Engine::new(cfg, parts.model, parts.w0, parts.shard)?;
+        let takeover = cfg.on_peer_loss == sfb_core::PeerLoss::Continue
+            && match self.s.lost_shards {
+                Some(p) => p == crate::LostShardsSpec::Takeover,
+                None => self.kind.takes_over_by_default(),
+            };
+        let mut engine = Engine::new(cfg, parts.model, parts.w0, parts.shard)?;
+        if takeover {
+            let source = self
+                .kind
+                .shard_source(&peer)
+                .map_err(|why| Error::Requires {
+                    field: "fault.lost_shards",
+                    requires: "a model whose state does not belong to its samples for takeover",
+                    why,
+                })?;
+            engine = engine.with_takeover(source);
+        }
         Ok(match parts.evaluator {
             Some(e) => engine.with_evaluator(e),
             None => engine,

@@ -92,8 +92,8 @@ pub use cluster::{
 pub use error::{Error, Result};
 pub use run::run;
 pub use spec::{
-    Backend, ConsistencySpec, DataSource, FaultOptions, MethodSpec, ModelChoice, NetOptions,
-    OutputOptions, PeerLossSpec, Push, RunSpec, ScaleSpec, ScheduleSpec, StragglerSpec,
+    Backend, ConsistencySpec, DataSource, FaultOptions, LostShardsSpec, MethodSpec, ModelChoice,
+    NetOptions, OutputOptions, PeerLossSpec, Push, RunSpec, ScaleSpec, ScheduleSpec, StragglerSpec,
     TopologyMethod, TopologyOptions, TrainOptions, Transport, default_lr, default_lr_for_data,
     default_method, default_warmup, flag_for, score_step,
 };

@@ -866,6 +866,23 @@ pub struct FaultOptions {
     /// them, then trains on; the others take it back (the topology returns to what it was
     /// without the loss).
     pub rejoin: bool,
+    /// What becomes of a lost peer's data shard (`--lost-shards`): `takeover` (the
+    /// survivors split it deterministically, [`sfb_core::takeover_indices`], and give it
+    /// back when the peer rejoins) or `drop`. Default: takeover for the models whose state
+    /// does not belong to their samples (mlr, sc, mlr with sgd), drop for the others (SDCA's
+    /// duals, SAGA's table, DML's pair sampler), and drop under FMS (a client does not
+    /// learn of another's loss).
+    pub lost_shards: Option<LostShardsSpec>,
+}
+
+/// [`FaultOptions::lost_shards`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LostShardsSpec {
+    /// The survivors take the lost shard over.
+    Takeover,
+    /// The lost shard is not trained on any more.
+    Drop,
 }
 
 /// [`FaultOptions::on_peer_loss`].
@@ -897,6 +914,7 @@ impl Default for FaultOptions {
             resume_at: None,
             on_peer_loss: None,
             rejoin: false,
+            lost_shards: None,
         }
     }
 }
@@ -1085,6 +1103,24 @@ impl RunSpec {
                 why: "the directory the checkpoints are read from",
             });
         }
+        if f.lost_shards == Some(LostShardsSpec::Takeover) {
+            if self.backend == Backend::Fms {
+                return Err(Error::Requires {
+                    field: "fault.lost_shards",
+                    requires: "the sfb backend for takeover",
+                    why: "an FMS client does not learn of another client's loss (the server \
+                          trains on with the clients left); use --lost-shards drop",
+                });
+            }
+            let spec = self.model.spec_for(self.train.method_for(&self.model));
+            if let Some(why) = spec.takeover_refusal() {
+                return Err(Error::Requires {
+                    field: "fault.lost_shards",
+                    requires: "a model whose state does not belong to its samples for takeover",
+                    why,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -1240,6 +1276,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "fault.checkpoint_keep" => "--checkpoint-keep",
         "fault.checkpoint_dir" => "--checkpoint-dir",
         "fault.resume" => "--resume",
+        "fault.lost_shards" => "--lost-shards",
         other => other,
     }
 }
@@ -1296,6 +1333,7 @@ mod tests {
                 resume_at: Some(14),
                 on_peer_loss: Some(PeerLossSpec::Continue),
                 rejoin: true,
+                lost_shards: Some(LostShardsSpec::Drop),
             },
         };
         assert_eq!(RunSpec::from_json(&spec.to_json()).unwrap(), spec);
@@ -1339,6 +1377,23 @@ mod tests {
         assert!(bad(&|s| s.topology.out_degree = Some(4)).starts_with("topology.out_degree"));
         assert!(bad(&|s| s.model = ModelChoice::L2mlr { lambda: 0.0 }).starts_with("model.lambda"));
         assert!(bad(&|s| s.net.bandwidth = Some(Rate(1.0))).starts_with("net.bandwidth"));
+        let takeover = |s: &mut RunSpec| s.fault.lost_shards = Some(LostShardsSpec::Takeover);
+        let e = bad(&|s| {
+            takeover(s);
+            s.model = ModelChoice::L2mlr { lambda: 1e-3 };
+        });
+        assert!(
+            e.starts_with("fault.lost_shards") && e.contains("dual variable per sample"),
+            "{e}"
+        );
+        let e = bad(&|s| {
+            takeover(s);
+            s.backend = Backend::Fms;
+        });
+        assert!(
+            e.starts_with("fault.lost_shards") && e.contains("FMS client"),
+            "{e}"
+        );
         assert!(
             bad(&|s| s.train.straggler = Some(StragglerSpec::Peer {
                 peer: 4,
@@ -1351,6 +1406,9 @@ mod tests {
                 .starts_with("train.straggler must be a delay of at most 31536000000 ms")
         );
         RunSpec::default().validate().unwrap();
+        let mut s = RunSpec::default();
+        takeover(&mut s);
+        s.validate().unwrap();
     }
 
     #[test]

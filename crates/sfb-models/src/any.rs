@@ -295,6 +295,28 @@ impl ModelSpec {
         }
     }
 
+    /// Why a peer of this model cannot take over a lost peer's shard mid-run
+    /// ([`sfb_core::Engine::with_takeover`]), if it cannot: its state belongs to the
+    /// samples it started with.
+    pub fn takeover_refusal(&self) -> Option<&'static str> {
+        match self {
+            ModelSpec::L2Mlr { .. } => Some(
+                "l2mlr (SDCA) keeps a dual variable per sample of its own shard; use \
+                 --lost-shards drop",
+            ),
+            ModelSpec::MlrPrimal { saga: true, .. } => Some(
+                "saga keeps the last gradient of every sample of its own shard; use \
+                 --lost-shards drop",
+            ),
+            ModelSpec::Dml { .. } => {
+                Some("dml draws its pairs from the shard it was built with; use --lost-shards drop")
+            }
+            ModelSpec::Mlr
+            | ModelSpec::MlrPrimal { saga: false, .. }
+            | ModelSpec::SparseCoding { .. } => None,
+        }
+    }
+
     /// The model of peer `peer` of `peers`, owning `shard`; `seed` drives any sampling
     /// the model does itself (DML's pairs).
     ///
