@@ -177,7 +177,10 @@ fn seven_survivors_of_a_kill_at_clock_20_finish_within_2_percent_under_ssp() {
 fn under_bsp_survivors_fail_fast_by_default_and_go_on_when_told() {
     // Default: BSP fails, naming the lost peer.
     let dir = tempdir(GROUP, "bsp-fail");
-    let mut c = start_peers(&dir, &run_args("bsp"));
+    let ck = dir.join("ck");
+    let mut args = run_args("bsp");
+    args.extend(["--checkpoint-dir".into(), ck.display().to_string()]);
+    let mut c = start_peers(&dir, &args);
     let pids = c.children.pids();
     c.wait_clock(VICTIM, 20);
     c.children.kill(VICTIM);
@@ -201,6 +204,24 @@ fn under_bsp_survivors_fail_fast_by_default_and_go_on_when_told() {
             "{k} stopped after {clocks} clocks"
         );
         assert!(s["samples"].as_u64().unwrap() >= 19 * 16);
+        // And its latest cut (every update of the clocks before it applied: the start of
+        // the last clock it computed), beside the periodic checkpoint at 10, which it does
+        // not push out.
+        let line = err
+            .lines()
+            .find(|l| l.contains("is checkpointed"))
+            .unwrap_or_else(|| panic!("{k}: no final checkpoint: {err}"));
+        let at: u64 = line
+            .split("its state at clock ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!((19..=22).contains(&at), "{line}");
+        for clock in [10, at] {
+            let f = ck.join(format!("peer-{k}.c{clock:010}.sfbck"));
+            assert!(f.exists(), "{k}: no {}", f.display());
+        }
     }
     assert!(named >= 1, "nobody named peer {VICTIM}");
     drop(c);

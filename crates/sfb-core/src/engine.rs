@@ -636,6 +636,22 @@ impl<M: Model> Engine<M> {
         self.worker.waiting_on()
     }
 
+    /// The state to save when the node fails before its next clock (a lost neighbour under
+    /// [`PeerLoss::Fail`], a timeout): its state at the start of its current clock `t` when
+    /// that start was a cut — every update of the clocks `< t` applied and nothing later
+    /// (always under BSP; under SSP when every awaited node had delivered them) — and it
+    /// checkpoints and has no checkpoint of `t` yet. W and the optimizer state have not
+    /// changed since (updates are applied when a clock starts), so the state is exactly
+    /// the one a checkpoint at `t` would have held.
+    pub fn final_state(&self) -> Option<NodeState> {
+        if self.rejoining || self.worker.done {
+            return None;
+        }
+        let mut state = self.worker.cut.clone()?;
+        Side::<M>::snapshot(&self.side, &mut state);
+        Some(state)
+    }
+
     /// Peer `peer` is gone. With [`PeerLoss::Continue`] the engine stops waiting for it
     /// and stops sending to it (frames queued for it are dropped; batches received from it
     /// stay and are applied) and records the loss in its metrics; returns whether `peer`

@@ -57,6 +57,11 @@ pub trait StateMachine {
     fn rejoin_state(&self) -> Option<crate::NodeState> {
         None
     }
+    /// The state to checkpoint when the node fails ([`Engine::final_state`]), if it has a
+    /// cut newer than its last checkpoint. Default: none.
+    fn final_state(&self) -> Option<crate::NodeState> {
+        None
+    }
     /// A rejoining node takes a neighbour's state; whether it did (the first one only).
     ///
     /// # Errors
@@ -109,6 +114,9 @@ impl<M: Model> StateMachine for Engine<M> {
     }
     fn adopt(&mut self, state: crate::NodeState) -> Result<bool> {
         Engine::adopt(self, state)
+    }
+    fn final_state(&self) -> Option<crate::NodeState> {
+        Engine::final_state(self)
     }
 }
 

@@ -309,6 +309,12 @@ pub(crate) struct Worker<M: Model> {
     wall_offset_s: f64,
     /// The clock of the last state taken or restored.
     last_checkpoint: Option<u64>,
+    /// The worker's part of its state at the start of the current clock when that start
+    /// was a cut (every update of the clocks before it applied, nothing later) newer than
+    /// its last checkpoint: what a node that fails before its next clock saves
+    /// ([`Engine::final_state`](crate::Engine::final_state)). Kept only when it
+    /// checkpoints.
+    pub(crate) cut: Option<NodeState>,
     /// The run was cut short by [`stop_at`](Self::stop_at).
     stopped_early: bool,
 }
@@ -348,6 +354,7 @@ impl<M: Model> Worker<M> {
             drift_reported: 0,
             wall_offset_s: 0.0,
             last_checkpoint: None,
+            cut: None,
             stopped_early: false,
         }
     }
@@ -355,6 +362,7 @@ impl<M: Model> Worker<M> {
     /// A rejoining node starts at `clock`: every awaited node becomes fresh (awaited from its
     /// next frame, of whatever clock).
     pub(crate) fn rejoin_at(&mut self, clock: u64) {
+        self.cut = None;
         self.clock = clock;
         self.metrics.clocks = clock;
         self.drift_reported = clock;
@@ -556,6 +564,14 @@ impl<M: Model> Worker<M> {
         };
         side.absorb(self, limit, time)?;
         let t = self.clock;
+        // W changes only here: the state of a cut stays valid until the next clock starts.
+        self.cut = (!checkpoint
+            && self.plan.checkpoint_every > 0
+            && limit == t
+            && t > 0
+            && self.last_checkpoint != Some(t)
+            && self.inbound.all_delivered(t))
+        .then(|| self.state(side.role(), time.now()));
         if checkpoint {
             let mut state = self.state(side.role(), time.now());
             side.snapshot(&mut state);

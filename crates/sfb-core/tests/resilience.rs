@@ -746,3 +746,45 @@ fn survivors_take_over_a_lost_shard_in_disjoint_parts_and_give_it_back_on_rejoin
         assert_eq!(engines[k].metrics().taken_over_samples, 0);
     }
 }
+
+#[test]
+fn a_bsp_peer_failing_on_a_loss_holds_its_latest_cut_bitwise() {
+    let make = |every: u64| -> Vec<Engine<Counting>> {
+        (0..4)
+            .map(|p| {
+                let mut cfg = config(p, 4, Method::AdaGrad, Consistency::Bsp);
+                cfg.checkpoint_every = every;
+                Engine::new(cfg, Counting { seen: Vec::new() }, w0(), shard(p)).unwrap()
+            })
+            .collect()
+    };
+    // Peer 2 dies after clock 6 (not a checkpoint clock of every 4): the survivors fail.
+    let mut engines = make(4);
+    let mut nodes: Vec<&mut dyn StateMachine> = engines
+        .iter_mut()
+        .map(|e| e as &mut dyn StateMachine)
+        .collect();
+    let errors = run_with_loss(&mut nodes, |p| p.index(), 2, 6);
+    // The same run checkpointing at every clock: the reference cuts.
+    let mut reference = make(1);
+    let cuts = drive_peers(&mut reference);
+    for k in [0usize, 1, 3] {
+        assert!(errors[k].is_some(), "peer {k} fails under BSP");
+        let last = engines[k].final_state().expect("a cut to save");
+        assert!(
+            !last.clock.is_multiple_of(4),
+            "a periodic clock is already saved"
+        );
+        let want = cuts
+            .iter()
+            .find(|s| s.id == PeerId(k as u32) && s.clock == last.clock)
+            .unwrap();
+        assert_eq!(last.w, want.w, "peer {k} at clock {}", last.clock);
+        assert_eq!(last.optimizer, want.optimizer);
+        assert_eq!(last.model, want.model);
+        assert_eq!(last.sampler, want.sampler);
+        assert_eq!(last.awaited, want.awaited);
+    }
+    // A node without checkpoints keeps no cut.
+    assert!(make(0)[0].final_state().is_none());
+}

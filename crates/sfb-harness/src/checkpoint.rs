@@ -268,6 +268,24 @@ impl Store {
     /// # Errors
     /// The operating system's reason, with the path.
     pub fn save(&self, state: &NodeState) -> std::result::Result<u64, String> {
+        let bytes = self.save_unpruned(state)?;
+        let clocks = self
+            .clocks(state.role, state.id)
+            .map_err(|e| e.to_string())?;
+        let excess = clocks.len().saturating_sub(self.keep);
+        for &old in &clocks[..excess] {
+            let old = self.path(state.role, state.id, old);
+            fs::remove_file(&old).map_err(|e| format!("deleting {}: {e}", old.display()))?;
+        }
+        Ok(bytes)
+    }
+
+    /// [`save`](Self::save) without deleting older files: for a failed node's final
+    /// state, which must not push out the checkpoints the other nodes share.
+    ///
+    /// # Errors
+    /// The operating system's reason, with the path.
+    pub fn save_unpruned(&self, state: &NodeState) -> std::result::Result<u64, String> {
         let path = self.path(state.role, state.id, state.clock);
         let name = path.file_name().expect("a file name").to_string_lossy();
         let tmp = self.dir.join(format!(".{name}.tmp"));
@@ -284,14 +302,6 @@ impl Store {
             let _ = fs::remove_file(&tmp);
             format!("writing {}: {e}", path.display())
         })?;
-        let clocks = self
-            .clocks(state.role, state.id)
-            .map_err(|e| e.to_string())?;
-        let excess = clocks.len().saturating_sub(self.keep);
-        for &old in &clocks[..excess] {
-            let old = self.path(state.role, state.id, old);
-            fs::remove_file(&old).map_err(|e| format!("deleting {}: {e}", old.display()))?;
-        }
         Ok(bytes.len() as u64)
     }
 
@@ -382,6 +392,25 @@ impl Store {
                 state.clock,
                 describe(role, id)
             )));
+        }
+        Ok(state)
+    }
+
+    /// [`load`](Self::load) for a node resuming from `clock`, which then deletes the
+    /// node's files of later clocks: they belong to the run being abandoned (e.g. a failed
+    /// node's final state), and a resumed run that reached one of those clocks again
+    /// without writing it must not be mixed with them.
+    ///
+    /// # Errors
+    /// As [`load`](Self::load); the operating system's reason for a file it cannot delete.
+    pub fn resume(&self, role: Role, id: PeerId, clock: u64) -> Result<NodeState> {
+        let state = self.load(role, id, clock)?;
+        for later in self.clocks(role, id)?.into_iter().filter(|&c| c > clock) {
+            let path = self.path(role, id, later);
+            fs::remove_file(&path).map_err(|e| Error::Checkpoint {
+                reason: format!("deleting a checkpoint of the abandoned run: {e}"),
+                path,
+            })?;
         }
         Ok(state)
     }
@@ -477,6 +506,23 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names.len(), 2, "{names:?}");
+    }
+
+    #[test]
+    fn a_final_state_pushes_nothing_out_and_a_resume_drops_the_abandoned_future() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        for c in [10, 20] {
+            s.save(&state(c)).unwrap();
+        }
+        s.save_unpruned(&state(23)).unwrap();
+        let id = PeerId(1);
+        assert_eq!(s.clocks(Role::Peer, id).unwrap(), vec![10, 20, 23]);
+        assert_eq!(s.resume(Role::Peer, id, 20).unwrap(), state(20));
+        assert_eq!(s.clocks(Role::Peer, id).unwrap(), vec![10, 20]);
+        // The resumed run's own checkpoints prune as before.
+        s.save(&state(30)).unwrap();
+        assert_eq!(s.clocks(Role::Peer, id).unwrap(), vec![20, 30]);
     }
 
     #[test]

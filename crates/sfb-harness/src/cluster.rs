@@ -914,7 +914,7 @@ impl<K: Kind> Builder<K> {
         };
         let mut engine = self.engine(id, o, i)?.with_wire(self.s.wire);
         if let Some((store, clock)) = self.resume_from("sfb")? {
-            let state = store.load(Role::Peer, PeerId(id), clock)?;
+            let state = store.resume(Role::Peer, PeerId(id), clock)?;
             engine
                 .restore(state)
                 .map_err(|e| restore_error(&store, Role::Peer, PeerId(id), clock, e))?;
@@ -1042,7 +1042,7 @@ impl<K: Kind> Builder<K> {
         let engine = self.engine(id, Vec::new(), Vec::new())?;
         let mut client = Client::from_engine(engine, push.into())?;
         if let Some((store, clock)) = self.resume_from("fms")? {
-            let state = store.load(Role::Client, PeerId(id), clock)?;
+            let state = store.resume(Role::Client, PeerId(id), clock)?;
             client
                 .restore(state)
                 .map_err(|e| restore_error(&store, Role::Client, PeerId(id), clock, e))?;
@@ -1058,7 +1058,7 @@ impl<K: Kind> Builder<K> {
         let engine = self.engine(0, Vec::new(), Vec::new())?;
         let mut server = Server::from_engine(engine, push.into())?;
         if let Some((store, clock)) = self.resume_from("fms")? {
-            let state = store.load(Role::Server, PeerId::SERVER, clock)?;
+            let state = store.resume(Role::Server, PeerId::SERVER, clock)?;
             server
                 .restore(state)
                 .map_err(|e| restore_error(&store, Role::Server, PeerId::SERVER, clock, e))?;
@@ -1225,9 +1225,12 @@ pub fn available_memory() -> Option<u64> {
 /// The driver's checkpoint callback writing to `store` (and logging each file at debug
 /// level).
 pub fn checkpoint_sink(store: Arc<Store>) -> sfb_net::driver::CheckpointFn {
-    Arc::new(move |state: &sfb_core::NodeState| {
+    Arc::new(move |state: &sfb_core::NodeState, why| {
         let t0 = std::time::Instant::now();
-        let bytes = store.save(state)?;
+        let bytes = match why {
+            sfb_net::driver::Checkpoint::Scheduled => store.save(state)?,
+            sfb_net::driver::Checkpoint::Final => store.save_unpruned(state)?,
+        };
         tracing::debug!(
             "{} checkpointed clock {} ({bytes} bytes in {:.1} ms)",
             state.id,

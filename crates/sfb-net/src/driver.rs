@@ -47,7 +47,18 @@ pub type RepairFn =
 
 /// Where a node's checkpoint states go (the harness writes them to disk); `Err` names
 /// why one could not be kept.
-pub type CheckpointFn = Arc<dyn Fn(&NodeState) -> std::result::Result<(), String> + Send + Sync>;
+pub type CheckpointFn =
+    Arc<dyn Fn(&NodeState, Checkpoint) -> std::result::Result<(), String> + Send + Sync>;
+
+/// Why [`CheckpointFn`] is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// A checkpoint clock of the run (every N clocks, or a requested stop).
+    Scheduled,
+    /// The node failed: its latest cut ([`StateMachine::final_state`]). It is not one of
+    /// the run's checkpoint clocks, so it must not push any of those out.
+    Final,
+}
 
 /// The outcome of [`Links::try_send`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,8 +236,40 @@ impl std::fmt::Debug for DriveOptions {
 /// # Errors
 /// The node's errors ([`Error::Peer`]); the links' errors; [`Error::Timeout`] after
 /// [`DriveOptions::timeout`] (when set) without progress, naming whom the node waits on or
-/// the full link.
+/// the full link. A node that fails and checkpoints first saves its latest cut
+/// ([`StateMachine::final_state`], [`Checkpoint::Final`]).
 pub fn drive<N, L>(
+    node: &mut N,
+    links: &mut L,
+    time: &mut dyn TimeSource,
+    opts: &DriveOptions,
+    records: &mut Vec<ClockRecord>,
+) -> Result<()>
+where
+    N: StateMachine + ?Sized,
+    L: Links + ?Sized,
+{
+    let r = drive_until_done(node, links, time, opts, records);
+    if let Err(e) = &r
+        && !matches!(e, Error::Checkpoint { .. })
+        && let Some(save) = &opts.checkpoint
+        && let Some(state) = node.final_state()
+    {
+        match save(&state, Checkpoint::Final) {
+            Ok(()) => tracing::warn!(
+                "{} failed at clock {}; its state at clock {} is checkpointed (every update \
+                 of the clocks before it applied)",
+                node.id(),
+                node.clock(),
+                state.clock
+            ),
+            Err(reason) => tracing::warn!("{}: no final checkpoint: {reason}", node.id()),
+        }
+    }
+    r
+}
+
+fn drive_until_done<N, L>(
     node: &mut N,
     links: &mut L,
     time: &mut dyn TimeSource,
@@ -562,7 +605,7 @@ fn drain_events<N: StateMachine + ?Sized>(
         match ev {
             Event::Checkpoint(state) => {
                 if let Some(save) = &opts.checkpoint {
-                    save(&state).map_err(|reason| Error::Checkpoint {
+                    save(&state, Checkpoint::Scheduled).map_err(|reason| Error::Checkpoint {
                         peer: node.id(),
                         clock: state.clock,
                         reason,
