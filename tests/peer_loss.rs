@@ -205,7 +205,7 @@ fn under_bsp_survivors_fail_fast_by_default_and_go_on_when_told() {
         );
         assert!(s["samples"].as_u64().unwrap() >= 19 * 16);
         // And its latest cut (every update of the clocks before it applied: the start of
-        // the last clock it computed), beside the periodic checkpoint at 10, which it does
+        // the last clock it computed, one below the clocks it completed), beside the periodic checkpoint at 10, which it does
         // not push out.
         let line = err
             .lines()
@@ -217,7 +217,7 @@ fn under_bsp_survivors_fail_fast_by_default_and_go_on_when_told() {
             .and_then(|r| r.split(' ').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("{line}"));
-        assert!((19..=22).contains(&at), "{line}");
+        assert!((18..=21).contains(&at), "{line}");
         for clock in [10, at] {
             let f = ck.join(format!("peer-{k}.c{clock:010}.sfbck"));
             assert!(f.exists(), "{k}: no {}", f.display());
@@ -347,10 +347,25 @@ fn divergence(a: &[f32], b: &[f32]) -> f64 {
 
 #[test]
 fn a_killed_peer_restarted_with_rejoin_finishes_with_the_others() {
+    rejoin(4, 3, "rejoin");
+}
+
+/// Partial broadcast: the peers that send to the rejoined one are not all among those it
+/// sends to, and know only its old address (it listens on a new port).
+#[test]
+fn a_peer_rejoins_a_partial_broadcast_run() {
+    rejoin(8, 3, "rejoin-q3");
+}
+
+/// Kills peer 2 of `p` (out-degree `q`) at clock 20, restarts it with `--rejoin` at ~40;
+/// it finishes with the others, close to them.
+fn rejoin(p: usize, q: usize, tag: &str) {
     use std::io::{BufRead, BufReader, Write};
-    let dir = tempdir(GROUP, "rejoin");
-    let p = 4;
-    let cluster = init(&dir, &["--peers", &p.to_string(), "--out-degree", "3"]);
+    let dir = tempdir(GROUP, tag);
+    let cluster = init(
+        &dir,
+        &["--peers", &p.to_string(), "--out-degree", &q.to_string()],
+    );
     let victim = 2;
     let node_args = |i: usize, tag: &str| -> Vec<String> {
         let mut a: Vec<String> = vec!["peer".into(), "--id".into(), i.to_string()];
@@ -406,6 +421,12 @@ fn a_killed_peer_restarted_with_rejoin_finishes_with_the_others() {
     let mut guard = common::Children(vec![("rejoined".into(), r)]);
     let err = common::stderr_of(&mut guard.0[0].1);
     let status = rejoined.expect("the rejoined peer ends");
+    if std::env::var_os("SFB_DEBUG_REJOIN").is_some() {
+        for k in (0..p).filter(|&k| k != victim) {
+            let (_status, err) = c.children.wait_one(k, Duration::from_secs(120));
+            eprintln!("=== {k}\n{err}");
+        }
+    }
     assert!(status.success(), "rejoined peer: {status}\n{err}");
     assert!(err.contains("rejoined the run at clock"), "{err}");
     for k in (0..p).filter(|&k| k != victim) {
@@ -428,29 +449,52 @@ fn a_killed_peer_restarted_with_rejoin_finishes_with_the_others() {
     )
     .unwrap();
     assert_eq!(r["report"]["metrics"]["clocks"], 80);
+    // Every survivor went back to the cluster file's topology.
+    let file = sfb::net::cluster::Cluster::load(&cluster).unwrap();
+    let original: Vec<Vec<usize>> = (0..p).map(|i| file.out(i).to_vec()).collect();
+    let want = format!(
+        "{:016x}",
+        sfb::harness::checkpoint::topology_fingerprint(&original)
+    );
+    let survivors: Vec<usize> = (0..p).filter(|&k| k != victim).collect();
+    for &k in &survivors {
+        let m = &read_report(&dir, k)["report"]["metrics"];
+        assert_eq!(m["topology"].as_str(), Some(want.as_str()), "survivor {k}");
+    }
+    // Replicas differ under SSP(2) anyway, much more under partial broadcast: the rejoined
+    // one is judged against how far the survivors are from each other.
     let w0 = read_w(&dir.join("w-0.bin"));
-    let w1 = read_w(&dir.join("w-1.bin"));
     let wr = read_w(&dir.join(format!("w-rejoined-{victim}.bin")));
     let rejoined_vs_survivor = divergence(&wr, &w0);
-    let survivors = divergence(&w1, &w0);
+    let spread = survivors[1..]
+        .iter()
+        .map(|k| divergence(&read_w(&dir.join(format!("w-{k}.bin"))), &w0))
+        .fold(0.0, f64::max);
+    let objectives: Vec<f64> = survivors
+        .iter()
+        .map(|&k| {
+            read_report(&dir, k)["report"]["objective"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    let mean = objectives.iter().sum::<f64>() / objectives.len() as f64;
+    let range = objectives
+        .iter()
+        .fold(0.0, |a: f64, o| a.max((o - mean).abs()));
+    let ro = r["report"]["objective"].as_f64().unwrap();
     eprintln!(
-        "divergence from survivor 0: rejoined peer {rejoined_vs_survivor:.3e}, survivor 1 \
-         {survivors:.3e}; objectives: rejoined {}, survivor 0 {}",
-        r["report"]["objective"],
-        read_report(&dir, 0)["report"]["objective"]
-    );
-    // Under SSP(2) replicas differ anyway (survivor 1 from survivor 0 by a few %): the
-    // rejoined replica is of that order, and trains as well.
-    assert!(rejoined_vs_survivor < 0.15, "{rejoined_vs_survivor}");
-    let (ro, so) = (
-        r["report"]["objective"].as_f64().unwrap(),
-        read_report(&dir, 0)["report"]["objective"]
-            .as_f64()
-            .unwrap(),
+        "P={p} Q={q}: divergence from survivor 0: rejoined peer {rejoined_vs_survivor:.3e}, \
+         the farthest survivor {spread:.3e}; objective: rejoined {ro:.4}, survivors' mean \
+         {mean:.4} (±{range:.4})"
     );
     assert!(
-        (ro - so).abs() <= 0.02 * so,
-        "rejoined {ro} vs survivor {so}"
+        rejoined_vs_survivor <= (1.5 * spread).max(0.15),
+        "{rejoined_vs_survivor} vs the survivors' {spread}"
+    );
+    assert!(
+        (ro - mean).abs() <= (0.02 * mean).max(range),
+        "rejoined {ro} vs survivors {objectives:?}"
     );
 }
 

@@ -366,6 +366,8 @@ pub struct Engine<M: Model> {
     rejoining: bool,
     /// Where the shard comes from when peers are lost ([`Engine::with_takeover`]).
     takeover: Option<TakeOver<M::Sample>>,
+    /// In-neighbours a topology change dropped: their frames still in flight are ignored.
+    former: BTreeSet<PeerId>,
 }
 
 /// The shard source of [`Engine::with_takeover`] and the peers it currently covers.
@@ -416,6 +418,7 @@ impl<M: Model> Engine<M> {
             cfg,
             rejoining: false,
             takeover: None,
+            former: BTreeSet::new(),
         })
     }
 
@@ -668,12 +671,8 @@ impl<M: Model> Engine<M> {
             return Ok(false);
         }
         if !neighbour {
-            // A notice of a loss elsewhere: nothing to stop waiting for, but its shard
-            // may be this peer's to take over.
-            if self.cfg.on_peer_loss == PeerLoss::Continue && self.takeover.is_some() {
-                self.worker.record_loss(peer);
-                self.retake(peer, true);
-            }
+            // A stream of a node this peer no longer waits for ended: not a loss it can
+            // tell (the node's own neighbours report real ones: `loss_reported`).
             return Ok(false);
         }
         if self.cfg.on_peer_loss == PeerLoss::Fail {
@@ -690,6 +689,29 @@ impl<M: Model> Engine<M> {
         self.cfg.out_neighbors.retain(|&p| p != peer);
         self.retake(peer, true);
         Ok(true)
+    }
+
+    /// Another node reports `peer` lost (or `peer` announced it leaves): as
+    /// [`peer_lost`](Self::peer_lost) when it is a neighbour; otherwise nothing to stop
+    /// waiting for, but the loss is recorded and the peer's shard may be this peer's to
+    /// take over ([`with_takeover`](Self::with_takeover)).
+    ///
+    /// # Errors
+    /// As [`peer_lost`](Self::peer_lost).
+    pub fn loss_reported(&mut self, peer: PeerId) -> Result<bool> {
+        let neighbour = self.worker.inbound.awaits(peer) || self.side.out_neighbors.contains(&peer);
+        if neighbour {
+            return self.peer_lost(peer);
+        }
+        if !self.worker.done
+            && peer != self.cfg.id
+            && self.cfg.on_peer_loss == PeerLoss::Continue
+            && self.takeover.is_some()
+        {
+            self.worker.record_loss(peer);
+            self.retake(peer, true);
+        }
+        Ok(false)
     }
 
     /// Ends the run at clock `t` (a coordinated stop: every node of the run gets the same
@@ -720,9 +742,11 @@ impl<M: Model> Engine<M> {
             .collect();
         for p in gone {
             self.worker.inbound.remove(p);
+            self.former.insert(p);
         }
         for &p in &inn {
             self.worker.inbound.add_fresh(p, self.worker.clock);
+            self.former.remove(&p);
         }
         self.side.out_neighbors.clone_from(&out);
         self.cfg.out_neighbors = out;
@@ -747,6 +771,16 @@ impl<M: Model> Engine<M> {
         time: &mut dyn TimeSource,
     ) -> Result<()> {
         let _ = time;
+        if self.rejoining {
+            // Before the state it rejoins with, nothing is expected: each in-neighbour is
+            // awaited from its first frame after it.
+            return Ok(());
+        }
+        if self.former.contains(&from) && !self.worker.inbound.awaits(from) {
+            // Sent before the sender learned of a topology change that dropped this arc
+            // (it was an in-neighbour): nothing to apply, nothing wrong.
+            return Ok(());
+        }
         let Message::Factors {
             batch,
             mean_iter_us,

@@ -40,6 +40,14 @@ pub trait StateMachine {
     /// # Errors
     /// [`Error::PeerLost`](crate::Error::PeerLost) when the node stops instead.
     fn peer_lost(&mut self, peer: PeerId) -> Result<bool>;
+    /// Another node reports `peer` lost, or `peer` said it leaves ([`Engine::loss_reported`]).
+    /// Default: as [`peer_lost`](Self::peer_lost).
+    ///
+    /// # Errors
+    /// As [`peer_lost`](Self::peer_lost).
+    fn loss_reported(&mut self, peer: PeerId) -> Result<bool> {
+        self.peer_lost(peer)
+    }
     /// Ends the run at clock `t` (every node told the same), checkpointing there if the
     /// node checkpoints; returns the clock it stops at.
     fn stop_at(&mut self, t: u64) -> u64;
@@ -99,6 +107,9 @@ impl<M: Model> StateMachine for Engine<M> {
     }
     fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
         Engine::peer_lost(self, peer)
+    }
+    fn loss_reported(&mut self, peer: PeerId) -> Result<bool> {
+        Engine::loss_reported(self, peer)
     }
     fn stop_at(&mut self, t: u64) -> u64 {
         Engine::stop_at(self, t)

@@ -402,6 +402,7 @@ impl NodeRun<'_> {
         // The records stream to the sinks; the node keeps only its final one.
         opts.keep = sfb_net::driver::Keep::Last;
         opts.checkpoint = checkpoint.map(crate::cluster::checkpoint_sink);
+        opts.rejoin = run.fault.rejoin;
         if !full_w {
             // SFB: after a loss every survivor repairs the cluster file's topology the same
             // way (sfb-topology's repair of the same set of lost peers).

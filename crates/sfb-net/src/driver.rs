@@ -443,18 +443,25 @@ where
             if let Some(i) = lost.iter().position(|&p| p == joined) {
                 lost.remove(i);
                 links.announce_joined(joined);
-                links.connect(joined);
                 node.peer_rejoined(joined);
+                // Only the nodes that send to it again (the topology as it was without the
+                // loss) open a stream to it: it dialed those (it may listen elsewhere now),
+                // and any of them can hand it the state.
+                let mut sends_to_it = true;
                 if let Some(repair) = &opts.repair
                     && let Some((out, inn, topology)) = repair(lost)
                 {
+                    sends_to_it = out.contains(&joined);
                     for &to in &out {
                         links.connect(to);
                     }
                     node.set_neighbors(out, inn, topology);
                 }
-                if let Some(state) = node.rejoin_state() {
-                    links.send_state(joined, &state);
+                if sends_to_it {
+                    links.connect(joined);
+                    if let Some(state) = node.rejoin_state() {
+                        links.send_state(joined, &state);
+                    }
                 }
                 tracing::warn!("{} at clock {}: {joined} is back", node.id(), node.clock());
             }
@@ -465,10 +472,25 @@ where
     let Some(peer) = e.lost_peer() else {
         return Err(e);
     };
-    if lost.contains(&peer) {
+    let notice = matches!(e, Error::LostNotice { .. } | Error::Left { .. });
+    if lost.contains(&peer) || peer == node.id() {
+        // Known already; or a notice about this node itself, gone round while it was
+        // away (it rejoined): it is here.
         return Ok(());
     }
-    match node.peer_lost(peer) {
+    let news = if notice {
+        node.loss_reported(peer)
+    } else {
+        node.peer_lost(peer)
+    };
+    match news {
+        Ok(false) if !notice => {
+            // A stream of a node this one neither waits for nor sends to ended (it
+            // finished, or a topology change dropped the arc): its own neighbours report
+            // a real loss.
+            tracing::debug!("{}: {peer}'s stream ended ({e})", node.id());
+            Ok(())
+        }
         Ok(was_needed) => {
             lost.push(peer);
             outbox.retain(|o| o.to != peer);
@@ -490,7 +512,7 @@ where
                 // was not a neighbour (a notice).
                 tracing::debug!("{}: {peer} is gone ({e})", node.id());
             }
-            if was_needed || matches!(e, Error::LostNotice { .. } | Error::Left { .. }) {
+            if was_needed || notice {
                 // Pass it on, then rewire: every survivor gets the same set of lost nodes
                 // and so the same repaired topology.
                 links.announce_lost(peer, matches!(e, Error::Left { .. }));

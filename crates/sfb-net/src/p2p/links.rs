@@ -248,10 +248,10 @@ impl Links for QueueLinks {
             return;
         };
         if let Some(q) = &self.queues[i] {
-            let (q, f) = (q.clone(), Arc::new(crate::frame::state_frame(state)));
-            self.handle.spawn(async move {
-                let _ = q.send(f).await;
-            });
+            // Queued now, ahead of any frame the node sends it next: it takes the state
+            // before it accepts frames.
+            let f = Arc::new(crate::frame::state_frame(state));
+            let _ = self.handle.block_on(q.send(f));
         }
     }
 

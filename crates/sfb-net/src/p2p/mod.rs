@@ -136,6 +136,10 @@ pub struct Options {
     /// continues from. Every stream then carries the clocks from there; the handshake
     /// refuses a neighbour that starts elsewhere. Default: 0.
     pub start_clock: u64,
+    /// The node restarts into a run under way (`--rejoin`): besides its out-neighbours it
+    /// dials its in-neighbours, which know only the address it had (it may listen on
+    /// another port now) and must reach it to send. Default: false.
+    pub rejoin: bool,
     /// Injected slowness: real delay after the slow nodes' compute. Default: none.
     pub stragglers: Stragglers,
     /// Which per-clock records the run keeps (every one reaches `progress`). Default: all.
@@ -183,6 +187,7 @@ impl Default for Options {
             repair: None,
             stop_at: None,
             start_clock: 0,
+            rejoin: false,
             stragglers: Stragglers::None,
             max_pending_handshakes: 32,
             keep: crate::driver::Keep::All,

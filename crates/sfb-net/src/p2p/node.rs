@@ -314,6 +314,16 @@ impl Node {
         for &to in cluster.out(id) {
             queues[to] = Some(spawn_writer(to));
         }
+        if opts.rejoin {
+            // A connection from this node is the one they open their streams on.
+            for &from in cluster.in_neighbours(id) {
+                let addr = cluster
+                    .addr(from)
+                    .clone()
+                    .with(Protocol::P2p(cluster.peer_id(from)));
+                let _ = dial.try_send(addr);
+            }
+        }
         drop(inbox_tx);
         let nodes: Vec<PeerId> = (0..cluster.peers()).map(|i| cluster.core_id(i)).collect();
         let me = nodes[id];
