@@ -492,8 +492,11 @@ fn rejoin(p: usize, q: usize, tag: &str) {
         rejoined_vs_survivor <= (1.5 * spread).max(0.15),
         "{rejoined_vs_survivor} vs the survivors' {spread}"
     );
+    // It trains at least as well: no worse than 2% above the worst survivor (under partial
+    // broadcast it often ends below all of them).
+    let worst = objectives.iter().fold(0.0, |a: f64, &o| a.max(o));
     assert!(
-        (ro - mean).abs() <= (0.02 * mean).max(range),
+        ro <= 1.02 * worst,
         "rejoined {ro} vs survivors {objectives:?}"
     );
 }
