@@ -145,7 +145,10 @@ pub struct TrainArgs {
     pub summary: Option<PathBuf>,
     /// Slow peers down: PEER:MILLISECONDS adds the delay to each of that peer's steps;
     /// rotate:MILLISECONDS adds it to one peer per clock, a different (seeded) one each
-    /// clock.
+    /// clock. The ASYNC paper's patterns, relative to a peer's own compute time:
+    /// controlled:PEER:PERCENT makes that peer's compute take PERCENT% longer (100 doubles
+    /// it); production makes ~25% of the peers (seeded) slow for the whole run, 80% of them
+    /// by 1.5-2.5x and the others by 2.5-10x.
     #[arg(long)]
     pub straggler: Option<StragglerSpec>,
     /// Flow control of async and throttle:K: a peer does not start clock t while an

@@ -85,6 +85,6 @@ pub use model::{Evaluation, Evaluator, Extras, Model};
 pub use node::StateMachine;
 pub use optim::{Method, Optimizer, Schedule, Stepper};
 pub use replica::{ApplyStats, Replica};
-pub use straggler::Stragglers;
+pub use straggler::{Stragglers, production_factor, production_stragglers};
 pub use time::{ManualTime, TimeSource, Work};
 pub use worker::DIVERGENCE_FACTOR;

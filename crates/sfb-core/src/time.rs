@@ -31,6 +31,10 @@ pub enum Work {
         clock: u64,
         /// Samples in the mini-batch.
         samples: usize,
+        /// The time source's time when the compute began (a straggler slowed relative to
+        /// its compute time, [`Stragglers::Controlled`](crate::Stragglers), is delayed in
+        /// proportion to `now − started`).
+        started: Duration,
     },
     /// One batched apply of `pairs` rank-one updates to a `j × d` replica, with `prox`.
     Apply {

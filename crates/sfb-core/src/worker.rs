@@ -663,6 +663,7 @@ impl<M: Model> Worker<M> {
             peer: self.id,
             clock,
             samples: batch.len(),
+            started: t0,
         });
         self.metrics.compute_s += secs(t0, t1);
         self.metrics.samples += batch.len() as u64;

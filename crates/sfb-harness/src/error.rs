@@ -108,7 +108,9 @@ pub enum Error {
         why: &'static str,
     },
     /// A straggler specification could not be parsed.
-    #[error("{spec:?} is not PEER:MILLISECONDS or rotate:MILLISECONDS: {reason}")]
+    #[error(
+        "{spec:?} is not a straggler pattern (PEER:MS, rotate:MS, controlled:PEER:PERCENT or production): {reason}"
+    )]
     Straggler {
         /// The text given.
         spec: String,

@@ -647,7 +647,8 @@ impl From<ConsistencySpec> for String {
     }
 }
 
-/// Who straggles and by how much (JSON and command line: `PEER:MS` or `rotate:MS`).
+/// Who straggles and by how much (JSON and command line: `PEER:MS`, `rotate:MS`,
+/// `controlled:PEER:PERCENT` or `production`; see [`sfb_core::Stragglers`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 #[non_exhaustive]
@@ -664,15 +665,31 @@ pub enum StragglerSpec {
         /// Milliseconds added to the chosen peer's step.
         delay_ms: u64,
     },
+    /// The ASYNC paper's controlled delay: `peer`'s compute takes `percent`% longer.
+    Controlled {
+        /// The slow peer.
+        peer: u32,
+        /// Intensity: extra compute time in percent of its own (100 doubles it).
+        percent: u32,
+    },
+    /// The ASYNC paper's production-cluster stragglers: about 25% of the peers (seeded by
+    /// the run's seed) are slow for the whole run, 80% of them by 1.5–2.5×, the others by
+    /// 2.5–10×.
+    Production,
 }
 
+/// The largest `controlled` intensity: 1000× slower.
+const MAX_PERCENT: u32 = 100_000;
+
 impl StragglerSpec {
-    /// The delay.
+    /// The fixed delay added to a slow step; zero for the patterns relative to a peer's
+    /// compute time (`controlled`, `production`).
     pub fn delay(&self) -> Duration {
         match *self {
             Self::Peer { delay_ms, .. } | Self::Rotating { delay_ms } => {
                 Duration::from_millis(delay_ms)
             }
+            Self::Controlled { .. } | Self::Production => Duration::ZERO,
         }
     }
 
@@ -689,6 +706,14 @@ impl StragglerSpec {
                 delay: self.delay(),
                 seed,
             },
+            Self::Controlled { peer, percent } => sfb_core::Stragglers::Controlled {
+                peer: sfb_core::PeerId(peer),
+                percent,
+            },
+            Self::Production => sfb_core::Stragglers::Production {
+                peers: peers as u32,
+                seed,
+            },
         }
     }
 }
@@ -701,6 +726,22 @@ impl FromStr for StragglerSpec {
             spec: s.to_string(),
             reason,
         };
+        if s == "production" {
+            return Ok(Self::Production);
+        }
+        if let Some(rest) = s.strip_prefix("controlled:") {
+            let (peer, percent) = rest
+                .split_once(':')
+                .ok_or_else(|| err("controlled needs a peer and a percent (controlled:2:100)"))?;
+            let peer = peer.parse().map_err(|_| err("the peer is not a number"))?;
+            let percent: u32 = percent
+                .parse()
+                .map_err(|_| err("the intensity is not a whole number of percent"))?;
+            if percent > MAX_PERCENT {
+                return Err(err("the intensity is at most 100000 (1000× slower)"));
+            }
+            return Ok(Self::Controlled { peer, percent });
+        }
         let (p, ms) = s.split_once(':').ok_or_else(|| err("no ':'"))?;
         let delay_ms = ms
             .parse()
@@ -720,6 +761,8 @@ impl fmt::Display for StragglerSpec {
         match self {
             Self::Peer { peer, delay_ms } => write!(f, "{peer}:{delay_ms}"),
             Self::Rotating { delay_ms } => write!(f, "rotate:{delay_ms}"),
+            Self::Controlled { peer, percent } => write!(f, "controlled:{peer}:{percent}"),
+            Self::Production => f.write_str("production"),
         }
     }
 }
@@ -1014,7 +1057,9 @@ impl RunSpec {
             t.init_std.into(),
             t.init_std.is_finite() && t.init_std >= 0.0,
         )?;
-        if let Some(StragglerSpec::Peer { peer, .. }) = t.straggler {
+        if let Some(StragglerSpec::Peer { peer, .. } | StragglerSpec::Controlled { peer, .. }) =
+            t.straggler
+        {
             let ok = (peer as usize) < p;
             check("train.straggler", "a peer below `peers`", peer.into(), ok)?;
         }
@@ -1437,6 +1482,18 @@ mod tests {
             }
         );
         assert!("x:20".parse::<StragglerSpec>().is_err());
+        for s in ["controlled:2:100", "production"] {
+            assert_eq!(s.parse::<StragglerSpec>().unwrap().to_string(), s);
+        }
+        for bad in [
+            "controlled:2",
+            "controlled:x:5",
+            "controlled:1:100001",
+            "controlled:1:1.5",
+        ] {
+            let e = bad.parse::<StragglerSpec>().unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
+        }
         assert!("3".parse::<StragglerSpec>().is_err());
     }
 }

@@ -73,8 +73,15 @@ impl TimeSource for WallClock {
     }
 
     fn after(&mut self, work: Work) -> Duration {
-        if let Work::Compute { peer, clock, .. } = work {
-            let delay = self.stragglers.delay(peer, clock);
+        if let Work::Compute {
+            peer,
+            clock,
+            started,
+            ..
+        } = work
+        {
+            let compute = self.now().saturating_sub(started);
+            let delay = self.stragglers.delay(peer, clock, compute);
             if !delay.is_zero() {
                 self.stop.sleep(delay);
             }
@@ -102,6 +109,7 @@ mod tests {
         // Returns once the other thread has stopped the run, not after an hour.
         clock.after(Work::Compute {
             peer: sfb_core::PeerId(0),
+            started: Duration::ZERO,
             clock: 0,
             samples: 1,
         });

@@ -364,7 +364,7 @@ proptest! {
             prop_assert!(n.records.windows(2).all(|w| w[0].wall_s <= w[1].wall_s));
             // Compute time is the modelled cost, in virtual seconds.
             let slow = c.straggler.filter(|&(p, _)| p as usize == i).map_or(0, |(_, us)| us);
-            let per_clock = cost.of(sfb_core::Work::Compute { peer: PeerId(0), clock: 0, samples: BATCH })
+            let per_clock = cost.of(sfb_core::Work::Compute { peer: PeerId(0), clock: 0, samples: BATCH, started: Duration::ZERO })
                 + Duration::from_micros(slow);
             let want_s = per_clock.as_secs_f64() * c.clocks as f64;
             prop_assert!((m.compute_s - want_s).abs() < 1e-9, "compute_s {} ≠ {}", m.compute_s, want_s);

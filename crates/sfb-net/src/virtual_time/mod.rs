@@ -154,7 +154,7 @@ impl TimeSource for VirtualClock {
     fn after(&mut self, work: Work) -> Duration {
         let mut cost = self.costs.of(work);
         if let Work::Compute { peer, clock, .. } = work {
-            cost += self.stragglers.delay(peer, clock);
+            cost += self.stragglers.delay(peer, clock, cost);
         }
         self.now += cost;
         self.now

@@ -225,6 +225,7 @@ fn the_virtual_clock_charges_costs_and_straggler_delay() {
         peer: PeerId(peer),
         clock: 0,
         samples: 4,
+        started: Duration::ZERO,
     };
     assert_eq!(c.after(compute(0)), Duration::from_micros(140));
     assert_eq!(c.after(compute(1)), Duration::from_micros(280) + 7 * MS);
@@ -239,4 +240,27 @@ fn the_virtual_clock_charges_costs_and_straggler_delay() {
     );
     c.advance_to(Duration::ZERO);
     assert_eq!(c.time(), t + Duration::from_micros(15), "never backwards");
+    // The ASYNC patterns scale the modelled compute: 140 µs doubled for peer 1.
+    let mut c = VirtualClock::new(
+        costs,
+        Stragglers::Controlled {
+            peer: PeerId(1),
+            percent: 100,
+        },
+    );
+    assert_eq!(c.after(compute(0)), Duration::from_micros(140));
+    assert_eq!(
+        c.after(compute(1)) - Duration::from_micros(140),
+        Duration::from_micros(280)
+    );
+    let seed = 9;
+    let p = (0..8)
+        .find(|&p| sfb_core::production_factor(8, seed, PeerId(p)).is_some())
+        .unwrap();
+    let f = sfb_core::production_factor(8, seed, PeerId(p)).unwrap();
+    let mut c = VirtualClock::new(costs, Stragglers::Production { peers: 8, seed });
+    assert_eq!(
+        c.after(compute(p)),
+        Duration::from_micros(140) + Duration::from_micros(140).mul_f64(f - 1.0)
+    );
 }
