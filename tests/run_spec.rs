@@ -151,6 +151,7 @@ fn every_option_lands_in_the_spec() {
             burst: 100,
             wire: sfb::core::wire::Dtype::F16,
             netns: false,
+            compress: None,
         },
         output: OutputOptions {
             metrics: Some("m.jsonl".into()),

@@ -151,6 +151,11 @@ pub struct NetArgs {
     /// factors identically, batches with values beyond ±65504 go as f32).
     #[arg(long, default_value = "f32")]
     pub wire: sfb_core::wire::Dtype,
+    /// Re-compress each peer's factors to at most R pairs before sending (rank:R): the
+    /// best rank-R approximation of the batch plus what was kept back last time, the rest
+    /// kept back for the next clock (error feedback). SFB only.
+    #[arg(long, value_name = "rank:R")]
+    pub compress: Option<sfb_harness::CompressSpec>,
 }
 
 impl NetArgs {
@@ -163,6 +168,7 @@ impl NetArgs {
             bandwidth: self.bandwidth,
             burst: self.burst,
             wire: self.wire,
+            compress: self.compress,
             ..sfb_harness::NetOptions::default()
         }
     }

@@ -135,6 +135,22 @@ pub fn assert_gone(pids: &[u32]) {
     }
 }
 
+/// `sfb <args> --summary <summary>` to success; the summary's JSON.
+pub fn run_summary(args: &[&str], summary: &Path) -> Value {
+    let out = Command::new(SFB)
+        .args(args)
+        .arg("--summary")
+        .arg(summary)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sfb {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap()
+}
+
 /// `sfb cluster init --base-port 0 <args> -o DIR/cluster.toml`; returns the file.
 pub fn init(dir: &Path, args: &[&str]) -> PathBuf {
     let cluster = dir.join("cluster.toml");

@@ -59,6 +59,10 @@ pub struct Config {
     /// its own batches to half precision before applying and sending them, so every
     /// replica applies the same values. Default: f32.
     pub wire: wire::Dtype,
+    /// Low-rank re-compression of the peer's own batches before they are applied and
+    /// sent ([`crate::compress`]): at most this many pairs per batch, the rest kept back
+    /// and sent later (error feedback). Default: none.
+    pub compress: Option<usize>,
     /// Flow control of the models without a staleness bound (async and custom barriers):
     /// the peer does not start clock `t` while an in-neighbour has delivered fewer than
     /// `t − max_drift` clocks. This bounds what can be in flight on every edge (and so a
@@ -109,6 +113,7 @@ impl Config {
             lr: 0.1,
             eval_every: 10,
             wire: wire::Dtype::F32,
+            compress: None,
             max_drift: DEFAULT_MAX_DRIFT,
             optimizer: Optimizer::default(),
             on_peer_loss: PeerLoss::Fail,
@@ -272,6 +277,7 @@ struct PeerSide {
     pending: BTreeMap<(u64, PeerId), Arc<FactorBatch>>,
     out_neighbors: Vec<PeerId>,
     wire: wire::Dtype,
+    compressor: Option<crate::compress::Compressor>,
 }
 
 impl<M: Model> Side<M> for PeerSide {
@@ -321,8 +327,14 @@ impl<M: Model> Side<M> for PeerSide {
         &mut self,
         worker: &mut Worker<M>,
         mut fb: FactorBatch,
-        _time: &mut dyn TimeSource,
+        time: &mut dyn TimeSource,
     ) -> Result<()> {
+        if let Some(c) = &mut self.compressor {
+            let t0 = time.now();
+            let (out, _) = c.compress(fb);
+            fb = out;
+            worker.metrics.compress_s += secs(t0, time.now());
+        }
         if self.wire == wire::Dtype::F16 {
             wire::round_to_f16(&mut fb);
         }
@@ -413,6 +425,7 @@ impl<M: Model> Engine<M> {
                 pending: BTreeMap::new(),
                 out_neighbors: cfg.out_neighbors.clone(),
                 wire: cfg.wire,
+                compressor: cfg.compress.map(crate::compress::Compressor::new),
             },
             worker,
             cfg,

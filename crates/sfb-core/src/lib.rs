@@ -55,6 +55,7 @@
 #![warn(missing_docs)]
 
 pub mod checkpoint;
+pub mod compress;
 mod consistency;
 mod data;
 pub mod engine;

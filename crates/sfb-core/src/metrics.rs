@@ -58,6 +58,9 @@ pub struct PeerMetrics {
     /// 0 when none is lost, or when lost shards are dropped).
     #[serde(default)]
     pub taken_over_samples: u64,
+    /// Seconds spent re-compressing this peer's own batches (`--compress`).
+    #[serde(default)]
+    pub compress_s: f64,
 }
 
 impl PeerMetrics {

@@ -105,6 +105,7 @@ impl Cluster {
         let f = &spec.fault;
         b.s.on_peer_loss = Some(f.peer_loss(&t.consistency));
         b.s.lost_shards = f.lost_shards;
+        b.s.compress = spec.net.compress.map(|c| c.rank);
         if let Some(dir) = &f.checkpoint_dir {
             b = b.checkpoints(dir, f.checkpoint_every, f.checkpoint_keep);
             if f.resuming() {
@@ -181,6 +182,7 @@ struct Settings {
     checkpoints: Option<Checkpoints>,
     on_peer_loss: Option<sfb_core::PeerLoss>,
     lost_shards: Option<crate::LostShardsSpec>,
+    compress: Option<usize>,
 }
 
 /// Where and how often the nodes checkpoint, and whether they resume.
@@ -230,6 +232,7 @@ impl Default for Settings {
             checkpoints: None,
             on_peer_loss: None,
             lost_shards: None,
+            compress: None,
         }
     }
 }
@@ -662,6 +665,13 @@ impl<K> Builder<K> {
         self
     }
 
+    /// Low-rank re-compression of each peer's batches to at most `rank` pairs, with error
+    /// feedback ([`sfb_core::compress`]). Default: none.
+    pub fn compress(mut self, rank: usize) -> Self {
+        self.s.compress = Some(rank.max(1));
+        self
+    }
+
     /// In-memory runs: how long a peer may wait without receiving anything. Default 30 s.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.s.timeout = timeout;
@@ -855,6 +865,7 @@ impl<K: Kind> Builder<K> {
         cfg.max_drift = self.s.max_drift;
         cfg.optimizer = optimizer;
         cfg.checkpoint_every = self.s.checkpoints.as_ref().map_or(0, |c| c.every);
+        cfg.compress = self.s.compress;
         cfg.on_peer_loss =
             self.s
                 .on_peer_loss

@@ -117,6 +117,9 @@ pub enum Error {
         /// What is wrong.
         reason: &'static str,
     },
+    /// A `--compress` value could not be parsed.
+    #[error("{0:?} is not a compression: expected rank:R with R ≥ 1 (e.g. rank:4)")]
+    Compress(String),
     /// A consistency model name could not be parsed.
     #[error("unknown consistency model {0:?}: expected bsp, ssp:S, async or throttle:K")]
     Consistency(String),

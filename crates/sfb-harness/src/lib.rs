@@ -92,9 +92,9 @@ pub use cluster::{
 pub use error::{Error, Result};
 pub use run::run;
 pub use spec::{
-    Backend, ConsistencySpec, DataSource, FaultOptions, LostShardsSpec, MethodSpec, ModelChoice,
-    NetOptions, OutputOptions, PeerLossSpec, Push, RunSpec, ScaleSpec, ScheduleSpec, StragglerSpec,
-    TopologyMethod, TopologyOptions, TrainOptions, Transport, default_lr, default_lr_for_data,
-    default_method, default_warmup, flag_for, score_step,
+    Backend, CompressSpec, ConsistencySpec, DataSource, FaultOptions, LostShardsSpec, MethodSpec,
+    ModelChoice, NetOptions, OutputOptions, PeerLossSpec, Push, RunSpec, ScaleSpec, ScheduleSpec,
+    StragglerSpec, TopologyMethod, TopologyOptions, TrainOptions, Transport, default_lr,
+    default_lr_for_data, default_method, default_warmup, flag_for, score_step,
 };
 pub use summary::{NodeOutcome, summarize};

@@ -848,6 +848,9 @@ pub struct NetOptions {
     /// Factor values on the wire (`f32` or `f16`; libp2p). Default f32.
     #[serde(with = "dtype_serde")]
     pub wire: Dtype,
+    /// Low-rank re-compression of each peer's batches with error feedback (`--compress
+    /// rank:R`, SFB; [`sfb_core::compress`]). Default: none.
+    pub compress: Option<CompressSpec>,
     /// libp2p, root only: every node in its own network namespace, sends shaped by the
     /// kernel's tbf at `bandwidth` (burst `burst`) instead of the token bucket.
     pub netns: bool,
@@ -863,7 +866,49 @@ impl Default for NetOptions {
             burst: 256 * 1024,
             wire: Dtype::F32,
             netns: false,
+            compress: None,
         }
+    }
+}
+
+/// [`NetOptions::compress`]: `rank:R` (command line and JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct CompressSpec {
+    /// Pairs sent per batch at most (≥ 1).
+    pub rank: usize,
+}
+
+impl FromStr for CompressSpec {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::Compress(s.to_string());
+        let r = s.strip_prefix("rank:").ok_or_else(bad)?;
+        let rank: usize = r.parse().map_err(|_| bad())?;
+        if rank == 0 {
+            return Err(bad());
+        }
+        Ok(Self { rank })
+    }
+}
+
+impl fmt::Display for CompressSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank:{}", self.rank)
+    }
+}
+
+impl TryFrom<String> for CompressSpec {
+    type Error = Error;
+    fn try_from(s: String) -> Result<Self> {
+        s.parse()
+    }
+}
+
+impl From<CompressSpec> for String {
+    fn from(s: CompressSpec) -> Self {
+        s.to_string()
     }
 }
 
@@ -1148,6 +1193,23 @@ impl RunSpec {
                 why: "the directory the checkpoints are read from",
             });
         }
+        if n.compress.is_some() {
+            if self.backend == Backend::Fms {
+                return Err(Error::Requires {
+                    field: "net.compress",
+                    requires: "the sfb backend",
+                    why: "it re-compresses a peer's factor batches before they are broadcast",
+                });
+            }
+            if f.checkpoint_dir.is_some() {
+                return Err(Error::Requires {
+                    field: "net.compress",
+                    requires: "no fault.checkpoint_dir",
+                    why: "the residual it keeps back is not in checkpoints yet, so a resumed \
+                          run would lose it",
+                });
+            }
+        }
         if f.lost_shards == Some(LostShardsSpec::Takeover) {
             if self.backend == Backend::Fms {
                 return Err(Error::Requires {
@@ -1322,6 +1384,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "fault.checkpoint_dir" => "--checkpoint-dir",
         "fault.resume" => "--resume",
         "fault.lost_shards" => "--lost-shards",
+        "net.compress" => "--compress",
         other => other,
     }
 }

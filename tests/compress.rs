@@ -1,0 +1,86 @@
+//! `--compress rank:R` (issue 16, part 1) through the command line: fewer bytes in
+//! proportion to R, the same learning thanks to error feedback, nothing changed when R
+//! covers the batch, clear refusals.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+mod common;
+use common::{SFB, run_summary, tempdir};
+
+/// BSP, 4 peers, 120 clocks of MLR on the built-in synthetic data (20 classes, K = 16).
+fn run(dir: &Path, name: &str, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "run",
+        "--consistency",
+        "bsp",
+        "--clocks",
+        "120",
+        "--seed",
+        "3",
+    ];
+    args.extend_from_slice(extra);
+    run_summary(&args, &dir.join(format!("{name}.json")))
+}
+
+fn f(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap()
+}
+
+#[test]
+fn rank_r_sends_r_pairs_and_learns_as_well() {
+    let dir = tempdir("compress", "ranks");
+    let full = run(&dir, "full", &[]);
+    // R ≥ K: the batch goes as it is, bitwise the same run.
+    let same = run(&dir, "r16", &["--compress", "rank:16"]);
+    assert_eq!(same["replica_checksums"], full["replica_checksums"]);
+    for r in [2u32, 4, 8] {
+        let c = run(
+            &dir,
+            &format!("r{r}"),
+            &["--compress", &format!("rank:{r}")],
+        );
+        let ratio = f(&c, "bytes_per_clock") / f(&full, "bytes_per_clock");
+        let objective = f(&c, "objective") / f(&full, "objective");
+        eprintln!(
+            "rank {r}: bytes per clock {:.0} vs {:.0} ({ratio:.3}), objective {:.4} vs {:.4}",
+            f(&c, "bytes_per_clock"),
+            f(&full, "bytes_per_clock"),
+            f(&c, "objective"),
+            f(&full, "objective")
+        );
+        // R of 16 pairs (plus the frame's fixed part).
+        let want = f64::from(r) / 16.0;
+        assert!(
+            (ratio - want).abs() < 0.02,
+            "rank {r}: {ratio} of the bytes"
+        );
+        assert!((objective - 1.0).abs() < 0.02, "rank {r}: {objective}");
+    }
+}
+
+#[test]
+fn compression_is_refused_where_it_cannot_apply() {
+    let bad = |args: &[&str]| -> String {
+        let out = Command::new(SFB).arg("run").args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = bad(&["--compress", "rank:0"]);
+    assert!(e.contains("expected rank:R with R ≥ 1"), "{e}");
+    let e = bad(&["--compress", "4"]);
+    assert!(e.contains("is not a compression"), "{e}");
+    let e = bad(&["--backend", "fms", "--compress", "rank:2"]);
+    assert!(e.contains("--compress needs the sfb backend"), "{e}");
+    let dir = tempdir("compress", "refused");
+    let ck = dir.join("ck");
+    let e = bad(&[
+        "--compress",
+        "rank:2",
+        "--checkpoint-dir",
+        ck.to_str().unwrap(),
+    ]);
+    assert!(e.contains("not in checkpoints yet"), "{e}");
+}
