@@ -23,6 +23,7 @@ pub const SCENARIOS: &[&str] = &[
     "optimizers",
     "adarevision",
     "saga",
+    "compression",
 ];
 
 /// Options of the training scenarios (`None`: the scenario's default).
@@ -137,6 +138,7 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
         "optimizers" => super::optimizers(opts, runner)?,
         "adarevision" => super::adarevision(opts, runner)?,
         "saga" => super::saga(opts, runner)?,
+        "compression" => compression(opts, runner)?,
         other => return Err(Error::UnknownScenario(other.into())),
     };
     report.notes.push(
@@ -349,7 +351,7 @@ pub fn fms_vs_sfb(opts: &Options, runner: &Runner) -> Result<Report> {
     let rate = opts.rate()?;
     report.sections.push((
         "Where the time goes".into(),
-        breakdown(&report, rate, n, n, p, 16),
+        breakdown(&report, rate, n, n, p),
     ));
     report.notes.push(match report.speedup {
         Some(s) if s >= 5.0 => format!(
@@ -363,15 +365,55 @@ pub fn fms_vs_sfb(opts: &Options, runner: &Runner) -> Result<Report> {
     Ok(report)
 }
 
+/// `--scenario compression` (issue 16, the parts built so far): SFB full broadcast as it
+/// is vs re-compressed to rank 8 and 4 with error feedback (`--compress rank:R`), and
+/// partial broadcast (Q=3) without and with rank 4; bytes per clock, apply time, time to
+/// the full-broadcast arm's target. Relay (which partial broadcast needs to see every
+/// update) is not built yet.
+///
+/// # Errors
+/// The first arm that fails.
+pub fn compression(opts: &Options, runner: &Runner) -> Result<Report> {
+    let p = opts.peers.unwrap_or(8);
+    let n = opts.size.unwrap_or(4096);
+    let q = 3.min(p.saturating_sub(2)).max(1);
+    let mut report = Report::new(
+        "compression",
+        &format!(
+            "P={p}, MLR J=D={n}, K=16, BSP, {} per node: full broadcast vs low-rank \
+             re-compression (error feedback) vs partial broadcast",
+            opts.bandwidth()
+        ),
+    );
+    let base = opts.common(mlr(n, n, 8192, 256), p, opts.clocks.unwrap_or(40), 4)?;
+    let with = |q: Option<usize>, rank: Option<usize>| {
+        let mut s = base.clone();
+        s.topology.out_degree = q;
+        s.net.compress = rank.map(|rank| crate::spec::CompressSpec { rank });
+        s
+    };
+    let full = format!("full (Q={})", p - 1);
+    let arms = [
+        Arm::new(&full, with(None, None)),
+        Arm::new("full, rank 8", with(None, Some(8))),
+        Arm::new("full, rank 4", with(None, Some(4))),
+        Arm::new(format!("partial (Q={q})"), with(Some(q), None)),
+        Arm::new(format!("partial (Q={q}), rank 4"), with(Some(q), Some(4))),
+    ];
+    run_arms(runner, &mut report, &arms, 0, opts.frac(0.3))?;
+    if let Some(note) = learned_note(&report, n) {
+        report.notes.push(note);
+    }
+    let rate = opts.rate()?;
+    report.sections.push((
+        "Where the time goes".into(),
+        breakdown(&report, rate, n, n, p),
+    ));
+    Ok(report)
+}
+
 /// Per clock and peer: where the time goes, and what the budget alone would cost.
-fn breakdown(
-    report: &Report,
-    rate: Option<Rate>,
-    j: usize,
-    d: usize,
-    p: usize,
-    k: usize,
-) -> String {
+fn breakdown(report: &Report, rate: Option<Rate>, j: usize, d: usize, p: usize) -> String {
     let mut m = String::from(
         "| arm | ms per clock | compute | apply | wait | other | eval (excluded) | bytes sent per clock by the busiest node | at the budget |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
@@ -384,7 +426,8 @@ fn breakdown(
         let busiest = if s.backend == "fms" {
             (p * j * d * 4) as f64
         } else {
-            (s.out_degree * k * (j + d) * 4) as f64
+            // Measured (framing included; what compression changes).
+            s.bytes_per_clock_per_peer
         };
         let _ = writeln!(
             m,
