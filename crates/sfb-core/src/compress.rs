@@ -48,10 +48,23 @@ pub struct CompressStats {
     pub dropped_sq: f64,
 }
 
+/// Which library computes the QR and SVD.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decomposition {
+    /// faer (pure Rust): the default.
+    #[default]
+    Faer,
+    /// LAPACK through ndarray-linalg and the system's OpenBLAS (cargo feature `lapack`).
+    #[cfg(feature = "lapack")]
+    Lapack,
+}
+
 /// Low-rank re-compression with error feedback, one per sending peer.
 #[derive(Debug, Clone)]
 pub struct Compressor {
     rank: usize,
+    decomposition: Decomposition,
     /// Residual pairs in the scaled domain: `R = res_u · res_vᵀ` (J×m, D×m).
     res_u: Mat<f64>,
     res_v: Mat<f64>,
@@ -64,10 +77,17 @@ impl Compressor {
     pub fn new(rank: usize) -> Self {
         Self {
             rank: rank.max(1),
+            decomposition: Decomposition::Faer,
             res_u: Mat::zeros(0, 0),
             res_v: Mat::zeros(0, 0),
             dropped_sq: 0.0,
         }
+    }
+
+    /// The same compressor computing its decompositions with `d`.
+    pub fn with_decomposition(mut self, d: Decomposition) -> Self {
+        self.decomposition = d;
+        self
     }
 
     /// Pairs sent per batch at most.
@@ -147,7 +167,11 @@ impl Compressor {
                 v[(c, k + q)] = self.res_v[(c, q)];
             }
         }
-        let split = low_rank(&u, &v, self.rank);
+        let split = match self.decomposition {
+            Decomposition::Faer => low_rank(&u, &v, self.rank),
+            #[cfg(feature = "lapack")]
+            Decomposition::Lapack => lapack::low_rank(&u, &v, self.rank),
+        };
         // The residual's bound: the largest max(K, R) of what was not sent.
         let cap = k.max(self.rank);
         let rest = split.sigma.len().saturating_sub(split.kept);
@@ -203,22 +227,36 @@ fn low_rank(u: &Mat<f64>, v: &Mat<f64>, rank: usize) -> Split {
         .expect("the SVD of a small finite matrix converges");
     let s = svd.S().column_vector();
     let all: Vec<f64> = (0..s.nrows()).map(|i| s[i]).collect();
+    balanced(&qu, &qv, svd.U(), svd.V(), &all, u.ncols(), rank)
+}
+
+/// The split from `U Vᵀ = (Q_u X) Σ (Q_v Y)ᵀ`: zero singular values left out, each pair
+/// scaled by `√σ`.
+fn balanced(
+    qu: &Mat<f64>,
+    qv: &Mat<f64>,
+    x: faer::MatRef<'_, f64>,
+    y: faer::MatRef<'_, f64>,
+    all: &[f64],
+    columns: usize,
+    rank: usize,
+) -> Split {
     let top = all.first().copied().unwrap_or(0.0);
     let nonzero = all
         .iter()
-        .take_while(|&&x| x > top * RANK_TOL * u.ncols() as f64 && x > 0.0)
+        .take_while(|&&x| x > top * RANK_TOL * columns as f64 && x > 0.0)
         .count();
     let sigma = all[..nonzero].to_vec();
-    let lu = &qu * svd.U().subcols(0, nonzero);
-    let lv = &qv * svd.V().subcols(0, nonzero);
-    let mut bu = Mat::<f64>::zeros(u.nrows(), nonzero);
-    let mut bv = Mat::<f64>::zeros(v.nrows(), nonzero);
+    let lu = qu * x.subcols(0, nonzero);
+    let lv = qv * y.subcols(0, nonzero);
+    let mut bu = Mat::<f64>::zeros(qu.nrows(), nonzero);
+    let mut bv = Mat::<f64>::zeros(qv.nrows(), nonzero);
     for (p, &sg) in sigma.iter().enumerate() {
         let r = sg.sqrt();
-        for i in 0..u.nrows() {
+        for i in 0..qu.nrows() {
             bu[(i, p)] = lu[(i, p)] * r;
         }
-        for c in 0..v.nrows() {
+        for c in 0..qv.nrows() {
             bv[(c, p)] = lv[(c, p)] * r;
         }
     }
@@ -227,6 +265,46 @@ fn low_rank(u: &Mat<f64>, v: &Mat<f64>, rank: usize) -> Split {
         v: bv,
         kept: nonzero.min(rank),
         sigma,
+    }
+}
+
+/// The same decompositions through LAPACK (ndarray-linalg, system OpenBLAS).
+#[cfg(feature = "lapack")]
+mod lapack {
+    use faer::Mat;
+    use ndarray::Array2;
+    use ndarray_linalg::{QR, SVD};
+
+    use super::Split;
+
+    fn to_nd(m: &Mat<f64>) -> Array2<f64> {
+        Array2::from_shape_fn((m.nrows(), m.ncols()), |(i, j)| m[(i, j)])
+    }
+
+    fn to_faer(a: &Array2<f64>) -> Mat<f64> {
+        Mat::from_fn(a.nrows(), a.ncols(), |i, j| a[(i, j)])
+    }
+
+    pub(super) fn low_rank(u: &Mat<f64>, v: &Mat<f64>, rank: usize) -> Split {
+        let (qu, ru) = to_nd(u).qr().expect("LAPACK QR of a finite matrix");
+        let (qv, rv) = to_nd(v).qr().expect("LAPACK QR of a finite matrix");
+        let core = ru.dot(&rv.t());
+        let (x, s, yt) = core
+            .svd(true, true)
+            .expect("LAPACK SVD of a small finite matrix");
+        let (x, yt) = (x.expect("U was asked for"), yt.expect("Vᵀ was asked for"));
+        let y = yt.t().to_owned();
+        let all: Vec<f64> = s.to_vec();
+        let (x, y) = (to_faer(&x), to_faer(&y));
+        super::balanced(
+            &to_faer(&qu),
+            &to_faer(&qv),
+            x.as_ref(),
+            y.as_ref(),
+            &all,
+            u.ncols(),
+            rank,
+        )
     }
 }
 
@@ -399,6 +477,38 @@ mod tests {
                 let (out, _) = Compressor::new(rank).compress(fb.clone());
                 let got = (&a - dense(&out)).norm_l2();
                 assert!((got - want).abs() <= 1e-5 * a.norm_l2(), "{got} vs {want}");
+            }
+        }
+    }
+
+    /// faer and LAPACK give the same pairs (up to the signs of singular vectors: compared
+    /// as the matrices they sum to, pair by pair) and the same residual.
+    #[cfg(feature = "lapack")]
+    #[test]
+    fn faer_and_lapack_agree() {
+        for (j, d, k, r, rank) in [(40, 30, 16, 16, 4), (8, 64, 12, 5, 3), (100, 7, 20, 20, 6)] {
+            let mut a = Compressor::new(rank);
+            let mut b = Compressor::new(rank).with_decomposition(Decomposition::Lapack);
+            for clock in 0..3 {
+                let fb = batch(j, d, k, r, 40 + clock);
+                let (x, _) = a.compress(fb.clone());
+                let (y, _) = b.compress(fb);
+                assert_eq!(x.len(), y.len());
+                for p in 0..x.len() {
+                    let pair = |fb: &FactorBatch| {
+                        let mut one = fb.clone();
+                        let VFactors::Dense(v) = &fb.v else {
+                            unreachable!()
+                        };
+                        one.u = fb.u_row(p).to_vec();
+                        one.v = VFactors::Dense(v[p * d..(p + 1) * d].to_vec());
+                        dense(&one)
+                    };
+                    let e = rel(&pair(&x), &pair(&y));
+                    assert!(e < 1e-5, "{j}×{d} clock {clock} pair {p}: {e}");
+                }
+                let e = rel(&a.residual_dense(), &b.residual_dense());
+                assert!(e < 1e-6 || b.residual_pairs() == 0, "residual: {e}");
             }
         }
     }
