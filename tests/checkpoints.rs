@@ -109,14 +109,23 @@ fn checkpoint_files(dir: &Path) -> Vec<String> {
 
 #[test]
 fn sfb_run_in_memory_killed_at_clock_30_resumes_bitwise() {
-    for backend in ["sfb", "fms"] {
-        let dir = tempdir(GROUP, &format!("mem-{backend}"));
-        let want = uninterrupted(&dir, &["--backend", backend]);
+    // SFB, FMS, and SFB re-compressing its factors (the residual kept back is in the
+    // checkpoint).
+    for (backend, extra) in [
+        ("sfb", &[][..]),
+        ("fms", &[][..]),
+        ("sfb", &["--compress", "rank:4"][..]),
+    ] {
+        let name = format!("mem-{backend}{}", extra.join(""));
+        let dir = tempdir(GROUP, &name);
+        let mut run_args = vec!["--backend", backend];
+        run_args.extend_from_slice(extra);
+        let want = uninterrupted(&dir, &run_args);
         let ck = dir.join("ck");
         let metrics = dir.join("m.jsonl");
         let mut child = Command::new(SFB)
             .arg("run")
-            .args(args(&["--backend", backend]))
+            .args(args(&run_args))
             .args(SLOW)
             .arg("--checkpoint-dir")
             .arg(&ck)
@@ -132,27 +141,24 @@ fn sfb_run_in_memory_killed_at_clock_30_resumes_bitwise() {
         child.wait().unwrap();
         assert_gone(&[pid]);
         let files = checkpoint_files(&ck);
-        assert!(!files.is_empty(), "{backend}: no checkpoint written");
+        assert!(!files.is_empty(), "{name}: no checkpoint written");
         let summary = dir.join("resumed.json");
         let out = Command::new(SFB)
             .arg("run")
-            .args(args(&[
-                "--backend",
-                backend,
-                "--resume",
-                "--checkpoint-dir",
-            ]))
+            .args(args(
+                &[&run_args[..], &["--resume", "--checkpoint-dir"]].concat(),
+            ))
             .arg(&ck)
             .arg("--summary")
             .arg(&summary)
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{backend}: {err}");
+        assert!(out.status.success(), "{name}: {err}");
         let got: Value = serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap();
-        assert_eq!(checksums(&got), checksums(&want), "{backend}: {files:?}");
+        assert_eq!(checksums(&got), checksums(&want), "{name}: {files:?}");
         assert_eq!(got["clocks"], want["clocks"]);
-        assert_eq!(got["objective"], want["objective"], "{backend}");
+        assert_eq!(got["objective"], want["objective"], "{name}");
     }
 }
 

@@ -74,13 +74,4 @@ fn compression_is_refused_where_it_cannot_apply() {
     assert!(e.contains("is not a compression"), "{e}");
     let e = bad(&["--backend", "fms", "--compress", "rank:2"]);
     assert!(e.contains("--compress needs the sfb backend"), "{e}");
-    let dir = tempdir("compress", "refused");
-    let ck = dir.join("ck");
-    let e = bad(&[
-        "--compress",
-        "rank:2",
-        "--checkpoint-dir",
-        ck.to_str().unwrap(),
-    ]);
-    assert!(e.contains("not in checkpoints yet"), "{e}");
 }

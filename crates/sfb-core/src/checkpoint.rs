@@ -81,6 +81,10 @@ pub struct NodeState {
     pub optimizer: Vec<u8>,
     /// The model's own state ([`Model::save_state`](crate::Model::save_state)).
     pub model: Vec<u8>,
+    /// What the peer's compressor kept back to send later
+    /// ([`Compressor::save_state`](crate::compress::Compressor::save_state)); empty
+    /// without `--compress`.
+    pub compressor: Vec<u8>,
     /// The sampler of the node's shard (none for the server).
     pub sampler: Option<SamplerState>,
     /// The nodes this one waits for (in-neighbours; the clients; the server), sorted: a
@@ -102,6 +106,7 @@ struct Head {
     w: Option<(u64, u64)>,
     optimizer: u64,
     model: u64,
+    compressor: u64,
     sampler: Option<SamplerState>,
     awaited: Vec<PeerId>,
     metrics: PeerMetrics,
@@ -128,6 +133,7 @@ impl NodeState {
                 .map(|w| (w.nrows() as u64, w.ncols() as u64)),
             optimizer: self.optimizer.len() as u64,
             model: self.model.len() as u64,
+            compressor: self.compressor.len() as u64,
             sampler: self.sampler,
             awaited: self.awaited.clone(),
             metrics: self.metrics.clone(),
@@ -148,6 +154,7 @@ impl NodeState {
         }
         out.extend_from_slice(&self.optimizer);
         out.extend_from_slice(&self.model);
+        out.extend_from_slice(&self.compressor);
         out
     }
 
@@ -191,8 +198,12 @@ impl NodeState {
             .take(usize::try_from(head.model).unwrap_or(usize::MAX))
             .map_err(|_| bad("truncated in the model's state"))?
             .to_vec();
+        let compressor = r
+            .take(usize::try_from(head.compressor).unwrap_or(usize::MAX))
+            .map_err(|_| bad("truncated in the compressor's state"))?
+            .to_vec();
         r.finish()
-            .map_err(|e| bad(format!("{e} after the model's state")))?;
+            .map_err(|e| bad(format!("{e} after the compressor's state")))?;
         Ok(Self {
             role: head.role,
             id: head.id,
@@ -200,6 +211,7 @@ impl NodeState {
             w,
             optimizer,
             model,
+            compressor,
             sampler: head.sampler,
             awaited: head.awaited,
             metrics: head.metrics,
@@ -453,6 +465,7 @@ mod tests {
             })),
             optimizer: ByteWriter::new().f64s(&[1.0, 2.0]).finish(),
             model: vec![7, 8, 9],
+            compressor: vec![1, 2],
             sampler: Some(SamplerState {
                 epoch: 3,
                 pos: 4,

@@ -105,6 +105,60 @@ impl Compressor {
         self.dropped_sq
     }
 
+    /// What was kept back, as bytes (for checkpoints): the residual pairs and the squared
+    /// norm dropped so far.
+    pub fn save_state(&self) -> Vec<u8> {
+        let (j, d, m) = (self.res_u.nrows(), self.res_v.nrows(), self.res_u.ncols());
+        let mut u = Vec::with_capacity(j * m);
+        let mut v = Vec::with_capacity(d * m);
+        for p in 0..m {
+            u.extend((0..j).map(|i| self.res_u[(i, p)]));
+            v.extend((0..d).map(|c| self.res_v[(c, p)]));
+        }
+        crate::checkpoint::ByteWriter::new()
+            .f64s(&[j as f64, d as f64, m as f64, self.dropped_sq])
+            .f64s(&u)
+            .f64s(&v)
+            .finish()
+    }
+
+    /// Takes back what [`save_state`](Self::save_state) wrote, for a `j × d` replica; an
+    /// empty state is none kept back.
+    ///
+    /// # Errors
+    /// [`crate::Error::Checkpoint`] for bytes of another shape or not finite.
+    pub fn restore_state(&mut self, bytes: &[u8], j: usize, d: usize) -> crate::Result<()> {
+        let bad = |reason: String| crate::Error::Checkpoint { reason };
+        if bytes.is_empty() {
+            *self = Self::new(self.rank).with_decomposition(self.decomposition);
+            return Ok(());
+        }
+        let mut r = crate::checkpoint::ByteReader::new(bytes);
+        let read = |r: &mut crate::checkpoint::ByteReader<'_>, n: Option<usize>| {
+            r.f64s(n)
+                .map_err(|e| bad(format!("the compressor's state: {e}")))
+        };
+        let head = read(&mut r, Some(4))?;
+        let (sj, sd, m) = (head[0] as usize, head[1] as usize, head[2] as usize);
+        let m_ok = m <= j.max(d).max(1) * 1024;
+        if (m > 0 && (sj != j || sd != d)) || !m_ok {
+            return Err(bad(format!(
+                "the compressor's residual is {sj}×{sd} with {m} pairs; W is {j}×{d}"
+            )));
+        }
+        let u = read(&mut r, Some(j * m))?;
+        let v = read(&mut r, Some(d * m))?;
+        r.finish()
+            .map_err(|e| bad(format!("the compressor's state: {e}")))?;
+        if !(u.iter().chain(&v).all(|x| x.is_finite()) && head[3].is_finite()) {
+            return Err(bad("the compressor's residual is not finite".into()));
+        }
+        self.res_u = Mat::from_fn(j, m, |i, p| u[p * j + i]);
+        self.res_v = Mat::from_fn(d, m, |c, p| v[p * d + c]);
+        self.dropped_sq = head[3];
+        Ok(())
+    }
+
     /// The residual as a dense J×D matrix (for tests and diagnostics).
     pub fn residual_dense(&self) -> Mat<f64> {
         if self.res_u.ncols() == 0 {

@@ -365,6 +365,10 @@ impl<M: Model> Side<M> for PeerSide {
     fn snapshot(&self, state: &mut NodeState) {
         state.w = Some(self.replica.w().to_owned());
         state.optimizer = self.stepper.save_state();
+        state.compressor = self
+            .compressor
+            .as_ref()
+            .map_or_else(Vec::new, crate::compress::Compressor::save_state);
     }
 }
 
@@ -571,6 +575,17 @@ impl<M: Model> Engine<M> {
         }
         self.side.replica = Replica::new(w)?;
         self.side.stepper.restore_state(&state.optimizer)?;
+        match &mut self.side.compressor {
+            Some(c) => c.restore_state(&state.compressor, dim.0, dim.1)?,
+            None if !state.compressor.is_empty() => {
+                return Err(Error::Checkpoint {
+                    reason: "written by a run with --compress (its residual would be lost); \
+                             this run does not compress"
+                        .into(),
+                });
+            }
+            None => {}
+        }
         self.worker.restore(&state, state.clock)
     }
 

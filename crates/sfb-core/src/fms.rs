@@ -372,6 +372,7 @@ impl<M: Model> Server<M> {
             w: Some(self.replica.w().to_owned()),
             optimizer: self.stepper.save_state(),
             model: self.model.save_state(),
+            compressor: Vec::new(),
             sampler: None,
             awaited: (0..self.cfg.clients as u32).map(PeerId).collect(),
             metrics: self.metrics.clone(),

@@ -402,6 +402,7 @@ impl<M: Model> Worker<M> {
             w: None,
             optimizer: Vec::new(),
             model: self.model.save_state(),
+            compressor: Vec::new(),
             sampler: Some(self.shard.sampler_state()),
             awaited,
             metrics: self.metrics.clone(),

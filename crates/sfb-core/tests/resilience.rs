@@ -788,3 +788,41 @@ fn a_bsp_peer_failing_on_a_loss_holds_its_latest_cut_bitwise() {
     // A node without checkpoints keeps no cut.
     assert!(make(0)[0].final_state().is_none());
 }
+
+#[test]
+fn a_compressing_run_resumes_bitwise_with_its_residual() {
+    // K = 3 pairs re-compressed to 1: every peer keeps a residual between clocks.
+    let make = |every: u64| -> Vec<Engine<Counting>> {
+        (0..3)
+            .map(|p| {
+                let mut cfg = config(p, 3, Method::Sgd, Consistency::Bsp);
+                cfg.checkpoint_every = every;
+                cfg.compress = Some(1);
+                Engine::new(cfg, Counting { seen: Vec::new() }, w0(), shard(p)).unwrap()
+            })
+            .collect()
+    };
+    let (plain, _) = run_peers(make(0));
+    let (full, states) = run_peers(make(4));
+    assert_eq!(full, plain);
+    assert!(states.iter().all(|s| !s.compressor.is_empty()));
+    let resume = |edit: &dyn Fn(&mut NodeState), compress: Option<usize>| {
+        at(&states, 8)
+            .into_iter()
+            .map(|mut s| {
+                edit(&mut s);
+                let p = s.id.0;
+                let mut cfg = config(p, 3, Method::Sgd, Consistency::Bsp);
+                cfg.compress = compress;
+                Engine::resume(cfg, Counting { seen: Vec::new() }, shard(p), s)
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let (sums, _) = run_peers(resume(&|_| {}, Some(1)).unwrap());
+    assert_eq!(sums, full, "resumed at 8 with the residual");
+    // Without the residual the run ends elsewhere; a run that does not compress refuses it.
+    let (lost, _) = run_peers(resume(&|s| s.compressor.clear(), Some(1)).unwrap());
+    assert_ne!(lost, full);
+    let e = resume(&|_| {}, None).unwrap_err().to_string();
+    assert!(e.contains("written by a run with --compress"), "{e}");
+}

@@ -37,6 +37,7 @@
 //!     w: Some(ndarray::Array2::zeros((2, 3))),
 //!     optimizer: vec![0; 16],
 //!     model: Vec::new(),
+//!     compressor: Vec::new(),
 //!     sampler: None,
 //!     awaited: vec![PeerId(1 - id)],
 //!     metrics: Default::default(),
@@ -68,7 +69,7 @@ use crate::{Error, Result};
 pub const MAGIC: &[u8; 8] = b"SFBCKPT\n";
 
 /// The file format version this build writes and reads.
-pub const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 2;
 
 /// What run a checkpoint belongs to; a resumed run refuses a file whose meta differs from
 /// its own (the node's own checks then cover shape, topology, optimizer and data).
@@ -479,6 +480,7 @@ mod tests {
             w: Some(ndarray::Array2::from_elem((4, 6), 0.5)),
             optimizer: vec![1, 2, 3],
             model: vec![4],
+            compressor: Vec::new(),
             sampler: None,
             awaited: vec![PeerId(0)],
             metrics: Default::default(),
@@ -560,9 +562,9 @@ mod tests {
         let mut long = bytes.clone();
         long.push(0);
         assert!(refuse(&long).contains("trailing bytes"));
-        let mut v2 = bytes.clone();
-        v2[8] = 2;
-        assert!(refuse(&v2).contains("format version 2"));
+        let mut v1 = bytes.clone();
+        v1[8] = 1;
+        assert!(refuse(&v1).contains("format version 1, this sfb reads version 2"));
         // Another run's files.
         let other = |meta: Meta| Store::open(dir.path(), 2, meta).unwrap().encode(&state(5));
         let e = refuse(&other(Meta::new("sfb", "dml", 2, 7)));

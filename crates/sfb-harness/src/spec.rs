@@ -1193,22 +1193,12 @@ impl RunSpec {
                 why: "the directory the checkpoints are read from",
             });
         }
-        if n.compress.is_some() {
-            if self.backend == Backend::Fms {
-                return Err(Error::Requires {
-                    field: "net.compress",
-                    requires: "the sfb backend",
-                    why: "it re-compresses a peer's factor batches before they are broadcast",
-                });
-            }
-            if f.checkpoint_dir.is_some() {
-                return Err(Error::Requires {
-                    field: "net.compress",
-                    requires: "no fault.checkpoint_dir",
-                    why: "the residual it keeps back is not in checkpoints yet, so a resumed \
-                          run would lose it",
-                });
-            }
+        if n.compress.is_some() && self.backend == Backend::Fms {
+            return Err(Error::Requires {
+                field: "net.compress",
+                requires: "the sfb backend",
+                why: "it re-compresses a peer's factor batches before they are broadcast",
+            });
         }
         if f.lost_shards == Some(LostShardsSpec::Takeover) {
             if self.backend == Backend::Fms {

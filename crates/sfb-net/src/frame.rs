@@ -259,6 +259,7 @@ mod control_tests {
             w: Some(ndarray::Array2::from_elem((2, 3), 0.5)),
             optimizer: vec![1, 2],
             model: Vec::new(),
+            compressor: Vec::new(),
             sampler: None,
             awaited: Vec::new(),
             metrics: Default::default(),
