@@ -11,9 +11,10 @@ use serde::{Deserialize, Serialize};
 /// Protocol name of sfb's factor streams.
 pub const PROTOCOL: &str = "/sfb/factors/1";
 
-/// Version of the handshake and stream protocol (2: [`HEARTBEAT`]s between frames; a
-/// version-1 peer is refused at the handshake, naming the versions).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// Version of the handshake and stream protocol (2: [`HEARTBEAT`]s between frames; 3: a
+/// rejoin state carries the compressor's residual; a peer of another version is refused
+/// at the handshake, naming the versions).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// A heartbeat as it goes on the wire: the length prefix of an empty frame. A writer sends
 /// one when it has sent nothing for a while; the reader takes it as a sign of life and
