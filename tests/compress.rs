@@ -74,4 +74,6 @@ fn compression_is_refused_where_it_cannot_apply() {
     assert!(e.contains("is not a compression"), "{e}");
     let e = bad(&["--backend", "fms", "--compress", "rank:2"]);
     assert!(e.contains("--compress needs the sfb backend"), "{e}");
+    let e = bad(&["--optimizer", "saga", "--compress", "rank:2"]);
+    assert!(e.contains("--compress needs no saga"), "{e}");
 }

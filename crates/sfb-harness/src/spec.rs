@@ -1248,6 +1248,14 @@ impl RunSpec {
                       mean drift from the tables the peers keep",
             });
         }
+        if self.net.compress.is_some() {
+            return Err(Error::Requires {
+                field: "net.compress",
+                requires: "no saga",
+                why: "saga's table mean is kept from the exact per-sample differences; a \
+                      low-rank approximation of them would let it drift from the tables",
+            });
+        }
         Ok(())
     }
 
