@@ -208,10 +208,28 @@ pub fn start(cluster: &Path, nodes: &[(String, Vec<String>)]) -> Started {
         children.0.push((name.clone(), c));
     }
     let mut addrs = vec![None; nodes.len()];
+    let deadline = Instant::now() + Duration::from_secs(60);
     while addrs.iter().any(Option::is_none) {
-        let (k, line) = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("every node says where it listens within 60 s");
+        let (k, line) = match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(got) => got,
+            Err(_) => {
+                // A node that exits before saying where it listens (e.g. refused its
+                // options) is reported at once, with its stderr, not after the timeout.
+                for (k, (name, c)) in children.0.iter_mut().enumerate() {
+                    if addrs[k].is_none()
+                        && let Ok(Some(status)) = c.try_wait()
+                    {
+                        let err = stderr_of(c);
+                        panic!("{name} exited ({status}) before saying where it listens:\n{err}");
+                    }
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "every node says where it listens within 60 s"
+                );
+                continue;
+            }
+        };
         let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
         if let Some(a) = v["listening"].as_str() {
             addrs[k] = Some(a.to_string());
