@@ -273,19 +273,68 @@ struct Split {
 fn low_rank(u: &Mat<f64>, v: &Mat<f64>, rank: usize) -> Split {
     let qr_u = u.qr();
     let qr_v = v.qr();
-    let (qu, ru) = (qr_u.compute_thin_Q(), qr_u.thin_R());
-    let (qv, rv) = (qr_v.compute_thin_Q(), qr_v.thin_R());
-    let core = ru * rv.transpose();
+    let core = qr_u.thin_R() * qr_v.thin_R().transpose();
     let svd = core
         .thin_svd()
         .expect("the SVD of a small finite matrix converges");
     let s = svd.S().column_vector();
     let all: Vec<f64> = (0..s.nrows()).map(|i| s[i]).collect();
-    balanced(&qu, &qv, svd.U(), svd.V(), &all, u.ncols(), rank)
+    let nonzero = nonzero(&all, u.ncols());
+    // Q·X without forming Q: the Householder sequence applied to [X; 0].
+    let lu = apply_q(&qr_u, svd.U().subcols(0, nonzero));
+    let lv = apply_q(&qr_v, svd.V().subcols(0, nonzero));
+    scaled(lu, lv, &all[..nonzero], rank)
 }
 
-/// The split from `U Vᵀ = (Q_u X) Σ (Q_v Y)ᵀ`: zero singular values left out, each pair
-/// scaled by `√σ`.
+/// `Q_thin · x` for the QR `qr` of a J×n matrix (x has min(J, n) rows).
+fn apply_q(qr: &faer::linalg::solvers::Qr<f64>, x: faer::MatRef<'_, f64>) -> Mat<f64> {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::householder;
+    let (rows, cols) = (qr.Q_basis().nrows(), x.ncols());
+    let mut out = Mat::<f64>::zeros(rows, cols);
+    out.as_mut().subrows_mut(0, x.nrows()).copy_from(x);
+    let blocks = qr.Q_coeff().nrows();
+    householder::apply_block_householder_sequence_on_the_left_in_place_with_conj(
+        qr.Q_basis(),
+        qr.Q_coeff(),
+        faer::Conj::No,
+        out.as_mut(),
+        faer::Par::Seq,
+        MemStack::new(&mut MemBuffer::new(
+            householder::apply_block_householder_sequence_on_the_left_in_place_scratch::<f64>(
+                rows, blocks, cols,
+            ),
+        )),
+    );
+    out
+}
+
+/// How many singular values count as nonzero (the largest first).
+fn nonzero(all: &[f64], columns: usize) -> usize {
+    let top = all.first().copied().unwrap_or(0.0);
+    all.iter()
+        .take_while(|&&x| x > top * RANK_TOL * columns as f64 && x > 0.0)
+        .count()
+}
+
+/// Balanced pairs from `(Q_u X, Q_v Y)` and the singular values: each scaled by `√σ`.
+fn scaled(mut lu: Mat<f64>, mut lv: Mat<f64>, sigma: &[f64], rank: usize) -> Split {
+    for (p, &sg) in sigma.iter().enumerate() {
+        let r = sg.sqrt();
+        lu.col_mut(p).iter_mut().for_each(|x| *x *= r);
+        lv.col_mut(p).iter_mut().for_each(|x| *x *= r);
+    }
+    Split {
+        u: lu,
+        v: lv,
+        kept: sigma.len().min(rank),
+        sigma: sigma.to_vec(),
+    }
+}
+
+/// The split from `U Vᵀ = (Q_u X) Σ (Q_v Y)ᵀ` with Q formed: zero singular values left
+/// out, each pair scaled by `√σ`.
+#[cfg(feature = "lapack")]
 fn balanced(
     qu: &Mat<f64>,
     qv: &Mat<f64>,
@@ -295,31 +344,10 @@ fn balanced(
     columns: usize,
     rank: usize,
 ) -> Split {
-    let top = all.first().copied().unwrap_or(0.0);
-    let nonzero = all
-        .iter()
-        .take_while(|&&x| x > top * RANK_TOL * columns as f64 && x > 0.0)
-        .count();
-    let sigma = all[..nonzero].to_vec();
+    let nonzero = nonzero(all, columns);
     let lu = qu * x.subcols(0, nonzero);
     let lv = qv * y.subcols(0, nonzero);
-    let mut bu = Mat::<f64>::zeros(qu.nrows(), nonzero);
-    let mut bv = Mat::<f64>::zeros(qv.nrows(), nonzero);
-    for (p, &sg) in sigma.iter().enumerate() {
-        let r = sg.sqrt();
-        for i in 0..qu.nrows() {
-            bu[(i, p)] = lu[(i, p)] * r;
-        }
-        for c in 0..qv.nrows() {
-            bv[(c, p)] = lv[(c, p)] * r;
-        }
-    }
-    Split {
-        u: bu,
-        v: bv,
-        kept: nonzero.min(rank),
-        sigma,
-    }
+    scaled(lu, lv, &all[..nonzero], rank)
 }
 
 /// The same decompositions through LAPACK (ndarray-linalg, system OpenBLAS).
