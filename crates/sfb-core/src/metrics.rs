@@ -212,6 +212,10 @@ pub struct Summary {
     pub wait_s: f64,
     /// Mean over peers of end-of-run flush seconds.
     pub flush_s: f64,
+    /// Mean over peers of the seconds spent re-compressing their own batches
+    /// (`--compress`); absent without compression.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub compress_s: f64,
     /// Mean over peers of evaluation seconds.
     pub eval_s: f64,
     /// Largest staleness any peer applied.
@@ -321,6 +325,7 @@ impl Summary {
             apply_s: mean(&|r| r.metrics.apply_s),
             wait_s: mean(&|r| r.metrics.wait_s),
             flush_s: mean(&|r| r.metrics.flush_s),
+            compress_s: mean(&|r| r.metrics.compress_s),
             eval_s: mean(&|r| r.metrics.eval_s),
             max_staleness: reports
                 .iter()
@@ -389,6 +394,10 @@ pub struct LostPeer {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+fn is_zero_f64(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// Every node some report lost, with the earliest clock, by node.
