@@ -439,11 +439,7 @@ fn sigint_to_the_launcher_stops_every_node_at_one_clock_checkpointed_and_resumab
         // Polling the process table and a file another process writes.
         std::thread::sleep(Duration::from_millis(10));
     };
-    let st = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    common::signal(pid, "INT");
     let status = wait_timeout(&mut launcher, Duration::from_secs(60)).expect("the launcher exits");
     let mut guard = Children(vec![("launcher".into(), launcher)]);
     let err = common::stderr_of(&mut guard.0[0].1);
@@ -511,11 +507,7 @@ fn sigterm_to_a_peer_ends_its_run_with_exit_0_and_the_others_go_on_under_ssp() {
     c.exchange();
     let pids = c.children.pids();
     c.wait_clock(1, 20);
-    let st = Command::new("kill")
-        .args(["-TERM", &pids[1].to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    common::signal(pids[1], "TERM");
     let (status, err) = c.children.wait_one(1, Duration::from_secs(60));
     assert!(status.success(), "{status}: {err}");
     let s: Value =

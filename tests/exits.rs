@@ -8,7 +8,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{SFB, running, tempdir, wait_timeout};
+use common::{SFB, running, signal, tempdir, wait_timeout};
 
 /// Longest any wait here may take.
 const WAIT: Duration = Duration::from_secs(120);
@@ -41,15 +41,6 @@ fn children_of(ppid: u32) -> Vec<u32> {
         }
     }
     out
-}
-
-fn signal(pid: u32, sig: &str) {
-    let st = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(st.success(), "kill -{sig} {pid}");
 }
 
 /// The launcher's directories under `tmp`.

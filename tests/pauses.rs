@@ -7,26 +7,15 @@
 //! wait is bounded, and no process outlives its test.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 mod common;
-use common::{Started, assert_gone, init, start, tempdir};
+use common::{Started, assert_gone, init, signal, start, tempdir};
 
 /// This binary's group of temporary directories.
 const GROUP: &str = "pauses";
-
-/// Sends `sig` (`STOP`, `CONT`) to process `pid`.
-fn signal(pid: u32, sig: &str) {
-    let st = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(st.success(), "kill -{sig} {pid}");
-}
 
 /// The last `error:` line of a node's stderr.
 fn error_line(stderr: &str) -> &str {

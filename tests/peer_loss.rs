@@ -559,11 +559,7 @@ fn the_launcher_reports_a_lost_peer_and_lets_the_survivors_finish() {
         // Polling a file another process appends to.
         std::thread::sleep(Duration::from_millis(2));
     }
-    let st = Command::new("kill")
-        .args(["-9", &victim.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    common::signal(victim, "KILL");
     let status = common::wait_timeout(&mut launcher, Duration::from_secs(120)).expect("exits");
     let mut guard = common::Children(vec![("launcher".into(), launcher)]);
     let err = common::stderr_of(&mut guard.0[0].1);

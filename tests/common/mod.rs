@@ -135,6 +135,16 @@ pub fn assert_gone(pids: &[u32]) {
     }
 }
 
+/// Sends `sig` (`TERM`, `KILL`, `STOP`, `CONT`, …) to process `pid` (by PID, never by name).
+pub fn signal(pid: u32, sig: &str) {
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -{sig} {pid}");
+}
+
 /// `sfb <args> --summary <summary>` to success; the summary's JSON.
 pub fn run_summary(args: &[&str], summary: &Path) -> Value {
     let out = Command::new(SFB)

@@ -135,10 +135,21 @@ fn drive_all(
 }
 
 fn peers(method: Method, consistency: &Consistency, every: u64) -> Vec<Engine<Counting>> {
-    (0..3)
+    cluster(3, method, consistency, |cfg| cfg.checkpoint_every = every)
+}
+
+/// `n` peers of [`config`] with `method` and `consistency`, each config then edited by
+/// `tweak`.
+fn cluster(
+    n: u32,
+    method: Method,
+    consistency: &Consistency,
+    tweak: impl Fn(&mut Config),
+) -> Vec<Engine<Counting>> {
+    (0..n)
         .map(|p| {
-            let mut cfg = config(p, 3, method, consistency.clone());
-            cfg.checkpoint_every = every;
+            let mut cfg = config(p, n as usize, method, consistency.clone());
+            tweak(&mut cfg);
             Engine::new(cfg, Counting { seen: Vec::new() }, w0(), shard(p)).unwrap()
         })
         .collect()
@@ -483,13 +494,9 @@ fn survivors_train_on_without_a_lost_peer_under_ssp_and_bsp_fails_by_default() {
         (Consistency::Bsp, sfb_core::PeerLoss::Continue),
         (Consistency::Bsp, sfb_core::PeerLoss::Fail),
     ] {
-        let mut engines: Vec<Engine<Counting>> = (0..4)
-            .map(|p| {
-                let mut cfg = config(p, 4, Method::Sgd, consistency.clone());
-                cfg.on_peer_loss = policy;
-                Engine::new(cfg, Counting { seen: Vec::new() }, w0(), shard(p)).unwrap()
-            })
-            .collect();
+        let mut engines = cluster(4, Method::Sgd, &consistency, |cfg| {
+            cfg.on_peer_loss = policy
+        });
         let mut nodes: Vec<&mut dyn StateMachine> = engines
             .iter_mut()
             .map(|e| e as &mut dyn StateMachine)
@@ -749,14 +756,10 @@ fn survivors_take_over_a_lost_shard_in_disjoint_parts_and_give_it_back_on_rejoin
 
 #[test]
 fn a_bsp_peer_failing_on_a_loss_holds_its_latest_cut_bitwise() {
-    let make = |every: u64| -> Vec<Engine<Counting>> {
-        (0..4)
-            .map(|p| {
-                let mut cfg = config(p, 4, Method::AdaGrad, Consistency::Bsp);
-                cfg.checkpoint_every = every;
-                Engine::new(cfg, Counting { seen: Vec::new() }, w0(), shard(p)).unwrap()
-            })
-            .collect()
+    let make = |every: u64| {
+        cluster(4, Method::AdaGrad, &Consistency::Bsp, |cfg| {
+            cfg.checkpoint_every = every;
+        })
     };
     // Peer 2 dies after clock 6 (not a checkpoint clock of every 4): the survivors fail.
     let mut engines = make(4);
@@ -792,15 +795,11 @@ fn a_bsp_peer_failing_on_a_loss_holds_its_latest_cut_bitwise() {
 #[test]
 fn a_compressing_run_resumes_bitwise_with_its_residual() {
     // K = 3 pairs re-compressed to 1: every peer keeps a residual between clocks.
-    let make = |every: u64| -> Vec<Engine<Counting>> {
-        (0..3)
-            .map(|p| {
-                let mut cfg = config(p, 3, Method::Sgd, Consistency::Bsp);
-                cfg.checkpoint_every = every;
-                cfg.compress = Some(1);
-                Engine::new(cfg, Counting { seen: Vec::new() }, w0(), shard(p)).unwrap()
-            })
-            .collect()
+    let make = |every: u64| {
+        cluster(3, Method::Sgd, &Consistency::Bsp, |cfg| {
+            cfg.checkpoint_every = every;
+            cfg.compress = Some(1);
+        })
     };
     let (plain, _) = run_peers(make(0));
     let (full, states) = run_peers(make(4));

@@ -322,9 +322,7 @@ fn learned_note(report: &Report, classes: usize) -> Option<String> {
 /// # Errors
 /// The first arm that fails.
 pub fn fms_vs_sfb(opts: &Options, runner: &Runner) -> Result<Report> {
-    let p = opts.peers.unwrap_or(8);
-    let n = opts.size.unwrap_or(4096);
-    let q = 3.min(p.saturating_sub(2)).max(1);
+    let Headline { p, n, q, base } = Headline::of(opts)?;
     let mut report = Report::new(
         "fms-vs-sfb",
         &format!(
@@ -332,7 +330,6 @@ pub fn fms_vs_sfb(opts: &Options, runner: &Runner) -> Result<Report> {
             opts.bandwidth()
         ),
     );
-    let base = opts.common(mlr(n, n, 8192, 256), p, opts.clocks.unwrap_or(40), 4)?;
     let full = format!("SFB full (Q={})", p - 1);
     let mut partial = base.clone();
     partial.topology.out_degree = Some(q);
@@ -345,14 +342,7 @@ pub fn fms_vs_sfb(opts: &Options, runner: &Runner) -> Result<Report> {
     ];
     run_arms(runner, &mut report, &arms, 0, opts.frac(0.3))?;
     report.speedup = report.speedup_of(&full, "FMS");
-    if let Some(note) = learned_note(&report, n) {
-        report.notes.push(note);
-    }
-    let rate = opts.rate()?;
-    report.sections.push((
-        "Where the time goes".into(),
-        breakdown(&report, rate, n, n, p),
-    ));
+    explain(&mut report, opts, n, p)?;
     report.notes.push(match report.speedup {
         Some(s) if s >= 5.0 => format!(
             "SFB full broadcast reached the target {s:.2}× sooner than FMS (goal ≥ 5×; the paper reports 4.4× on 28 machines)."
@@ -374,9 +364,7 @@ pub fn fms_vs_sfb(opts: &Options, runner: &Runner) -> Result<Report> {
 /// # Errors
 /// The first arm that fails.
 pub fn compression(opts: &Options, runner: &Runner) -> Result<Report> {
-    let p = opts.peers.unwrap_or(8);
-    let n = opts.size.unwrap_or(4096);
-    let q = 3.min(p.saturating_sub(2)).max(1);
+    let Headline { p, n, q, base } = Headline::of(opts)?;
     let mut report = Report::new(
         "compression",
         &format!(
@@ -385,7 +373,6 @@ pub fn compression(opts: &Options, runner: &Runner) -> Result<Report> {
             opts.bandwidth()
         ),
     );
-    let base = opts.common(mlr(n, n, 8192, 256), p, opts.clocks.unwrap_or(40), 4)?;
     let with = |q: Option<usize>, rank: Option<usize>| {
         let mut s = base.clone();
         s.topology.out_degree = q;
@@ -401,15 +388,44 @@ pub fn compression(opts: &Options, runner: &Runner) -> Result<Report> {
         Arm::new(format!("partial (Q={q}), rank 4"), with(Some(q), Some(4))),
     ];
     run_arms(runner, &mut report, &arms, 0, opts.frac(0.3))?;
-    if let Some(note) = learned_note(&report, n) {
+    explain(&mut report, opts, n, p)?;
+    Ok(report)
+}
+
+/// The headline setting of `fms-vs-sfb` and `compression`: P peers (8), MLR J = D = n
+/// (4096) on blob data, 40 clocks, and the partial-broadcast out-degree Q (3).
+struct Headline {
+    p: usize,
+    n: usize,
+    q: usize,
+    base: RunSpec,
+}
+
+impl Headline {
+    fn of(opts: &Options) -> Result<Self> {
+        let p = opts.peers.unwrap_or(8);
+        let n = opts.size.unwrap_or(4096);
+        Ok(Self {
+            p,
+            n,
+            q: 3.min(p.saturating_sub(2)).max(1),
+            base: opts.common(mlr(n, n, 8192, 256), p, opts.clocks.unwrap_or(40), 4)?,
+        })
+    }
+}
+
+/// What the model learned and where the time goes (the [`breakdown`] table), for a
+/// report on an n × n MLR with `p` peers.
+fn explain(report: &mut Report, opts: &Options, n: usize, p: usize) -> Result<()> {
+    if let Some(note) = learned_note(report, n) {
         report.notes.push(note);
     }
     let rate = opts.rate()?;
     report.sections.push((
         "Where the time goes".into(),
-        breakdown(&report, rate, n, n, p),
+        breakdown(report, rate, n, n, p),
     ));
-    Ok(report)
+    Ok(())
 }
 
 /// Per clock and peer: where the time goes, and what the budget alone would cost.
