@@ -4,6 +4,7 @@
 //! the held-out objective of a run without the failure. Under BSP the survivors fail fast
 //! by default and train on with `--on-peer-loss continue`. No process outlives its test.
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -329,6 +330,58 @@ fn with_partial_broadcast_every_survivor_repairs_the_topology_the_same_way() {
     }
 }
 
+/// A lost node started again (`args` plus `--cluster CLUSTER --exchange-addrs`): it is
+/// given the run's addresses, `addrs` with its own new one for node `id`; its progress
+/// lines are drained.
+struct Restarted {
+    child: std::process::Child,
+    /// Kept open: the node reads its stop requests there.
+    _stdin: std::process::ChildStdin,
+}
+
+impl Restarted {
+    fn start(args: &[String], cluster: &Path, addrs: &[String], id: usize) -> Self {
+        let mut child = Command::new(SFB)
+            .args(args)
+            .arg("--cluster")
+            .arg(cluster)
+            .arg("--exchange-addrs")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        let mut addrs = addrs.to_vec();
+        addrs[id] = v["listening"].as_str().unwrap().to_string();
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "{}", serde_json::json!({ "addrs": addrs })).unwrap();
+        stdin.flush().unwrap();
+        std::thread::spawn(move || for _ in out.lines() {});
+        Self {
+            child,
+            _stdin: stdin,
+        }
+    }
+
+    /// Its exit status and stderr; panics (after killing it) if it runs past `limit`.
+    fn wait(self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let mut guard = common::Children(vec![("restarted".into(), self.child)]);
+        let c = &mut guard.0[0].1;
+        let status = common::wait_timeout(c, limit);
+        if status.is_none() {
+            // Its stderr ends only when it does.
+            let _ = c.kill();
+        }
+        let err = common::stderr_of(c);
+        let status = status.unwrap_or_else(|| panic!("still running after {limit:?}:\n{err}"));
+        (status, err)
+    }
+}
+
 /// Reads a `--dump-w` file (raw little-endian f32).
 fn read_w(path: &Path) -> Vec<f32> {
     std::fs::read(path)
@@ -343,6 +396,55 @@ fn divergence(a: &[f32], b: &[f32]) -> f64 {
     let d: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
     let n: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
     (d / n).sqrt()
+}
+
+/// A peer restarted with `--rejoin` after the run has ended is taken back by no one: it
+/// says so and exits non-zero, within its liveness timeout; told to stop (SIGTERM) while
+/// it waits, it exits at once. It used to wait forever.
+#[test]
+fn a_peer_that_comes_back_after_the_run_ended_gives_up() {
+    let dir = tempdir(GROUP, "rejoin-late");
+    let cluster = init(&dir, &["--peers", "4", "--out-degree", "3"]);
+    let victim = 2;
+    let nodes: Vec<(String, Vec<String>)> = (0..4)
+        .map(|i| {
+            let mut a: Vec<String> = vec!["peer".into(), "--id".into(), i.to_string()];
+            a.extend(run_args("ssp:2"));
+            (format!("peer {i}"), a)
+        })
+        .collect();
+    let mut c = start(&cluster, &nodes);
+    c.exchange();
+    let mut pids = c.children.pids();
+    c.wait_clock(victim, 10);
+    c.children.kill(victim);
+    for k in (0..4).filter(|&k| k != victim) {
+        let (status, err) = c.children.wait_one(k, Duration::from_secs(120));
+        assert!(status.success(), "survivor {k}: {err}");
+    }
+    // Now the run is over. Twice: once it waits out a 2 s liveness timeout, once it is
+    // stopped by SIGTERM while it waits (60 s timeout).
+    for (timeout, term) in [("2", false), ("60", true)] {
+        let mut args = nodes[victim].1.clone();
+        args.extend(["--rejoin", "--peer-timeout", timeout].map(String::from));
+        let r = Restarted::start(&args, &cluster, &c.addrs, victim);
+        pids.push(r.child.id());
+        if term {
+            common::signal(r.child.id(), "TERM");
+        }
+        let (status, err) = r.wait(Duration::from_secs(60));
+        eprintln!("late peer ({status}):\n{err}");
+        assert!(!status.success(), "{err}");
+        assert!(err.contains("was not taken back into the run"), "{err}");
+        let why = if term {
+            "told to stop"
+        } else {
+            "no neighbour sent it the run's state"
+        };
+        assert!(err.contains(why), "{err}");
+    }
+    drop(c);
+    assert_gone(&pids);
 }
 
 #[test]
@@ -360,7 +462,6 @@ fn a_peer_rejoins_a_partial_broadcast_run() {
 /// Kills peer 2 of `p` (out-degree `q`) at clock 20, restarts it with `--rejoin` at ~40;
 /// it finishes with the others, close to them.
 fn rejoin(p: usize, q: usize, tag: &str) {
-    use std::io::{BufRead, BufReader, Write};
     let dir = tempdir(GROUP, tag);
     let cluster = init(
         &dir,
@@ -391,36 +492,23 @@ fn rejoin(p: usize, q: usize, tag: &str) {
     c.wait_clock(victim, 20);
     c.children.kill(victim);
     c.wait_clock(0, 40);
+    // The survivors are paused (by PID) while the restarted process starts: on a loaded
+    // machine its start-up can outlast the 40 clocks left, and a run that has ended takes
+    // no one back (that case is `a_peer_that_comes_back_after_the_run_ended_gives_up`).
+    let survivors: Vec<usize> = (0..p).filter(|&k| k != victim).collect();
+    for &k in &survivors {
+        common::signal(pids[k], "STOP");
+    }
     // The same peer again (same key), with --rejoin: it listens, gets everyone's
     // addresses (its own new one), and asks to be taken back.
     let mut args = node_args(victim, "-rejoined");
     args.push("--rejoin".into());
-    let mut r = Command::new(SFB)
-        .args(&args)
-        .arg("--cluster")
-        .arg(&cluster)
-        .arg("--exchange-addrs")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let rpid = r.id();
-    let mut out = BufReader::new(r.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
-    let mut addrs = c.addrs.clone();
-    addrs[victim] = v["listening"].as_str().unwrap().to_string();
-    let mut stdin = r.stdin.take().unwrap();
-    writeln!(stdin, "{}", serde_json::json!({ "addrs": addrs })).unwrap();
-    stdin.flush().unwrap();
-    // Drain its progress lines.
-    std::thread::spawn(move || for _ in out.lines() {});
-    let rejoined = common::wait_timeout(&mut r, Duration::from_secs(120));
-    let mut guard = common::Children(vec![("rejoined".into(), r)]);
-    let err = common::stderr_of(&mut guard.0[0].1);
-    let status = rejoined.expect("the rejoined peer ends");
+    let r = Restarted::start(&args, &cluster, &c.addrs, victim);
+    let rpid = r.child.id();
+    for &k in &survivors {
+        common::signal(pids[k], "CONT");
+    }
+    let (status, err) = r.wait(Duration::from_secs(120));
     if std::env::var_os("SFB_DEBUG_REJOIN").is_some() {
         for k in (0..p).filter(|&k| k != victim) {
             let (_status, err) = c.children.wait_one(k, Duration::from_secs(120));
@@ -441,7 +529,6 @@ fn rejoin(p: usize, q: usize, tag: &str) {
         assert_eq!(m["taken_over_samples"], 0, "survivor {k}");
     }
     drop(c);
-    drop(guard);
     assert_gone(&pids);
     assert_gone(&[rpid]);
     let r: Value = serde_json::from_str(
@@ -456,7 +543,6 @@ fn rejoin(p: usize, q: usize, tag: &str) {
         "{:016x}",
         sfb::harness::checkpoint::topology_fingerprint(&original)
     );
-    let survivors: Vec<usize> = (0..p).filter(|&k| k != victim).collect();
     for &k in &survivors {
         let m = &read_report(&dir, k)["report"]["metrics"];
         assert_eq!(m["topology"].as_str(), Some(want.as_str()), "survivor {k}");

@@ -20,9 +20,21 @@ pub const SFB: &str = env!("CARGO_BIN_EXE_sfb");
 
 /// A fresh, empty `CARGO_TARGET_TMPDIR/<group>/<name>`.
 pub fn tempdir(group: &str, name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(group)
-        .join(name);
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(group);
+    // One directory per test process, so that two runs of a test at once (a stress run)
+    // do not share files; those of processes that are gone are removed.
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for e in entries.flatten() {
+            let file = e.file_name();
+            let Some((base, pid)) = file.to_str().and_then(|f| f.rsplit_once('.')) else {
+                continue;
+            };
+            if base == name && !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let d = root.join(format!("{name}.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

@@ -384,7 +384,17 @@ pub struct Engine<M: Model> {
     takeover: Option<TakeOver<M::Sample>>,
     /// In-neighbours a topology change dropped: their frames still in flight are ignored.
     former: BTreeSet<PeerId>,
+    /// Frames from peers that are not (yet) in-neighbours: a sender that repaired the
+    /// topology after a loss before this peer did. Replayed, in order, when a repair makes
+    /// the sender an in-neighbour; at most [`EARLY_FRAMES`] per sender.
+    early: BTreeMap<PeerId, Vec<Message>>,
 }
+
+/// How many frames [`Engine::on_message`] holds for a sender that is not an in-neighbour
+/// yet, before it refuses the next as coming from an unknown arc. A sender cannot be more
+/// than its staleness bound ahead of its own in-neighbours; the notice of the loss that
+/// made it this peer's in-neighbour arrives within a few frames of its first one.
+pub const EARLY_FRAMES: usize = 64;
 
 /// The shard source of [`Engine::with_takeover`] and the peers it currently covers.
 struct TakeOver<S> {
@@ -436,6 +446,7 @@ impl<M: Model> Engine<M> {
             rejoining: false,
             takeover: None,
             former: BTreeSet::new(),
+            early: BTreeMap::new(),
         })
     }
 
@@ -671,9 +682,9 @@ impl<M: Model> Engine<M> {
     /// [`PeerLoss::Fail`], a timeout): its state at the start of its current clock `t` when
     /// that start was a cut — every update of the clocks `< t` applied and nothing later
     /// (always under BSP; under SSP when every awaited node had delivered them) — and it
-    /// checkpoints and has no checkpoint of `t` yet. W and the optimizer state have not
-    /// changed since (updates are applied when a clock starts), so the state is exactly
-    /// the one a checkpoint at `t` would have held.
+    /// checkpoints (if `t` was a checkpoint clock, the same state again). W and the
+    /// optimizer state have not changed since (updates are applied when a clock starts),
+    /// so the state is exactly the one a checkpoint at `t` holds.
     pub fn final_state(&self) -> Option<NodeState> {
         if self.rejoining || self.worker.done {
             return None;
@@ -778,8 +789,16 @@ impl<M: Model> Engine<M> {
         }
         self.side.out_neighbors.clone_from(&out);
         self.cfg.out_neighbors = out;
-        self.cfg.in_neighbors = inn;
+        self.cfg.in_neighbors = inn.clone();
         self.worker.metrics.topology = Some(topology);
+        // Frames that arrived before this peer repaired: the sender is awaited now.
+        for p in inn {
+            for msg in self.early.remove(&p).unwrap_or_default() {
+                // A frame refused now is one the sender should not have sent (it would
+                // have been refused had it come after the repair): dropped, as then.
+                let _ = self.receive(p, msg);
+            }
+        }
     }
 
     /// Takes a message received from peer `from`.
@@ -809,6 +828,25 @@ impl<M: Model> Engine<M> {
             // (it was an in-neighbour): nothing to apply, nothing wrong.
             return Ok(());
         }
+        if !self.worker.inbound.awaits(from)
+            && from != self.cfg.id
+            && from.index() < self.cfg.peers
+            && matches!(&msg, Message::Factors { batch, .. } if batch.origin == from)
+        {
+            // Not an in-neighbour (yet): a sender that repaired the topology after a loss
+            // before this peer heard of it. Held until this peer's repair says whether
+            // the arc is real.
+            let held = self.early.entry(from).or_default();
+            if held.len() < EARLY_FRAMES {
+                held.push(msg);
+                return Ok(());
+            }
+        }
+        self.receive(from, msg)
+    }
+
+    /// [`on_message`](Self::on_message) past the topology checks.
+    fn receive(&mut self, from: PeerId, msg: Message) -> Result<()> {
         let Message::Factors {
             batch,
             mean_iter_us,

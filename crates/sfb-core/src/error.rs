@@ -54,6 +54,15 @@ pub enum Error {
         /// Number of peers.
         peers: usize,
     },
+    /// A batch comes from a peer of the cluster that this node does not await (an SFB peer
+    /// holds such frames for a while first: a sender may repair the topology before it).
+    #[error("peer {from} is not an in-neighbour of this node: {reason}")]
+    NotAnInNeighbour {
+        /// The sender.
+        from: PeerId,
+        /// Why it was refused.
+        reason: &'static str,
+    },
     /// A batch's clock is outside what the engine can accept.
     #[error("clock {clock} from peer {origin} is not acceptable: {reason}")]
     BadClock {

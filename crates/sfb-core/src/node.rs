@@ -78,6 +78,12 @@ pub trait StateMachine {
         let _ = state;
         Ok(false)
     }
+
+    /// Whether the node is rejoining a run and waits for a neighbour's state
+    /// ([`adopt`](Self::adopt)) before it can step. Default: never.
+    fn rejoining(&self) -> bool {
+        false
+    }
 }
 
 impl<M: Model> StateMachine for Engine<M> {
@@ -125,6 +131,9 @@ impl<M: Model> StateMachine for Engine<M> {
     }
     fn adopt(&mut self, state: crate::NodeState) -> Result<bool> {
         Engine::adopt(self, state)
+    }
+    fn rejoining(&self) -> bool {
+        Engine::is_rejoining(self)
     }
     fn final_state(&self) -> Option<crate::NodeState> {
         Engine::final_state(self)

@@ -117,6 +117,14 @@ impl Inbound {
             });
         }
         let Some(i) = self.position(origin) else {
+            if origin.index() < self.cluster {
+                return Err(Error::NotAnInNeighbour {
+                    from: origin,
+                    reason: "this node does not await its frames (for an SFB peer: not \
+                             after a topology repair either, or more frames came than are \
+                             held until one)",
+                });
+            }
             return Err(Error::UnknownPeer {
                 origin,
                 peers: self.cluster,
@@ -566,15 +574,15 @@ impl<M: Model> Worker<M> {
         side.absorb(self, limit, time)?;
         let t = self.clock;
         // W changes only here: the state of a cut stays valid until the next clock starts.
-        self.cut = (!checkpoint
-            && self.plan.checkpoint_every > 0
+        // A checkpoint clock is one too (a failure during it saves it again: the same
+        // state, and a line that says where the node can resume).
+        self.cut = (self.plan.checkpoint_every > 0
             && limit == t
             && t > 0
-            && self.last_checkpoint != Some(t)
-            && self.inbound.all_delivered(t))
+            && (checkpoint || self.inbound.all_delivered(t)))
         .then(|| self.state(side.role(), time.now()));
         if checkpoint {
-            let mut state = self.state(side.role(), time.now());
+            let mut state = self.cut.clone().expect("a checkpoint clock is a cut");
             side.snapshot(&mut state);
             self.last_checkpoint = Some(t);
             self.events.push_back(Event::Checkpoint(Box::new(state)));

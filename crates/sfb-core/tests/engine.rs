@@ -50,6 +50,11 @@ fn engine<M: Model<Sample = Vec<f32>>>(model: M, id: u32, peers: usize) -> Engin
     let mut cfg = Config::full_broadcast(PeerId(id), peers);
     cfg.clocks = 3;
     cfg.batch_size = 2;
+    engine_for(cfg, model)
+}
+
+/// An engine for `cfg` (W 2×3, four samples).
+fn engine_for<M: Model<Sample = Vec<f32>>>(cfg: Config, model: M) -> Engine<M> {
     Engine::new(
         cfg,
         model,
@@ -122,7 +127,7 @@ fn engine_rejects_bad_messages_without_changing_state() {
             matches!(e, Error::UnknownPeer { .. })
         }),
         (PeerId(0), batch(0, 0), |e| {
-            matches!(e, Error::UnknownPeer { .. })
+            matches!(e, Error::NotAnInNeighbour { .. })
         }),
         (PeerId(2), batch(1, 0), |e| {
             matches!(e, Error::BadClock { .. })
@@ -143,6 +148,55 @@ fn engine_rejects_bad_messages_without_changing_state() {
             .unwrap_err(),
         Error::BadClock { .. }
     ));
+}
+
+/// A sender that repaired the topology after a loss before this peer did sends on an arc
+/// this peer does not await yet: the frames are held, and delivered when its own repair
+/// makes the sender an in-neighbour (a CI run once failed a survivor on exactly this).
+#[test]
+fn frames_from_a_sender_that_repaired_first_are_held_until_the_repair() {
+    let mut cfg = Config::full_broadcast(PeerId(0), 3);
+    cfg.clocks = 100;
+    cfg.batch_size = 2;
+    cfg.in_neighbors = vec![PeerId(1)];
+    cfg.out_neighbors = vec![PeerId(1)];
+    cfg.consistency = Consistency::Ssp { staleness: 0 };
+    let mut e = engine_for(cfg, Echo);
+    let t = &mut ManualTime::default();
+    for clock in 0..2 {
+        e.on_message(PeerId(2), msg(batch(2, clock)), t).unwrap();
+    }
+    assert_eq!(e.metrics().bytes_received, 0, "held, not applied");
+    e.on_message(PeerId(1), msg(batch(1, 0)), t).unwrap();
+    let held = e.metrics().bytes_received;
+    e.set_neighbors(
+        vec![PeerId(1), PeerId(2)],
+        vec![PeerId(1), PeerId(2)],
+        "repaired".into(),
+    );
+    assert_eq!(
+        e.metrics().bytes_received,
+        3 * held,
+        "both held frames are delivered at the repair"
+    );
+    // Clock 1 of peer 2 is in; a duplicate of it is refused as one.
+    let dup = e.on_message(PeerId(2), msg(batch(2, 1)), t).unwrap_err();
+    assert!(matches!(dup, Error::BadClock { .. }), "{dup}");
+
+    // A sender that never becomes an in-neighbour is refused once it exceeds the hold.
+    let mut e = engine(Echo, 0, 3);
+    e.set_neighbors(vec![PeerId(1)], vec![PeerId(1)], "cut".into());
+    // Peer 2 is a former in-neighbour now: its frames are ignored, never held.
+    e.on_message(PeerId(2), msg(batch(2, 0)), t).unwrap();
+    let mut cfg = Config::full_broadcast(PeerId(0), 3);
+    cfg.in_neighbors = vec![PeerId(1)];
+    cfg.out_neighbors = vec![PeerId(1)];
+    let mut e = engine_for(cfg, Echo);
+    for clock in 0..sfb_core::engine::EARLY_FRAMES as u64 {
+        e.on_message(PeerId(2), msg(batch(2, clock)), t).unwrap();
+    }
+    let err = e.on_message(PeerId(2), msg(batch(2, 64)), t).unwrap_err();
+    assert!(matches!(err, Error::NotAnInNeighbour { .. }), "{err}");
 }
 
 #[test]
@@ -214,13 +268,7 @@ fn ssp_lets_a_peer_run_s_clocks_ahead() {
     let mut cfg = Config::full_broadcast(PeerId(0), 2);
     cfg.clocks = 10;
     cfg.consistency = Consistency::Ssp { staleness: 2 };
-    let mut e = Engine::new(
-        cfg,
-        Echo,
-        Array2::zeros((2, 3)),
-        Shard::new(vec![vec![1.0, 2.0, 3.0]; 4], 1),
-    )
-    .unwrap();
+    let mut e = engine_for(cfg, Echo);
     let mut steps = 0;
     while e.on_tick(&mut ManualTime::default()).unwrap() == Progress::Stepped {
         steps += 1;

@@ -209,6 +209,10 @@ pub struct DriveOptions {
     pub checkpoint: Option<CheckpointFn>,
     /// Which records `drive` appends to its `records`.
     pub keep: Keep,
+    /// Longest a rejoining node ([`StateMachine::rejoining`]) waits for a neighbour's
+    /// state before it fails with [`Error::NotTakenBack`] (the run may have ended while it
+    /// was away); `None`: no limit.
+    pub rejoin_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for DriveOptions {
@@ -218,6 +222,7 @@ impl std::fmt::Debug for DriveOptions {
             .field("stall_report", &self.stall_report)
             .field("progress", &self.progress.is_some())
             .field("keep", &self.keep)
+            .field("rejoin_timeout", &self.rejoin_timeout)
             .finish()
     }
 }
@@ -294,15 +299,37 @@ where
     let mut stopping = false;
     // Stopped alone (`stop_at` 0: now), not with the whole run: a planned leave.
     let mut leaving = false;
+    // A rejoining node gives up when no neighbour takes it back in time.
+    let started = Instant::now();
+    let rejoin_deadline = opts.rejoin_timeout.map(|t| started + t);
     loop {
         if !stopping
             && let Some(t) = opts.stop_at.as_ref().map(|a| a.load(Ordering::Relaxed))
             && t != u64::MAX
         {
+            if node.rejoining() {
+                return Err(Error::NotTakenBack {
+                    peer: me,
+                    waited: started.elapsed(),
+                    why: "it was told to stop (a signal, or the launcher's stop) before a \
+                          neighbour sent it the run's state",
+                });
+            }
             stopping = true;
             leaving = t == 0;
             let at = node.stop_at(t);
             tracing::warn!("{me} stops at clock {at} (asked to stop at {t})");
+        }
+        if node.rejoining()
+            && let Some(d) = rejoin_deadline
+            && Instant::now() >= d
+        {
+            return Err(Error::NotTakenBack {
+                peer: me,
+                waited: started.elapsed(),
+                why: "no neighbour sent it the run's state: the run may have ended while it \
+                      was away, or every peer that sends to it is gone",
+            });
         }
         loop {
             match links.try_recv() {
@@ -358,12 +385,19 @@ where
         // Wake at the progress deadline or the next stall report, whichever comes first; a
         // `TimedOut` wake means that moment came (the links' contract).
         let deadline = opts.timeout.map(|t| last_progress + t);
-        let (wake_at, due) = match (deadline, next_report) {
+        let (mut wake_at, mut due) = match (deadline, next_report) {
             (Some(d), Some(r)) if r < d => (r, Due::Report),
             (Some(d), _) => (d, Due::Timeout),
             (None, Some(r)) => (r, Due::Report),
             (None, None) => (Instant::now() + IDLE_WAIT, Due::Nothing),
         };
+        if node.rejoining()
+            && let Some(d) = rejoin_deadline
+            && d < wake_at
+        {
+            // Checked at the top of the loop.
+            (wake_at, due) = (d, Due::Nothing);
+        }
         let woke = match links.wait(room_on, wake_at) {
             Ok(w) => w,
             Err(e) => {
@@ -396,6 +430,15 @@ where
                         // A late wake (this process was stopped, or busy) counts in full,
                         // and the next report is one interval from now: no bursts.
                         let now = wake_at.max(Instant::now());
+                        if node.rejoining() {
+                            tracing::warn!(
+                                "{me} waits for a neighbour to take it back into the run — \
+                                 {:.0} s so far",
+                                now.saturating_duration_since(started).as_secs_f64()
+                            );
+                            next_report = opts.stall_report.map(|every| now + every);
+                            continue;
+                        }
                         let stall = Stall {
                             peer: me,
                             clock: node.clock(),
@@ -851,6 +894,7 @@ mod tests {
             stall_report: None,
             progress: None,
             keep: Keep::All,
+            rejoin_timeout: None,
             checkpoint: None,
             stop_at: None,
             repair: None,

@@ -72,6 +72,17 @@ pub enum Error {
         /// What it was waiting for.
         waiting_on: Awaiting,
     },
+    /// A node restarted with `--rejoin` was not taken back: no neighbour sent it the run's
+    /// state in time, or it was told to stop first.
+    #[error("{peer} was not taken back into the run after {waited:?}: {why}")]
+    NotTakenBack {
+        /// The rejoining node.
+        peer: PeerId,
+        /// How long it waited.
+        waited: Duration,
+        /// Why it gave up.
+        why: &'static str,
+    },
     /// The node's checkpoint state could not be kept.
     #[error("{peer}: could not keep its checkpoint of clock {clock}: {reason}")]
     Checkpoint {

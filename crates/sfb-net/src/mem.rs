@@ -234,6 +234,7 @@ pub(crate) fn drive<N: StateMachine>(
         stall_report: None,
         progress: opts.progress.clone(),
         keep: opts.keep,
+        rejoin_timeout: None,
         checkpoint: opts.checkpoint.clone(),
         stop_at: None,
         repair: None,

@@ -346,6 +346,8 @@ impl Node {
             checkpoint: opts.checkpoint.clone(),
             stop_at: opts.stop_at.clone(),
             repair: opts.repair.clone(),
+            // As long as a silent neighbour is given before it counts as lost.
+            rejoin_timeout: opts.rejoin.then_some(opts.liveness_timeout),
         };
         let stragglers = opts.stragglers;
         let (engine, records, result) = tokio::task::spawn_blocking(move || {
