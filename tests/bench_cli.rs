@@ -205,6 +205,53 @@ fn fms_vs_sfb_over_libp2p_reports_speedup() {
 }
 
 #[test]
+fn prioritization_compares_every_policy_at_equal_budgets() {
+    let out = dir("prioritization");
+    let (ok, _, stderr) = sfb(&[
+        "bench",
+        "--scenario",
+        "prioritization",
+        "--transport",
+        "mem",
+        "--peers",
+        "3",
+        "--size",
+        "48",
+        "--clocks",
+        "16",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let v = json(&out.join("prioritization.json"));
+    let names = [
+        "every pair",
+        "magnitude 50%",
+        "relative 50%",
+        "random 50%",
+        "round-robin 50%",
+        "magnitude 25%",
+        "random 25%",
+        "round-robin 25%",
+    ];
+    check_arms(&v, &names);
+    let arms = v["arms"].as_array().unwrap();
+    let bytes = |i: usize| arms[i]["bytes_per_clock"].as_f64().unwrap();
+    // Half and a quarter of K = 16 pairs per clock (plus each frame's fixed part).
+    for (i, want) in [(1, 0.5), (5, 0.25)] {
+        let ratio = bytes(i) / bytes(0);
+        assert!((ratio - want).abs() < 0.03, "{}: {ratio}", names[i]);
+    }
+    for a in &arms[1..] {
+        assert!(a["summary"]["lost_update_energy"].as_f64().is_some(), "{a}");
+    }
+    let md = std::fs::read_to_string(out.join("prioritization.md")).unwrap();
+    assert!(md.contains("Objective at equal clocks"), "{md}");
+    assert!(md.contains("magnitude prioritization"), "{md}");
+    assert!(is_png(&out.join("prioritization.png")));
+}
+
+#[test]
 fn q_sweep_runs_every_q_and_plots_the_trade_off() {
     let out = dir("q_sweep");
     let (ok, _, stderr) = sfb(&[

@@ -2,32 +2,10 @@
 //! proportion to R, the same learning thanks to error feedback, nothing changed when R
 //! covers the batch, clear refusals.
 
-use std::path::Path;
 use std::process::Command;
 
-use serde_json::Value;
-
 mod common;
-use common::{SFB, run_summary, tempdir};
-
-/// BSP, 4 peers, 120 clocks of MLR on the built-in synthetic data (20 classes, K = 16).
-fn run(dir: &Path, name: &str, extra: &[&str]) -> Value {
-    let mut args = vec![
-        "run",
-        "--consistency",
-        "bsp",
-        "--clocks",
-        "120",
-        "--seed",
-        "3",
-    ];
-    args.extend_from_slice(extra);
-    run_summary(&args, &dir.join(format!("{name}.json")))
-}
-
-fn f(v: &Value, key: &str) -> f64 {
-    v[key].as_f64().unwrap()
-}
+use common::{SFB, num as f, short_bsp_run as run, tempdir};
 
 #[test]
 fn rank_r_sends_r_pairs_and_learns_as_well() {

@@ -152,6 +152,7 @@ fn every_option_lands_in_the_spec() {
             wire: sfb::core::wire::Dtype::F16,
             netns: false,
             compress: None,
+            prioritize: None,
         },
         output: OutputOptions {
             metrics: Some("m.jsonl".into()),
@@ -216,6 +217,15 @@ fn arm_commands_reproduce_their_specs() {
     s.train.straggler = Some("rotate:40".parse().unwrap());
     s.train.init_std = 0.01;
     specs.push(s);
+    // What a peer sends: re-compressed, or prioritized under a budget.
+    let mut s = mlr(64, 96, 500, 50);
+    s.net.compress = Some("rank:3".parse().unwrap());
+    specs.push(s.clone());
+    s.net.compress = None;
+    for p in ["round-robin:25%", "magnitude:6"] {
+        s.net.prioritize = Some(p.parse().unwrap());
+        specs.push(s.clone());
+    }
     specs.push(RunSpec {
         data: DataSource::Files {
             train: "a b.svm".into(),

@@ -13,7 +13,7 @@ use super::train::cli_error;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Scenario to run: kernel, link, fms-vs-sfb, q-sweep, staleness, scaling, model-size,
-    /// optimizers, adarevision, saga, compression, budget-check (root only: token bucket vs kernel tbf shaping; skipped elsewhere), or
+    /// optimizers, adarevision, saga, compression, prioritization, budget-check (root only: token bucket vs kernel tbf shaping; skipped elsewhere), or
     /// `all` (kernel and the training scenarios, in that order).
     #[arg(long, default_value = "kernel")]
     pub scenario: String,

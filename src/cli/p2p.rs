@@ -156,6 +156,12 @@ pub struct NetArgs {
     /// kept back for the next clock (error feedback). SFB only.
     #[arg(long, value_name = "rank:R")]
     pub compress: Option<sfb_harness::CompressSpec>,
+    /// Send at most BUDGET of each peer's pairs per clock, the most important first by
+    /// POLICY (magnitude, relative, random, round-robin), and carry the rest over to the
+    /// next clock (Bösen's prioritization). BUDGET: a share of the pairs computed per
+    /// clock (50%) or a number of pairs (8). SFB only; not with --compress.
+    #[arg(long, value_name = "POLICY:BUDGET")]
+    pub prioritize: Option<sfb_harness::PrioritizeSpec>,
 }
 
 impl NetArgs {
@@ -169,6 +175,7 @@ impl NetArgs {
             burst: self.burst,
             wire: self.wire,
             compress: self.compress,
+            prioritize: self.prioritize,
             ..sfb_harness::NetOptions::default()
         }
     }
@@ -192,6 +199,8 @@ const SPEC_CONFLICTS: &[&str] = &[
     "peer_timeout",
     "startup_timeout",
     "wire",
+    "compress",
+    "prioritize",
     "model",
     "synthetic",
     "batch",

@@ -157,6 +157,29 @@ pub fn signal(pid: u32, sig: &str) {
     assert!(st.success(), "kill -{sig} {pid}");
 }
 
+/// `sfb run` BSP, 4 peers, 120 clocks of MLR on the built-in synthetic data (20 classes,
+/// K = 16), seed 3, plus `extra`; its summary (`DIR/NAME.json`).
+pub fn short_bsp_run(dir: &Path, name: &str, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "run",
+        "--consistency",
+        "bsp",
+        "--clocks",
+        "120",
+        "--seed",
+        "3",
+    ];
+    args.extend_from_slice(extra);
+    run_summary(&args, &dir.join(format!("{name}.json")))
+}
+
+/// `v[key]` as a number (panics, naming it, if there is none).
+pub fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number {key} in {v}"))
+}
+
 /// `sfb <args> --summary <summary>` to success; the summary's JSON.
 pub fn run_summary(args: &[&str], summary: &Path) -> Value {
     let out = Command::new(SFB)

@@ -195,22 +195,8 @@ impl Compressor {
             for (i, &x) in fb.u_row(p).iter().enumerate() {
                 u[(i, p)] = s * f64::from(x);
             }
-            match &fb.v {
-                VFactors::Dense(vals) => {
-                    for (c, &x) in vals[p * d..(p + 1) * d].iter().enumerate() {
-                        v[(c, p)] = f64::from(x);
-                    }
-                }
-                VFactors::Sparse {
-                    indptr,
-                    indices,
-                    values,
-                } => {
-                    let (a, b) = (indptr[p] as usize, indptr[p + 1] as usize);
-                    for (&c, &x) in indices[a..b].iter().zip(&values[a..b]) {
-                        v[(c as usize, p)] = f64::from(x);
-                    }
-                }
+            for (c, x) in fb.v_row(p).entries() {
+                v[(c, p)] = f64::from(x);
             }
         }
         for q in 0..m {
@@ -262,41 +248,111 @@ impl Compressor {
 /// `U Vᵀ` as balanced singular pairs `(u_i √σ_i, v_i √σ_i)`, by decreasing σ, of which the
 /// first `kept` are the best rank-`rank` approximation; zero singular values left out.
 #[derive(Debug)]
-struct Split {
-    u: Mat<f64>,
-    v: Mat<f64>,
-    sigma: Vec<f64>,
-    kept: usize,
+pub(crate) struct Split {
+    pub(crate) u: Mat<f64>,
+    pub(crate) v: Mat<f64>,
+    pub(crate) sigma: Vec<f64>,
+    pub(crate) kept: usize,
 }
 
-/// Thin QR of both halves, SVD of the small core (module docs).
-fn low_rank(u: &Mat<f64>, v: &Mat<f64>, rank: usize) -> Split {
-    let qr_u = u.qr();
-    let qr_v = v.qr();
-    let core = qr_u.thin_R() * qr_v.thin_R().transpose();
-    let svd = core
-        .thin_svd()
-        .expect("the SVD of a small finite matrix converges");
-    let s = svd.S().column_vector();
-    let all: Vec<f64> = (0..s.nrows()).map(|i| s[i]).collect();
-    let nonzero = nonzero(&all, u.ncols());
+/// Thin QR of both halves, SVD of the small core (module docs). Sequential: these are
+/// small problems, and every peer of an in-memory run (or a peer beside its own apply)
+/// decomposes at once; faer's default rayon parallelism made a 3 ms decomposition take
+/// 60 ms per clock with 8 peers on 2 cores (measured with `--prioritize`).
+pub(crate) fn low_rank(u: &Mat<f64>, v: &Mat<f64>, rank: usize) -> Split {
+    let qr_u = SeqQr::of(u);
+    let qr_v = SeqQr::of(v);
+    let core = &qr_u.r * qr_v.r.transpose();
+    let (su, sigma, sv) = seq_svd(&core);
+    let nonzero = nonzero(&sigma, u.ncols());
     // Q·X without forming Q: the Householder sequence applied to [X; 0].
-    let lu = apply_q(&qr_u, svd.U().subcols(0, nonzero));
-    let lv = apply_q(&qr_v, svd.V().subcols(0, nonzero));
-    scaled(lu, lv, &all[..nonzero], rank)
+    let lu = apply_q(&qr_u, su.subcols(0, nonzero));
+    let lv = apply_q(&qr_v, sv.subcols(0, nonzero));
+    scaled(lu, lv, &sigma[..nonzero], rank)
+}
+
+/// A thin QR computed without parallelism: the Householder basis (unit lower
+/// trapezoidal), its block coefficients, and the upper-triangular `R` (min(m, n) × n).
+struct SeqQr {
+    basis: Mat<f64>,
+    coeff: Mat<f64>,
+    r: Mat<f64>,
+}
+
+impl SeqQr {
+    fn of(a: &Mat<f64>) -> Self {
+        use faer::dyn_stack::{MemBuffer, MemStack};
+        use faer::linalg::qr::no_pivoting::factor;
+        let (m, n) = a.shape();
+        let size = m.min(n);
+        let block = factor::recommended_block_size::<f64>(m, n);
+        let mut qr = a.clone();
+        let mut coeff = Mat::<f64>::zeros(block, size);
+        factor::qr_in_place(
+            qr.as_mut(),
+            coeff.as_mut(),
+            faer::Par::Seq,
+            MemStack::new(&mut MemBuffer::new(factor::qr_in_place_scratch::<f64>(
+                m,
+                n,
+                block,
+                faer::Par::Seq,
+                Default::default(),
+            ))),
+            Default::default(),
+        );
+        let r = Mat::from_fn(size, n, |i, j| if i <= j { qr[(i, j)] } else { 0.0 });
+        let basis = Mat::from_fn(m, size, |i, j| match i.cmp(&j) {
+            std::cmp::Ordering::Greater => qr[(i, j)],
+            std::cmp::Ordering::Equal => 1.0,
+            std::cmp::Ordering::Less => 0.0,
+        });
+        Self { basis, coeff, r }
+    }
+}
+
+/// Thin SVD `a = U diag(σ) Vᵀ` (σ decreasing), without parallelism.
+fn seq_svd(a: &Mat<f64>) -> (Mat<f64>, Vec<f64>, Mat<f64>) {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::svd::{self, ComputeSvdVectors};
+    let (m, n) = a.shape();
+    let size = m.min(n);
+    let mut u = Mat::<f64>::zeros(m, size);
+    let mut v = Mat::<f64>::zeros(n, size);
+    let mut s = faer::diag::Diag::<f64>::zeros(size);
+    svd::svd(
+        a.as_ref(),
+        s.as_mut(),
+        Some(u.as_mut()),
+        Some(v.as_mut()),
+        faer::Par::Seq,
+        MemStack::new(&mut MemBuffer::new(svd::svd_scratch::<f64>(
+            m,
+            n,
+            ComputeSvdVectors::Thin,
+            ComputeSvdVectors::Thin,
+            faer::Par::Seq,
+            Default::default(),
+        ))),
+        Default::default(),
+    )
+    .expect("the SVD of a small finite matrix converges");
+    let sv = s.column_vector();
+    let sigma = (0..size).map(|i| sv[i]).collect();
+    (u, sigma, v)
 }
 
 /// `Q_thin · x` for the QR `qr` of a J×n matrix (x has min(J, n) rows).
-fn apply_q(qr: &faer::linalg::solvers::Qr<f64>, x: faer::MatRef<'_, f64>) -> Mat<f64> {
+fn apply_q(qr: &SeqQr, x: faer::MatRef<'_, f64>) -> Mat<f64> {
     use faer::dyn_stack::{MemBuffer, MemStack};
     use faer::linalg::householder;
-    let (rows, cols) = (qr.Q_basis().nrows(), x.ncols());
+    let (rows, cols) = (qr.basis.nrows(), x.ncols());
     let mut out = Mat::<f64>::zeros(rows, cols);
     out.as_mut().subrows_mut(0, x.nrows()).copy_from(x);
-    let blocks = qr.Q_coeff().nrows();
+    let blocks = qr.coeff.nrows();
     householder::apply_block_householder_sequence_on_the_left_in_place_with_conj(
-        qr.Q_basis(),
-        qr.Q_coeff(),
+        qr.basis.as_ref(),
+        qr.coeff.as_ref(),
         faer::Conj::No,
         out.as_mut(),
         faer::Par::Seq,

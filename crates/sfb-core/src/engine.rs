@@ -63,6 +63,10 @@ pub struct Config {
     /// sent ([`crate::compress`]): at most this many pairs per batch, the rest kept back
     /// and sent later (error feedback). Default: none.
     pub compress: Option<usize>,
+    /// Prioritization under a send budget ([`crate::prioritize`]): at most the budget's
+    /// pairs per clock, in the policy's order, the rest carried over. Not with
+    /// [`compress`](Self::compress). Default: none.
+    pub prioritize: Option<crate::Prioritize>,
     /// Flow control of the models without a staleness bound (async and custom barriers):
     /// the peer does not start clock `t` while an in-neighbour has delivered fewer than
     /// `t − max_drift` clocks. This bounds what can be in flight on every edge (and so a
@@ -114,6 +118,7 @@ impl Config {
             eval_every: 10,
             wire: wire::Dtype::F32,
             compress: None,
+            prioritize: None,
             max_drift: DEFAULT_MAX_DRIFT,
             optimizer: Optimizer::default(),
             on_peer_loss: PeerLoss::Fail,
@@ -154,6 +159,31 @@ impl Config {
             }
         }
         check_step(self.batch_size, self.lr)?;
+        if let Some(p) = &self.prioritize {
+            if self.compress.is_some() {
+                return Err(ConfigError::Sending(
+                    "--prioritize and --compress are two ways to send less: pick one (a \
+                     compressed batch is already ordered by importance, its singular values)"
+                        .into(),
+                )
+                .into());
+            }
+            match p.budget {
+                crate::Budget::Fraction(f) if !(f > 0.0 && f <= 1.0) => {
+                    return Err(ConfigError::Sending(format!(
+                        "--prioritize budget {f} is not a fraction in (0, 1]"
+                    ))
+                    .into());
+                }
+                crate::Budget::Pairs(0) => {
+                    return Err(ConfigError::Sending(
+                        "--prioritize budget of 0 pairs: nothing would ever be sent".into(),
+                    )
+                    .into());
+                }
+                _ => {}
+            }
+        }
         self.optimizer.validate(self.lr)
     }
 
@@ -278,6 +308,8 @@ struct PeerSide {
     out_neighbors: Vec<PeerId>,
     wire: wire::Dtype,
     compressor: Option<crate::compress::Compressor>,
+    /// What sends the peer's pairs first under a budget, if anything.
+    prioritizer: Option<crate::Prioritizer>,
 }
 
 impl<M: Model> Side<M> for PeerSide {
@@ -335,6 +367,15 @@ impl<M: Model> Side<M> for PeerSide {
             fb = out;
             worker.metrics.compress_s += secs(t0, time.now());
         }
+        if let Some(p) = &mut self.prioritizer {
+            let t0 = time.now();
+            let (out, stats) = p.select(fb, self.replica.w());
+            worker.metrics.compress_s += secs(t0, time.now());
+            fb = out;
+            worker.metrics.held_back_pairs = stats.backlog as u64;
+            worker.metrics.lost_sq += stats.lost_sq;
+            worker.metrics.computed_sq += stats.computed_sq;
+        }
         if self.wire == wire::Dtype::F16 {
             wire::round_to_f16(&mut fb);
         }
@@ -365,10 +406,11 @@ impl<M: Model> Side<M> for PeerSide {
     fn snapshot(&self, state: &mut NodeState) {
         state.w = Some(self.replica.w().to_owned());
         state.optimizer = self.stepper.save_state();
-        state.compressor = self
-            .compressor
-            .as_ref()
-            .map_or_else(Vec::new, crate::compress::Compressor::save_state);
+        state.compressor = match (&self.compressor, &self.prioritizer) {
+            (Some(c), _) => c.save_state(),
+            (None, Some(p)) => p.save_state(),
+            (None, None) => Vec::new(),
+        };
     }
 }
 
@@ -440,6 +482,7 @@ impl<M: Model> Engine<M> {
                 out_neighbors: cfg.out_neighbors.clone(),
                 wire: cfg.wire,
                 compressor: cfg.compress.map(crate::compress::Compressor::new),
+                prioritizer: cfg.prioritize.map(crate::Prioritizer::new),
             },
             worker,
             cfg,
@@ -586,16 +629,17 @@ impl<M: Model> Engine<M> {
         }
         self.side.replica = Replica::new(w)?;
         self.side.stepper.restore_state(&state.optimizer)?;
-        match &mut self.side.compressor {
-            Some(c) => c.restore_state(&state.compressor, dim.0, dim.1)?,
-            None if !state.compressor.is_empty() => {
+        match (&mut self.side.compressor, &mut self.side.prioritizer) {
+            (Some(c), _) => c.restore_state(&state.compressor, dim.0, dim.1)?,
+            (None, Some(p)) => p.restore_state(&state.compressor, dim.0, dim.1)?,
+            (None, None) if !state.compressor.is_empty() => {
                 return Err(Error::Checkpoint {
-                    reason: "written by a run with --compress (its residual would be lost); \
-                             this run does not compress"
+                    reason: "written by a run with --compress or --prioritize (what it held \
+                             back would be lost); this run does neither"
                         .into(),
                 });
             }
-            None => {}
+            (None, None) => {}
         }
         self.worker.restore(&state, state.clock)
     }

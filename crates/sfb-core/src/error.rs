@@ -215,6 +215,9 @@ pub enum ConfigError {
         /// Its clock.
         clock: u64,
     },
+    /// What the peer sends (`--compress`, `--prioritize`) cannot be done as configured.
+    #[error("{0}")]
+    Sending(String),
 }
 
 /// Result alias for sfb-core.

@@ -20,6 +20,26 @@ pub enum VFactors {
 }
 
 impl VFactors {
+    /// Sparse rows from each pair's `(indices, values)`, in order.
+    pub fn from_sparse_rows<I, V>(rows: impl IntoIterator<Item = (I, V)>) -> Self
+    where
+        I: AsRef<[u32]>,
+        V: AsRef<[f32]>,
+    {
+        let mut indptr = vec![0u32];
+        let (mut indices, mut values) = (Vec::new(), Vec::new());
+        for (i, v) in rows {
+            indices.extend_from_slice(i.as_ref());
+            values.extend_from_slice(v.as_ref());
+            indptr.push(indices.len() as u32);
+        }
+        VFactors::Sparse {
+            indptr,
+            indices,
+            values,
+        }
+    }
+
     /// Number of stored values (K·D for dense, nnz for sparse).
     pub fn stored_len(&self) -> usize {
         match self {
@@ -50,6 +70,35 @@ pub struct FactorBatch {
     pub v: VFactors,
 }
 
+/// One pair's `v` ([`FactorBatch::v_row`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum VRow<'a> {
+    /// All D values.
+    Dense(&'a [f32]),
+    /// Column indices and their values.
+    Sparse(&'a [u32], &'a [f32]),
+}
+
+impl<'a> VRow<'a> {
+    /// The stored values.
+    pub fn values(self) -> &'a [f32] {
+        match self {
+            VRow::Dense(v) | VRow::Sparse(_, v) => v,
+        }
+    }
+
+    /// `(column, value)` for every stored value.
+    pub fn entries(self) -> impl Iterator<Item = (usize, f32)> + 'a {
+        let (idx, vals) = match self {
+            VRow::Dense(v) => (None, v),
+            VRow::Sparse(i, v) => (Some(i), v),
+        };
+        vals.iter()
+            .enumerate()
+            .map(move |(n, &x)| (idx.map_or(n, |i| i[n] as usize), x))
+    }
+}
+
 impl FactorBatch {
     /// Number of pairs `K`.
     pub fn len(&self) -> usize {
@@ -70,6 +119,21 @@ impl FactorBatch {
     /// `u` of pair `i`.
     pub fn u_row(&self, i: usize) -> &[f32] {
         &self.u[i * self.j..(i + 1) * self.j]
+    }
+
+    /// `v` of pair `i`: its `(column, value)` entries, every column for a dense `v`.
+    pub fn v_row(&self, i: usize) -> VRow<'_> {
+        match &self.v {
+            VFactors::Dense(v) => VRow::Dense(&v[i * self.d..(i + 1) * self.d]),
+            VFactors::Sparse {
+                indptr,
+                indices,
+                values,
+            } => {
+                let (a, b) = (indptr[i] as usize, indptr[i + 1] as usize);
+                VRow::Sparse(&indices[a..b], &values[a..b])
+            }
+        }
     }
 
     /// Checks the batch against a `j × d` replica: lengths, sparse structure, index range,

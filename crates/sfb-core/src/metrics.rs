@@ -58,9 +58,19 @@ pub struct PeerMetrics {
     /// 0 when none is lost, or when lost shards are dropped).
     #[serde(default)]
     pub taken_over_samples: u64,
-    /// Seconds spent re-compressing this peer's own batches (`--compress`).
+    /// Seconds spent choosing what this peer sends: re-compressing its batches
+    /// (`--compress`) or prioritizing their pairs (`--prioritize`).
     #[serde(default)]
     pub compress_s: f64,
+    /// Pairs held back for a later clock after this peer's last batch (`--prioritize`).
+    #[serde(default)]
+    pub held_back_pairs: u64,
+    /// `‖·‖_F²` of the updates this peer computed (`--prioritize`; 0 without it).
+    #[serde(default)]
+    pub computed_sq: f64,
+    /// `‖·‖_F²` of what it lost bounding what it held back (`--prioritize`).
+    #[serde(default)]
+    pub lost_sq: f64,
 }
 
 impl PeerMetrics {
@@ -212,8 +222,9 @@ pub struct Summary {
     pub wait_s: f64,
     /// Mean over peers of end-of-run flush seconds.
     pub flush_s: f64,
-    /// Mean over peers of the seconds spent re-compressing their own batches
-    /// (`--compress`); absent without compression.
+    /// Mean over peers of the seconds spent choosing what they send: re-compressing their
+    /// batches (`--compress`) or prioritizing their pairs (`--prioritize`); absent with
+    /// neither.
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub compress_s: f64,
     /// Mean over peers of evaluation seconds.
@@ -237,6 +248,11 @@ pub struct Summary {
     /// Absent when zero (nobody lost, shards dropped, or every lost peer back).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub taken_over_samples: u64,
+    /// Share of the updates' squared Frobenius norm the peers computed and never sent
+    /// (`--prioritize` with a budget below what they compute: lost bounding the backlog),
+    /// `Σ lost / Σ computed` over peers. Absent when zero.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub lost_update_energy: f64,
     /// Why the run stopped before its end, when it did: the figures are then those of each
     /// node's last record ([`Summary::partial`]), and there are no checksums. Absent for a
     /// run that completed.
@@ -337,6 +353,11 @@ impl Summary {
             max_replica_divergence: divergence,
             lost_peers: lost_peers(reports),
             taken_over_samples: reports.iter().map(|r| r.metrics.taken_over_samples).sum(),
+            lost_update_energy: {
+                let lost: f64 = reports.iter().map(|r| r.metrics.lost_sq).sum();
+                let computed: f64 = reports.iter().map(|r| r.metrics.computed_sq).sum();
+                if computed > 0.0 { lost / computed } else { 0.0 }
+            },
             failed: None,
             extra: BTreeMap::new(),
         }

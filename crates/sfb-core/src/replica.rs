@@ -752,22 +752,20 @@ pub fn seeded_batches(
                 None => VFactors::Dense((0..k * d).map(|_| rng.random_range(-1.0..1.0)).collect()),
                 Some(n) => {
                     let n = n.min(d);
-                    let (mut indptr, mut indices, mut values) = (vec![0u32], vec![], vec![]);
-                    for _ in 0..k {
-                        let mut cols: Vec<u32> = rand::seq::index::sample(&mut rng, d, n)
-                            .into_iter()
-                            .map(|c| c as u32)
-                            .collect();
-                        cols.sort_unstable();
-                        values.extend((0..n).map(|_| rng.random_range(-1.0f32..1.0)));
-                        indices.extend(cols);
-                        indptr.push(indices.len() as u32);
-                    }
-                    VFactors::Sparse {
-                        indptr,
-                        indices,
-                        values,
-                    }
+                    let rows: Vec<(Vec<u32>, Vec<f32>)> = (0..k)
+                        .map(|_| {
+                            let mut cols: Vec<u32> = rand::seq::index::sample(&mut rng, d, n)
+                                .into_iter()
+                                .map(|c| c as u32)
+                                .collect();
+                            cols.sort_unstable();
+                            (
+                                cols,
+                                (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect(),
+                            )
+                        })
+                        .collect();
+                    VFactors::from_sparse_rows(rows)
                 }
             };
             FactorBatch {

@@ -795,33 +795,58 @@ fn a_bsp_peer_failing_on_a_loss_holds_its_latest_cut_bitwise() {
 #[test]
 fn a_compressing_run_resumes_bitwise_with_its_residual() {
     // K = 3 pairs re-compressed to 1: every peer keeps a residual between clocks.
+    resumes_bitwise_with_what_it_held_back(&|cfg| cfg.compress = Some(1));
+}
+
+#[test]
+fn a_prioritizing_run_resumes_bitwise_with_its_backlog() {
+    // K = 3 pairs, one sent per clock by magnitude: every peer carries a backlog (merged
+    // once it exceeds a clock's worth).
+    resumes_bitwise_with_what_it_held_back(&|cfg| {
+        cfg.prioritize = Some(sfb_core::Prioritize {
+            policy: sfb_core::Policy::Magnitude,
+            budget: sfb_core::Budget::Pairs(1),
+            seed: 5,
+        });
+    });
+}
+
+/// A BSP run of 3 peers that hold something back between clocks (`send`: compression or
+/// prioritization), checkpointed every 4 clocks, resumed at clock 8: bitwise the
+/// uninterrupted run's end; without what was held back it ends elsewhere; a run that holds
+/// nothing back refuses such a state.
+fn resumes_bitwise_with_what_it_held_back(send: &dyn Fn(&mut Config)) {
     let make = |every: u64| {
         cluster(3, Method::Sgd, &Consistency::Bsp, |cfg| {
             cfg.checkpoint_every = every;
-            cfg.compress = Some(1);
+            send(cfg);
         })
     };
     let (plain, _) = run_peers(make(0));
     let (full, states) = run_peers(make(4));
     assert_eq!(full, plain);
     assert!(states.iter().all(|s| !s.compressor.is_empty()));
-    let resume = |edit: &dyn Fn(&mut NodeState), compress: Option<usize>| {
+    let resume = |edit: &dyn Fn(&mut NodeState), holds: bool| {
         at(&states, 8)
             .into_iter()
             .map(|mut s| {
                 edit(&mut s);
                 let p = s.id.0;
                 let mut cfg = config(p, 3, Method::Sgd, Consistency::Bsp);
-                cfg.compress = compress;
+                if holds {
+                    send(&mut cfg);
+                }
                 Engine::resume(cfg, Counting { seen: Vec::new() }, shard(p), s)
             })
             .collect::<Result<Vec<_>, _>>()
     };
-    let (sums, _) = run_peers(resume(&|_| {}, Some(1)).unwrap());
-    assert_eq!(sums, full, "resumed at 8 with the residual");
-    // Without the residual the run ends elsewhere; a run that does not compress refuses it.
-    let (lost, _) = run_peers(resume(&|s| s.compressor.clear(), Some(1)).unwrap());
+    let (sums, _) = run_peers(resume(&|_| {}, true).unwrap());
+    assert_eq!(sums, full, "resumed at 8 with what was held back");
+    let (lost, _) = run_peers(resume(&|s| s.compressor.clear(), true).unwrap());
     assert_ne!(lost, full);
-    let e = resume(&|_| {}, None).unwrap_err().to_string();
-    assert!(e.contains("written by a run with --compress"), "{e}");
+    let e = resume(&|_| {}, false).unwrap_err().to_string();
+    assert!(
+        e.contains("written by a run with --compress or --prioritize"),
+        "{e}"
+    );
 }

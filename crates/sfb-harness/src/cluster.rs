@@ -106,6 +106,7 @@ impl Cluster {
         b.s.on_peer_loss = Some(f.peer_loss(&t.consistency));
         b.s.lost_shards = f.lost_shards;
         b.s.compress = spec.net.compress.map(|c| c.rank);
+        b.s.prioritize = spec.net.prioritize;
         if let Some(dir) = &f.checkpoint_dir {
             b = b.checkpoints(dir, f.checkpoint_every, f.checkpoint_keep);
             if f.resuming() {
@@ -183,6 +184,7 @@ struct Settings {
     on_peer_loss: Option<sfb_core::PeerLoss>,
     lost_shards: Option<crate::LostShardsSpec>,
     compress: Option<usize>,
+    prioritize: Option<crate::PrioritizeSpec>,
 }
 
 /// Where and how often the nodes checkpoint, and whether they resume.
@@ -233,6 +235,7 @@ impl Default for Settings {
             on_peer_loss: None,
             lost_shards: None,
             compress: None,
+            prioritize: None,
         }
     }
 }
@@ -672,6 +675,15 @@ impl<K> Builder<K> {
         self
     }
 
+    /// Prioritization under a send budget: each peer sends at most `spec`'s budget of
+    /// pairs per clock, in its policy's order, and carries the rest over
+    /// ([`sfb_core::prioritize`]; the random order is seeded by the run's seed). Default:
+    /// none.
+    pub fn prioritize(mut self, spec: crate::PrioritizeSpec) -> Self {
+        self.s.prioritize = Some(spec);
+        self
+    }
+
     /// In-memory runs: how long a peer may wait without receiving anything. Default 30 s.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.s.timeout = timeout;
@@ -866,6 +878,11 @@ impl<K: Kind> Builder<K> {
         cfg.optimizer = optimizer;
         cfg.checkpoint_every = self.s.checkpoints.as_ref().map_or(0, |c| c.every);
         cfg.compress = self.s.compress;
+        cfg.prioritize = self.s.prioritize.map(|p| sfb_core::Prioritize {
+            policy: p.policy,
+            budget: p.budget,
+            seed: self.s.seed,
+        });
         cfg.on_peer_loss =
             self.s
                 .on_peer_loss

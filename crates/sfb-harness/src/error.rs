@@ -117,6 +117,14 @@ pub enum Error {
         /// What is wrong.
         reason: &'static str,
     },
+    /// A `--prioritize` value could not be parsed.
+    #[error("{spec:?} is not a prioritization: {why} (expected POLICY:BUDGET, e.g. magnitude:50%)")]
+    Prioritize {
+        /// The text given.
+        spec: String,
+        /// What is wrong.
+        why: &'static str,
+    },
     /// A `--compress` value could not be parsed.
     #[error("{0:?} is not a compression: expected rank:R with R ≥ 1 (e.g. rank:4)")]
     Compress(String),

@@ -851,6 +851,10 @@ pub struct NetOptions {
     /// Low-rank re-compression of each peer's batches with error feedback (`--compress
     /// rank:R`, SFB; [`sfb_core::compress`]). Default: none.
     pub compress: Option<CompressSpec>,
+    /// Prioritization under a send budget (`--prioritize POLICY:BUDGET`, SFB;
+    /// [`sfb_core::prioritize`]): each peer sends at most the budget's pairs per clock, in
+    /// the policy's order, and carries the rest over. Default: none.
+    pub prioritize: Option<PrioritizeSpec>,
     /// libp2p, root only: every node in its own network namespace, sends shaped by the
     /// kernel's tbf at `bandwidth` (burst `burst`) instead of the token bucket.
     pub netns: bool,
@@ -867,6 +871,7 @@ impl Default for NetOptions {
             wire: Dtype::F32,
             netns: false,
             compress: None,
+            prioritize: None,
         }
     }
 }
@@ -908,6 +913,71 @@ impl TryFrom<String> for CompressSpec {
 
 impl From<CompressSpec> for String {
     fn from(s: CompressSpec) -> Self {
+        s.to_string()
+    }
+}
+
+/// [`NetOptions::prioritize`]: `POLICY:BUDGET` (command line and JSON), the policy one of
+/// `magnitude`, `relative`, `random`, `round-robin`, the budget a share of the pairs
+/// computed per clock (`50%`) or a number of pairs (`8`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct PrioritizeSpec {
+    /// Which pairs go first.
+    pub policy: sfb_core::Policy,
+    /// Pairs per clock.
+    pub budget: sfb_core::Budget,
+}
+
+impl FromStr for PrioritizeSpec {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = |why: &'static str| Error::Prioritize {
+            spec: s.to_string(),
+            why,
+        };
+        let (policy, budget) = s
+            .split_once(':')
+            .ok_or_else(|| bad("no budget (e.g. magnitude:50% or magnitude:8)"))?;
+        let policy = sfb_core::Policy::parse(policy)
+            .ok_or_else(|| bad("the policy is magnitude, relative, random or round-robin"))?;
+        let budget = if let Some(pct) = budget.strip_suffix('%') {
+            let f: f64 = pct
+                .parse()
+                .map_err(|_| bad("the budget is a percentage (50%) or a number of pairs (8)"))?;
+            if !(f > 0.0 && f <= 100.0) {
+                return Err(bad("a percentage budget is above 0% and at most 100%"));
+            }
+            sfb_core::Budget::Fraction(f / 100.0)
+        } else {
+            let n: usize = budget
+                .parse()
+                .map_err(|_| bad("the budget is a percentage (50%) or a number of pairs (8)"))?;
+            if n == 0 {
+                return Err(bad("a budget of 0 pairs would never send anything"));
+            }
+            sfb_core::Budget::Pairs(n)
+        };
+        Ok(Self { policy, budget })
+    }
+}
+
+impl fmt::Display for PrioritizeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.policy.name(), self.budget)
+    }
+}
+
+impl TryFrom<String> for PrioritizeSpec {
+    type Error = Error;
+    fn try_from(s: String) -> Result<Self> {
+        s.parse()
+    }
+}
+
+impl From<PrioritizeSpec> for String {
+    fn from(s: PrioritizeSpec) -> Self {
         s.to_string()
     }
 }
@@ -1200,6 +1270,23 @@ impl RunSpec {
                 why: "it re-compresses a peer's factor batches before they are broadcast",
             });
         }
+        if n.prioritize.is_some() {
+            if self.backend == Backend::Fms {
+                return Err(Error::Requires {
+                    field: "net.prioritize",
+                    requires: "the sfb backend",
+                    why: "it chooses which of a peer's factor pairs are broadcast each clock",
+                });
+            }
+            if n.compress.is_some() {
+                return Err(Error::Requires {
+                    field: "net.prioritize",
+                    requires: "no --compress",
+                    why: "they are two ways to send less: pick one (a compressed batch is \
+                          already ordered by importance, its singular values)",
+                });
+            }
+        }
         if f.lost_shards == Some(LostShardsSpec::Takeover) {
             if self.backend == Backend::Fms {
                 return Err(Error::Requires {
@@ -1246,6 +1333,14 @@ impl RunSpec {
                 requires: "f32 factors with saga",
                 why: "rounding the broadcast differences would let every replica's table \
                       mean drift from the tables the peers keep",
+            });
+        }
+        if self.net.prioritize.is_some() {
+            return Err(Error::Requires {
+                field: "net.prioritize",
+                requires: "no saga",
+                why: "saga's table mean is kept from every per-sample difference as it is \
+                      computed; pairs held back or dropped would let it drift from the tables",
             });
         }
         if self.net.compress.is_some() {
@@ -1383,6 +1478,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "fault.resume" => "--resume",
         "fault.lost_shards" => "--lost-shards",
         "net.compress" => "--compress",
+        "net.prioritize" => "--prioritize",
         other => other,
     }
 }

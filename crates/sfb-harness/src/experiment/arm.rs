@@ -175,6 +175,12 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     if n.wire != dn.wire {
         put("wire", n.wire.to_string());
     }
+    if let Some(c) = n.compress {
+        put("compress", c.to_string());
+    }
+    if let Some(p) = n.prioritize {
+        put("prioritize", p.to_string());
+    }
     if let Some(q) = spec.topology.out_degree {
         put("out-degree", q.to_string());
     }

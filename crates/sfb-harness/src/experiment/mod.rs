@@ -34,6 +34,7 @@ mod arm;
 mod budget;
 mod curve;
 mod optimizers;
+mod prioritization;
 mod report;
 mod runner;
 mod saga;
@@ -45,6 +46,7 @@ pub use curve::{
     CurvePoint, clock_ends, clock_times, curve, median, slow_clocks, target_at, time_to_target,
 };
 pub use optimizers::{adarevision, optimizers};
+pub use prioritization::prioritization;
 pub use report::{ArmReport, Machine, Report, human_bytes, invocation};
 pub use runner::{Exec, Observer, Quiet, Runner};
 pub use saga::saga;

@@ -24,6 +24,7 @@ pub const SCENARIOS: &[&str] = &[
     "adarevision",
     "saga",
     "compression",
+    "prioritization",
 ];
 
 /// Options of the training scenarios (`None`: the scenario's default).
@@ -139,6 +140,7 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
         "adarevision" => super::adarevision(opts, runner)?,
         "saga" => super::saga(opts, runner)?,
         "compression" => compression(opts, runner)?,
+        "prioritization" => super::prioritization(opts, runner)?,
         other => return Err(Error::UnknownScenario(other.into())),
     };
     report.notes.push(
