@@ -110,6 +110,7 @@ fn every_option_lands_in_the_spec() {
         "continue",
         "--lost-shards",
         "drop",
+        "--relay",
     ]);
     let want = RunSpec {
         peers: 6,
@@ -153,6 +154,7 @@ fn every_option_lands_in_the_spec() {
             netns: false,
             compress: None,
             prioritize: None,
+            relay: true,
         },
         output: OutputOptions {
             metrics: Some("m.jsonl".into()),
@@ -226,6 +228,11 @@ fn arm_commands_reproduce_their_specs() {
         s.net.prioritize = Some(p.parse().unwrap());
         specs.push(s.clone());
     }
+    // Relay over a partial topology.
+    s.net.prioritize = None;
+    s.net.relay = true;
+    s.topology.out_degree = Some(2);
+    specs.push(s.clone());
     specs.push(RunSpec {
         data: DataSource::Files {
             train: "a b.svm".into(),

@@ -162,6 +162,12 @@ pub struct NetArgs {
     /// clock (50%) or a number of pairs (8). SFB only; not with --compress.
     #[arg(long, value_name = "POLICY:BUDGET")]
     pub prioritize: Option<sfb_harness::PrioritizeSpec>,
+    /// Partial broadcast with relay: every peer also forwards other peers' batches along
+    /// their shortest-path trees in the topology, so every replica applies every update
+    /// (as many clocks late as it is hops away) with Q connections per peer. SFB only; a
+    /// peer loss then fails the run; no checkpoints.
+    #[arg(long)]
+    pub relay: bool,
 }
 
 impl NetArgs {
@@ -176,6 +182,7 @@ impl NetArgs {
             wire: self.wire,
             compress: self.compress,
             prioritize: self.prioritize,
+            relay: self.relay,
             ..sfb_harness::NetOptions::default()
         }
     }
@@ -201,6 +208,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "wire",
     "compress",
     "prioritize",
+    "relay",
     "model",
     "synthetic",
     "batch",

@@ -84,6 +84,11 @@ pub struct Config {
     /// Take the peer's state ([`Event::Checkpoint`]) every this many clocks; 0: never.
     /// Those clocks are barriers (see [`checkpoint`](crate::checkpoint)). Default: 0.
     pub checkpoint_every: u64,
+    /// Relay ([`crate::relay`]): forward other peers' batches along their shortest-path
+    /// trees in this topology, so every replica applies every batch. The topology's
+    /// out-neighbours of this peer must be [`out_neighbors`](Self::out_neighbors). Not
+    /// with [`PeerLoss::Continue`] or checkpoints. Default: none.
+    pub relay: Option<Arc<crate::Routes>>,
 }
 
 /// Default [`Config::max_drift`]: 64 clocks, room for a straggler several times slower than
@@ -123,6 +128,7 @@ impl Config {
             optimizer: Optimizer::default(),
             on_peer_loss: PeerLoss::Fail,
             checkpoint_every: 0,
+            relay: None,
         }
     }
 
@@ -159,6 +165,9 @@ impl Config {
             }
         }
         check_step(self.batch_size, self.lr)?;
+        if let Some(routes) = &self.relay {
+            self.check_relay(routes)?;
+        }
         if let Some(p) = &self.prioritize {
             if self.compress.is_some() {
                 return Err(ConfigError::Sending(
@@ -185,6 +194,55 @@ impl Config {
             }
         }
         self.optimizer.validate(self.lr)
+    }
+
+    /// [`validate`](Self::validate)'s checks of [`relay`](Self::relay).
+    fn check_relay(&self, routes: &crate::Routes) -> Result<()> {
+        let bad = |why: String| -> Result<()> { Err(ConfigError::Relay(why).into()) };
+        if routes.peers() != self.peers {
+            return bad(format!(
+                "the relay routes are of a topology of {} peers, the run has {}",
+                routes.peers(),
+                self.peers
+            ));
+        }
+        let mut out = self.out_neighbors.clone();
+        out.sort_unstable();
+        if out != routes.out_neighbors(self.id) {
+            return bad(format!(
+                "{}'s out-neighbours {:?} are not those of the relay topology {:?}",
+                self.id,
+                out,
+                routes.out_neighbors(self.id)
+            ));
+        }
+        let mut inn = self.in_neighbors.clone();
+        inn.sort_unstable();
+        let expected: Vec<PeerId> = (0..self.peers as u32)
+            .map(PeerId)
+            .filter(|&p| routes.out_neighbors(p).contains(&self.id))
+            .collect();
+        if inn != expected {
+            return bad(format!(
+                "{}'s in-neighbours {inn:?} are not those of the relay topology {expected:?}",
+                self.id
+            ));
+        }
+        if self.on_peer_loss == PeerLoss::Continue {
+            return bad(
+                "a lost peer would cut its relay trees, and the batches in flight on them: \
+                 relay runs fail on a peer loss (--on-peer-loss fail)"
+                    .into(),
+            );
+        }
+        if self.checkpoint_every > 0 {
+            return bad(
+                "a checkpoint cut would miss the batches still being relayed: relay runs \
+                 take no checkpoints"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// What the worker runs.
@@ -304,12 +362,143 @@ pub enum Event {
 struct PeerSide {
     replica: Replica,
     stepper: Stepper,
-    pending: BTreeMap<(u64, PeerId), Arc<FactorBatch>>,
+    /// Received batches not yet applied, by `(due, origin, clock)`: applied before clock
+    /// `due + 1` (`due` is the batch's clock, or for a relayed batch the clock of the
+    /// transmission that carried it), with whether it was forwarded (relay).
+    pending: BTreeMap<(u64, PeerId, u64), (Arc<FactorBatch>, bool)>,
     out_neighbors: Vec<PeerId>,
     wire: wire::Dtype,
     compressor: Option<crate::compress::Compressor>,
     /// What sends the peer's pairs first under a budget, if anything.
     prioritizer: Option<crate::Prioritizer>,
+    /// Relay trees and what this peer expects of them, if it relays.
+    relay: Option<Relay>,
+}
+
+/// A relaying peer's view of the trees ([`crate::relay`]).
+struct Relay {
+    routes: Arc<crate::Routes>,
+    me: PeerId,
+    /// `next[o]`: the clock of origin `o` expected next by relay (origins whose batches
+    /// come from themselves or are this peer's own are not counted here).
+    next: Vec<u64>,
+    /// Origins whose batches reach this peer by relay.
+    relayed: Vec<PeerId>,
+}
+
+impl Relay {
+    fn new(routes: Arc<crate::Routes>, me: PeerId) -> Self {
+        let relayed = (0..routes.peers() as u32)
+            .map(PeerId)
+            .filter(|&o| o != me && routes.parent(o, me) != Some(o))
+            .collect();
+        Self {
+            next: vec![0; routes.peers()],
+            routes,
+            me,
+            relayed,
+        }
+    }
+
+    /// Checks a relayed batch of `origin`'s clock `clock`, carried by `from`'s clock
+    /// `carrier` after `delivered` of its own batches, in a run of `clocks` clocks.
+    fn check(
+        &self,
+        from: PeerId,
+        carrier: u64,
+        batch: &FactorBatch,
+        delivered: u64,
+        clocks: u64,
+    ) -> Result<()> {
+        let (origin, clock) = (batch.origin, batch.clock);
+        let refuse = |reason: String| {
+            Err(Error::BadRelay {
+                from,
+                origin,
+                clock,
+                reason,
+            })
+        };
+        if origin.index() >= self.routes.peers() || origin == self.me {
+            return refuse(format!("{origin} is not another peer of the run"));
+        }
+        match self.routes.parent(origin, self.me) {
+            Some(p) if p == from && p != origin => {}
+            Some(p) if p == origin => {
+                return refuse(format!(
+                    "{origin} sends to this peer itself: its batches are never relayed here"
+                ));
+            }
+            Some(p) => {
+                return refuse(format!(
+                    "{from} is not this peer's parent in {origin}'s relay tree ({p} is)"
+                ));
+            }
+            None => return refuse("no relay tree leads here".into()),
+        }
+        let expected = self.next[origin.index()];
+        if clock != expected {
+            return refuse(if clock < expected {
+                "duplicate (already received)".into()
+            } else {
+                format!("out of order (clock {expected} is missing)")
+            });
+        }
+        if clock >= clocks {
+            return refuse("beyond the run's last clock".into());
+        }
+        if carrier.min(clocks) != delivered {
+            return refuse(format!(
+                "out of place in {from}'s stream: carried by its clock {carrier}, received \
+                 after {delivered} of its own batches"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether every relayed origin's batches of the `clocks` clocks have arrived.
+    fn settled(&self, clocks: u64) -> bool {
+        self.relayed.iter().all(|o| self.next[o.index()] >= clocks)
+    }
+
+    /// Relayed origins still short of `clocks`, as (their parent here, clocks received).
+    fn short_of(&self, clocks: u64) -> Vec<(PeerId, u64)> {
+        self.relayed
+            .iter()
+            .filter(|o| self.next[o.index()] < clocks)
+            .filter_map(|&o| Some((self.routes.parent(o, self.me)?, self.next[o.index()])))
+            .collect()
+    }
+}
+
+impl PeerSide {
+    /// Forwards `batch` (of another origin) to this peer's children in its origin's tree,
+    /// in the transmission of clock `carrier`.
+    fn forward<M: Model>(&self, worker: &mut Worker<M>, batch: &Arc<FactorBatch>, carrier: u64) {
+        let Some(relay) = &self.relay else {
+            return;
+        };
+        if batch.origin == relay.me {
+            return;
+        }
+        let children = relay.routes.children(batch.origin, relay.me);
+        if children.is_empty() {
+            return;
+        }
+        let msg = Message::Relayed {
+            carrier,
+            batch: Arc::clone(batch),
+        };
+        let len = wire::encoded_len_with(&msg, self.wire) as u64;
+        for &to in children {
+            worker.metrics.bytes_sent += len;
+            worker.metrics.relayed_sent += 1;
+            worker.outputs.push_back(Output {
+                to,
+                msg: msg.clone(),
+            });
+        }
+    }
 }
 
 impl<M: Model> Side<M> for PeerSide {
@@ -325,22 +514,37 @@ impl<M: Model> Side<M> for PeerSide {
         limit: u64,
         time: &mut dyn TimeSource,
     ) -> Result<()> {
-        let keys: Vec<(u64, PeerId)> = self
-            .pending
-            .range(..(limit, PeerId(0)))
-            .map(|(k, _)| *k)
-            .collect();
+        let clocks = worker.plan.clocks;
+        let keys: Vec<(u64, PeerId, u64)> = if worker.clock >= clocks {
+            // The end of the run: every batch of its clocks, however it came.
+            self.pending
+                .keys()
+                .filter(|k| k.2 < clocks)
+                .copied()
+                .collect()
+        } else {
+            self.pending
+                .range(..(limit, PeerId(0), 0))
+                .map(|(k, _)| *k)
+                .collect()
+        };
         if keys.is_empty() {
             return Ok(());
         }
         let t0 = time.now();
-        let batches: Vec<Arc<FactorBatch>> = keys.iter().map(|k| self.pending[k].clone()).collect();
-        let refs: Vec<&FactorBatch> = batches.iter().map(|b| b.as_ref()).collect();
+        let batches: Vec<(Arc<FactorBatch>, bool)> =
+            keys.iter().map(|k| self.pending[k].clone()).collect();
+        let refs: Vec<&FactorBatch> = batches.iter().map(|b| b.0.as_ref()).collect();
         let stats = self.stepper.apply(&mut self.replica, &refs, worker.clock)?;
-        for k in &keys {
+        for (k, (batch, forwarded)) in keys.iter().zip(&batches) {
             self.pending.remove(k);
-            let late = worker.clock.saturating_sub(1).saturating_sub(k.0);
+            let late = worker.clock.saturating_sub(1).saturating_sub(k.2);
             worker.metrics.record_staleness(late);
+            if !forwarded {
+                // Forwarded when applied: in the transmission of the clock it is applied
+                // before, the same on every run under BSP.
+                self.forward(worker, batch, worker.clock);
+            }
         }
         worker.model.prox(self.replica.w_mut());
         let (j, d) = self.replica.dim();
@@ -395,8 +599,36 @@ impl<M: Model> Side<M> for PeerSide {
                 });
             }
         }
-        self.pending.insert((t, worker.id), fb);
+        self.pending.insert((t, worker.id, t), (fb, true));
         Ok(())
+    }
+
+    /// After the last clock: forwards at once what has not been forwarded (the batches of
+    /// every clock are then applied together at the end, so when they are forwarded no
+    /// longer matters).
+    fn drain(&mut self, worker: &mut Worker<M>) {
+        if self.relay.is_none() {
+            return;
+        }
+        let clocks = worker.plan.clocks;
+        let todo: Vec<Arc<FactorBatch>> = self
+            .pending
+            .iter_mut()
+            .filter(|(k, (_, forwarded))| !forwarded && k.2 < clocks)
+            .map(|(_, (batch, forwarded))| {
+                *forwarded = true;
+                Arc::clone(batch)
+            })
+            .collect();
+        for batch in &todo {
+            self.forward(worker, batch, worker.clock);
+        }
+    }
+
+    fn settled(&self, worker: &Worker<M>) -> bool {
+        self.relay
+            .as_ref()
+            .is_none_or(|r| r.settled(worker.plan.clocks))
     }
 
     fn role(&self) -> Role {
@@ -483,6 +715,7 @@ impl<M: Model> Engine<M> {
                 wire: cfg.wire,
                 compressor: cfg.compress.map(crate::compress::Compressor::new),
                 prioritizer: cfg.prioritize.map(crate::Prioritizer::new),
+                relay: cfg.relay.clone().map(|r| Relay::new(r, cfg.id)),
             },
             worker,
             cfg,
@@ -719,7 +952,17 @@ impl<M: Model> Engine<M> {
     /// In-neighbours this peer is waiting on, with the clocks each has delivered; empty
     /// when it is not blocked. For error messages on timeouts.
     pub fn waiting_on(&self) -> Vec<(PeerId, u64)> {
-        self.worker.waiting_on()
+        let mut waits = self.worker.waiting_on();
+        if let Some(relay) = &self.side.relay
+            && waits.is_empty()
+            && !self.worker.done
+            && self.worker.clock >= self.worker.plan.clocks
+        {
+            // Every in-neighbour's own batches are in: relayed ones are missing, named by
+            // the peer that relays them and how many clocks of them it has delivered.
+            waits = relay.short_of(self.worker.plan.clocks);
+        }
+        waits
     }
 
     /// The state to save when the node fails before its next clock (a lost neighbour under
@@ -891,6 +1134,9 @@ impl<M: Model> Engine<M> {
 
     /// [`on_message`](Self::on_message) past the topology checks.
     fn receive(&mut self, from: PeerId, msg: Message) -> Result<()> {
+        if let Message::Relayed { carrier, batch } = &msg {
+            return self.receive_relayed(from, *carrier, batch, &msg);
+        }
         let Message::Factors {
             batch,
             mean_iter_us,
@@ -912,9 +1158,49 @@ impl<M: Model> Engine<M> {
         self.worker
             .inbound
             .deliver_clock(i, batch.clock, *mean_iter_us);
-        self.side
-            .pending
-            .insert((batch.clock, batch.origin), Arc::clone(batch));
+        self.side.pending.insert(
+            (batch.clock, batch.origin, batch.clock),
+            (Arc::clone(batch), false),
+        );
+        Ok(())
+    }
+
+    /// [`receive`](Self::receive) of a [`Message::Relayed`].
+    fn receive_relayed(
+        &mut self,
+        from: PeerId,
+        carrier: u64,
+        batch: &Arc<FactorBatch>,
+        msg: &Message,
+    ) -> Result<()> {
+        let refuse = |reason: &str| Error::BadRelay {
+            from,
+            origin: batch.origin,
+            clock: batch.clock,
+            reason: reason.into(),
+        };
+        let Some(relay) = &self.side.relay else {
+            return Err(refuse(
+                "this peer does not relay (the run is without --relay)",
+            ));
+        };
+        let delivered = self
+            .worker
+            .inbound
+            .delivered_by(from)
+            .ok_or_else(|| refuse("the sender is not an in-neighbour of this peer"))?;
+        relay.check(from, carrier, batch, delivered, self.worker.plan.clocks)?;
+        let (j, d) = self.side.replica.dim();
+        batch.validate(j, d)?;
+        self.worker.metrics.bytes_received += wire::encoded_len_with(msg, self.cfg.wire) as u64;
+        self.worker.metrics.relayed_received += 1;
+        if let Some(relay) = &mut self.side.relay {
+            relay.next[batch.origin.index()] += 1;
+        }
+        self.side.pending.insert(
+            (carrier, batch.origin, batch.clock),
+            (Arc::clone(batch), false),
+        );
         Ok(())
     }
 

@@ -63,6 +63,20 @@ pub enum Error {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// A relayed batch ([`Message::Relayed`](crate::wire::Message::Relayed)) that does not
+    /// fit the relay trees: wrong sender, duplicate or missing clock, out of place in its
+    /// sender's stream, or relay not enabled.
+    #[error("relayed batch of {origin} clock {clock} from {from} refused: {reason}")]
+    BadRelay {
+        /// The sender.
+        from: PeerId,
+        /// The batch's origin.
+        origin: PeerId,
+        /// The batch's clock.
+        clock: u64,
+        /// Why.
+        reason: String,
+    },
     /// A batch's clock is outside what the engine can accept.
     #[error("clock {clock} from peer {origin} is not acceptable: {reason}")]
     BadClock {
@@ -98,7 +112,7 @@ pub enum Error {
     },
     /// An engine or FMS configuration is invalid.
     #[error("invalid configuration: {0}")]
-    Config(#[from] ConfigError),
+    Config(ConfigError),
     /// A frame could not be decoded.
     #[error("malformed frame: {reason}")]
     Decode {
@@ -218,6 +232,17 @@ pub enum ConfigError {
     /// What the peer sends (`--compress`, `--prioritize`) cannot be done as configured.
     #[error("{0}")]
     Sending(String),
+    /// Relay (`--relay`) cannot be done as configured.
+    #[error("relay: {0}")]
+    Relay(String),
+}
+
+// Not `#[from]`: that would make the configuration error the source too, and error
+// chains (`{:#}`) would print it twice.
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Self {
+        Error::Config(e)
+    }
 }
 
 /// Result alias for sfb-core.

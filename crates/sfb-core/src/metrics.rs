@@ -71,6 +71,12 @@ pub struct PeerMetrics {
     /// `‖·‖_F²` of what it lost bounding what it held back (`--prioritize`).
     #[serde(default)]
     pub lost_sq: f64,
+    /// Other peers' batches this peer forwarded, one per arc (`--relay`).
+    #[serde(default)]
+    pub relayed_sent: u64,
+    /// Batches this peer received by relay, not from their origin (`--relay`).
+    #[serde(default)]
+    pub relayed_received: u64,
 }
 
 impl PeerMetrics {
@@ -253,6 +259,15 @@ pub struct Summary {
     /// `Σ lost / Σ computed` over peers. Absent when zero.
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub lost_update_energy: f64,
+    /// Share of all the run's batches (`P` peers × clocks) the replica that saw the
+    /// fewest applied, own included: 1 with full broadcast or relay, `(Q+1)/P` with
+    /// partial broadcast. Absent for FMS runs and partial summaries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_coverage: Option<f64>,
+    /// Batches the peers forwarded for others (`--relay`), one per arc. Absent when
+    /// zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub relayed_batches: u64,
     /// Why the run stopped before its end, when it did: the figures are then those of each
     /// node's last record ([`Summary::partial`]), and there are no checksums. Absent for a
     /// run that completed.
@@ -314,6 +329,13 @@ impl Summary {
             }
         }
         let clocks = info.clocks.max(1) as f64;
+        let update_coverage = (info.backend == "sfb" && !reports.is_empty()).then(|| {
+            let all = (info.peers as u64 * info.clocks).max(1) as f64;
+            reports
+                .iter()
+                .map(|r| r.metrics.batches_applied as f64 / all)
+                .fold(f64::INFINITY, f64::min)
+        });
         Summary {
             backend: info.backend,
             transport: info.transport,
@@ -358,6 +380,8 @@ impl Summary {
                 let computed: f64 = reports.iter().map(|r| r.metrics.computed_sq).sum();
                 if computed > 0.0 { lost / computed } else { 0.0 }
             },
+            update_coverage,
+            relayed_batches: reports.iter().map(|r| r.metrics.relayed_sent).sum(),
             failed: None,
             extra: BTreeMap::new(),
         }
@@ -399,6 +423,7 @@ impl Summary {
             .map(|r| r.bytes_sent)
             .sum::<u64>();
         s.replica_checksums.clear();
+        s.update_coverage = None;
         s.failed = Some(failed);
         s
     }
@@ -515,6 +540,16 @@ impl std::fmt::Display for Summary {
             "  bytes sent {} ({:.0} per clock, {:.0} per clock per peer)  max staleness {}",
             s.bytes_sent, s.bytes_per_clock, s.bytes_per_clock_per_peer, s.max_staleness
         )?;
+        if s.relayed_batches > 0 || s.update_coverage.is_some_and(|c| c < 1.0) {
+            let coverage = s
+                .update_coverage
+                .map_or("-".into(), |c| format!("{:.0}%", 100.0 * c));
+            writeln!(
+                f,
+                "  each replica applied at least {coverage} of the updates; {} batches relayed",
+                s.relayed_batches
+            )?;
+        }
         if !s.extra.is_empty() {
             let figures: Vec<String> = s
                 .extra

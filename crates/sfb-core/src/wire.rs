@@ -58,13 +58,23 @@ pub enum Message {
         /// ΔW, `J × D`.
         delta: Arc<Array2<f32>>,
     },
+    /// Another peer's factors forwarded along its shortest-path tree (SFB peer → peer
+    /// with [`relay`](crate::relay)). Sent in the transmission of the sender's clock
+    /// `carrier`: after its own batch of `carrier − 1`, before that of `carrier` (or after
+    /// its last, once it has computed every clock).
+    Relayed {
+        /// The sender's clock whose transmission carries the batch.
+        carrier: u64,
+        /// The factors, as their origin computed them.
+        batch: Arc<FactorBatch>,
+    },
 }
 
 impl Message {
     /// Origin of the message ([`PeerId::SERVER`] for [`Message::Params`]).
     pub fn origin(&self) -> PeerId {
         match self {
-            Message::Factors { batch, .. } => batch.origin,
+            Message::Factors { batch, .. } | Message::Relayed { batch, .. } => batch.origin,
             Message::Params { .. } => PeerId::SERVER,
             Message::Delta { origin, .. } => *origin,
         }
@@ -73,15 +83,16 @@ impl Message {
     /// The clock the message belongs to (for `Params`: the clocks W includes).
     pub fn clock(&self) -> u64 {
         match self {
-            Message::Factors { batch, .. } => batch.clock,
+            Message::Factors { batch, .. } | Message::Relayed { batch, .. } => batch.clock,
             Message::Params { clock, .. } | Message::Delta { clock, .. } => *clock,
         }
     }
 
-    /// The kind's name, for errors and logs: `factors`, `params` or `delta`.
+    /// The kind's name, for errors and logs: `factors`, `params`, `delta` or `relayed`.
     pub fn kind(&self) -> &'static str {
         match self {
             Message::Factors { .. } => "factors",
+            Message::Relayed { .. } => "relayed",
             Message::Params { .. } => "params",
             Message::Delta { .. } => "delta",
         }
@@ -120,6 +131,17 @@ enum Header {
     },
     /// As `Factors`, with `u` and the `v` values as IEEE half floats (indices stay u32).
     FactorsF16(FactorsHeader),
+    /// A relayed batch (its `mean_iter_us` is 0): the factors header and payload of its
+    /// origin's batch, carried by the sender's clock `carrier`.
+    Relayed {
+        carrier: u64,
+        factors: FactorsHeader,
+    },
+    /// As `Relayed`, with half-float values.
+    RelayedF16 {
+        carrier: u64,
+        factors: FactorsHeader,
+    },
 }
 
 /// Element encoding of factor values on the wire.
@@ -198,8 +220,16 @@ pub fn round_to_f16(batch: &mut FactorBatch) -> bool {
     true
 }
 
+/// The factor batch a message carries, if it carries one.
+fn batch_of(msg: &Message) -> Option<&FactorBatch> {
+    match msg {
+        Message::Factors { batch, .. } | Message::Relayed { batch, .. } => Some(batch),
+        Message::Params { .. } | Message::Delta { .. } => None,
+    }
+}
+
 fn uses_f16(msg: &Message, dtype: Dtype) -> bool {
-    matches!((msg, dtype), (Message::Factors { batch, .. }, Dtype::F16) if fits_f16(batch))
+    dtype == Dtype::F16 && batch_of(msg).is_some_and(fits_f16)
 }
 
 /// Frames a node sends each out-neighbour per clock: one factor batch (SFB peer, FMS
@@ -245,7 +275,24 @@ pub struct Expect {
 fn header_with(msg: &Message, half: bool) -> Header {
     match (header_of(msg), half) {
         (Header::Factors(h), true) => Header::FactorsF16(h),
+        (Header::Relayed { carrier, factors }, true) => Header::RelayedF16 { carrier, factors },
         (h, _) => h,
+    }
+}
+
+fn factors_header(batch: &FactorBatch, mean_iter_us: u32) -> FactorsHeader {
+    FactorsHeader {
+        origin: batch.origin.0,
+        clock: batch.clock,
+        scale: batch.scale,
+        mean_iter_us,
+        k: batch.len() as u32,
+        j: batch.j as u32,
+        d: batch.d as u32,
+        nnz: match &batch.v {
+            VFactors::Dense(_) => None,
+            VFactors::Sparse { values, .. } => Some(values.len() as u32),
+        },
     }
 }
 
@@ -254,19 +301,11 @@ fn header_of(msg: &Message) -> Header {
         Message::Factors {
             batch,
             mean_iter_us,
-        } => Header::Factors(FactorsHeader {
-            origin: batch.origin.0,
-            clock: batch.clock,
-            scale: batch.scale,
-            mean_iter_us: *mean_iter_us,
-            k: batch.len() as u32,
-            j: batch.j as u32,
-            d: batch.d as u32,
-            nnz: match &batch.v {
-                VFactors::Dense(_) => None,
-                VFactors::Sparse { values, .. } => Some(values.len() as u32),
-            },
-        }),
+        } => Header::Factors(factors_header(batch, *mean_iter_us)),
+        Message::Relayed { carrier, batch } => Header::Relayed {
+            carrier: *carrier,
+            factors: factors_header(batch, 0),
+        },
         Message::Params { clock, w } => Header::Params {
             clock: *clock,
             j: w.nrows() as u32,
@@ -306,7 +345,7 @@ pub fn encoded_len_with(msg: &Message, dtype: Dtype) -> usize {
     let header = postcard::to_allocvec(&header_with(msg, half)).map_or(0, |h| h.len());
     let value = if half { 2 } else { 4 };
     let payload = match msg {
-        Message::Factors { batch, .. } => {
+        Message::Factors { batch, .. } | Message::Relayed { batch, .. } => {
             value * (batch.u.len() + v_values(batch).len())
                 + match &batch.v {
                     VFactors::Dense(_) => 0,
@@ -351,7 +390,7 @@ pub fn encode_into_with(msg: &Message, dtype: Dtype, out: &mut Vec<u8>) {
     let header = postcard::to_allocvec(&header_with(msg, half)).expect("header encodes");
     out.extend_from_slice(&header);
     match msg {
-        Message::Factors { batch, .. } if half => {
+        Message::Factors { batch, .. } | Message::Relayed { batch, .. } if half => {
             push_f16(out, &batch.u);
             if let VFactors::Sparse {
                 indptr, indices, ..
@@ -362,7 +401,7 @@ pub fn encode_into_with(msg: &Message, dtype: Dtype, out: &mut Vec<u8>) {
             }
             push_f16(out, v_values(batch));
         }
-        Message::Factors { batch, .. } => {
+        Message::Factors { batch, .. } | Message::Relayed { batch, .. } => {
             out.extend_from_slice(bytemuck::cast_slice(&batch.u));
             match &batch.v {
                 VFactors::Dense(v) => out.extend_from_slice(bytemuck::cast_slice(v)),
@@ -440,6 +479,77 @@ impl<'a> Reader<'a> {
             .collect())
     }
 
+    /// A factor batch described by `h` (values as half floats when `half`), validated.
+    fn factors(&mut self, h: FactorsHeader, half: bool, expect: &Expect) -> Result<FactorBatch> {
+        let FactorsHeader {
+            origin,
+            clock,
+            scale,
+            mean_iter_us: _,
+            k,
+            j,
+            d,
+            nnz,
+        } = h;
+        let origin = PeerId(origin);
+        if origin.index() >= expect.peers {
+            return Err(Error::UnknownPeer {
+                origin,
+                peers: expect.peers,
+            });
+        }
+        let (k, j, d) = (k as usize, j as usize, d as usize);
+        if j != expect.j {
+            return Err(Error::DimensionMismatch {
+                what: format!("J (rows of W) in frame from {origin}"),
+                expected: expect.j,
+                got: j,
+            });
+        }
+        if d != expect.d {
+            return Err(Error::DimensionMismatch {
+                what: format!("D (columns of W) in frame from {origin}"),
+                expected: expect.d,
+                got: d,
+            });
+        }
+        let kj = k.checked_mul(j).ok_or_else(|| bad("K·J overflows"))?;
+        let u = self.values(kj, half, "u")?;
+        let v = match nnz {
+            None => {
+                let kd = k.checked_mul(d).ok_or_else(|| bad("K·D overflows"))?;
+                VFactors::Dense(self.values(kd, half, "dense v")?)
+            }
+            Some(nnz) => {
+                let indptr = self.u32s(
+                    k.checked_add(1).ok_or_else(|| bad("K overflows"))?,
+                    "row pointers",
+                )?;
+                let indices = self.u32s(nnz as usize, "sparse indices")?;
+                let values = self.values(nnz as usize, half, "sparse values")?;
+                VFactors::Sparse {
+                    indptr,
+                    indices,
+                    values,
+                }
+            }
+        };
+        let batch = FactorBatch {
+            origin,
+            clock,
+            scale,
+            j,
+            d,
+            u,
+            v,
+        };
+        if batch.len() != k {
+            return Err(bad("pair count disagrees with header"));
+        }
+        batch.validate(expect.j, expect.d)?;
+        Ok(batch)
+    }
+
     /// A `j × d` matrix from `origin` (shape checked against `expect` before reading).
     fn matrix(
         &mut self,
@@ -487,81 +597,20 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
     let (header, rest): (Header, &[u8]) =
         postcard::take_from_bytes(&bytes[2..]).map_err(|e| bad(format!("header: {e}")))?;
     let mut r = Reader { rest };
-    let (header, half) = match header {
-        Header::FactorsF16(h) => (Header::Factors(h), true),
-        h => (h, false),
-    };
     let msg = match header {
-        Header::FactorsF16(_) => unreachable!("mapped to Factors above"),
-        Header::Factors(FactorsHeader {
-            origin,
-            clock,
-            scale,
-            mean_iter_us,
-            k,
-            j,
-            d,
-            nnz,
-        }) => {
-            let origin = PeerId(origin);
-            if origin.index() >= expect.peers {
-                return Err(Error::UnknownPeer {
-                    origin,
-                    peers: expect.peers,
-                });
-            }
-            let (k, j, d) = (k as usize, j as usize, d as usize);
-            if j != expect.j {
-                return Err(Error::DimensionMismatch {
-                    what: format!("J (rows of W) in frame from {origin}"),
-                    expected: expect.j,
-                    got: j,
-                });
-            }
-            if d != expect.d {
-                return Err(Error::DimensionMismatch {
-                    what: format!("D (columns of W) in frame from {origin}"),
-                    expected: expect.d,
-                    got: d,
-                });
-            }
-            let kj = k.checked_mul(j).ok_or_else(|| bad("K·J overflows"))?;
-            let u = r.values(kj, half, "u")?;
-            let v = match nnz {
-                None => {
-                    let kd = k.checked_mul(d).ok_or_else(|| bad("K·D overflows"))?;
-                    VFactors::Dense(r.values(kd, half, "dense v")?)
-                }
-                Some(nnz) => {
-                    let indptr = r.u32s(
-                        k.checked_add(1).ok_or_else(|| bad("K overflows"))?,
-                        "row pointers",
-                    )?;
-                    let indices = r.u32s(nnz as usize, "sparse indices")?;
-                    let values = r.values(nnz as usize, half, "sparse values")?;
-                    VFactors::Sparse {
-                        indptr,
-                        indices,
-                        values,
-                    }
-                }
-            };
-            let batch = FactorBatch {
-                origin,
-                clock,
-                scale,
-                j,
-                d,
-                u,
-                v,
-            };
-            if batch.len() != k {
-                return Err(bad("pair count disagrees with header"));
-            }
-            batch.validate(expect.j, expect.d)?;
+        Header::Factors(h) | Header::FactorsF16(h) => {
+            let half = matches!(header, Header::FactorsF16(_));
+            let mean_iter_us = h.mean_iter_us;
             Message::Factors {
-                batch: Arc::new(batch),
+                batch: Arc::new(r.factors(h, half, expect)?),
                 mean_iter_us,
+            }
+        }
+        Header::Relayed { carrier, factors } | Header::RelayedF16 { carrier, factors } => {
+            let half = matches!(header, Header::RelayedF16 { .. });
+            Message::Relayed {
+                carrier,
+                batch: Arc::new(r.factors(factors, half, expect)?),
             }
         }
         Header::Params { clock, j, d } => {

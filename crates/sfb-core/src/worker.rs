@@ -282,6 +282,19 @@ pub(crate) trait Side<M: Model> {
         time: &mut dyn TimeSource,
     ) -> Result<()>;
 
+    /// After the last clock, before waiting for what is still to come: passes on what
+    /// others wait for (a relaying peer's forwards). Default: nothing.
+    fn drain(&mut self, worker: &mut Worker<M>) {
+        let _ = worker;
+    }
+
+    /// Whether everything the side waits for besides the awaited nodes' own clocks has
+    /// arrived (a relaying peer's relayed batches). Default: yes.
+    fn settled(&self, worker: &Worker<M>) -> bool {
+        let _ = worker;
+        true
+    }
+
     /// What kind of node this side makes.
     fn role(&self) -> Role;
 
@@ -523,7 +536,8 @@ impl<M: Model> Worker<M> {
         let started = *self.started.get_or_insert(now);
         let since = self.last_step_end.unwrap_or(started);
         if self.clock >= self.plan.clocks {
-            if !self.inbound.all_delivered(self.plan.clocks) {
+            side.drain(self);
+            if !self.inbound.all_delivered(self.plan.clocks) || !side.settled(self) {
                 return Ok(Progress::Blocked);
             }
             self.metrics.flush_s += secs(since, now);

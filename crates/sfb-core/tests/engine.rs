@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use sfb_core::wire::{self, Expect, Message};
 use sfb_core::{
     Config, Consistency, Engine, Error, FactorBatch, ManualTime, Model, ModelError, PeerId,
-    Progress, Shard, SvList, VFactors,
+    Progress, Routes, Shard, SvList, VFactors,
 };
 
 /// u = [1; J], v = x: a model whose factors are easy to predict.
@@ -199,6 +199,131 @@ fn frames_from_a_sender_that_repaired_first_are_held_until_the_repair() {
     assert!(matches!(err, Error::NotAnInNeighbour { .. }), "{err}");
 }
 
+/// Peer `id` of the ring 0 → 1 → 2 → 0 with relay: p2 gets p1's batches from p1 and
+/// p0's relayed by p1.
+fn ring_engine(id: u32, relay: bool) -> Engine<Echo> {
+    let out: Vec<Vec<PeerId>> = (0..3).map(|i| vec![PeerId((i + 1) % 3)]).collect();
+    let routes = Arc::new(Routes::new(&out).unwrap());
+    let mut cfg = Config::new(
+        PeerId(id),
+        3,
+        out[id as usize].clone(),
+        vec![PeerId((id + 2) % 3)],
+    );
+    cfg.clocks = 3;
+    cfg.batch_size = 2;
+    cfg.relay = relay.then_some(routes);
+    engine_for(cfg, Echo)
+}
+
+fn relayed(carrier: u64, b: FactorBatch) -> Message {
+    Message::Relayed {
+        carrier,
+        batch: Arc::new(b),
+    }
+}
+
+#[test]
+fn relayed_frames_that_do_not_fit_the_trees_are_refused_without_changing_state() {
+    let mut t = ManualTime::default();
+    let mut e = ring_engine(2, true);
+    let why = |e: &mut Engine<Echo>, from: u32, m: Message, t: &mut ManualTime| {
+        let before = e.metrics().bytes_received;
+        let err = e.on_message(PeerId(from), m, t).unwrap_err();
+        assert_eq!(e.metrics().bytes_received, before, "{err}");
+        let Error::BadRelay { reason, .. } = &err else {
+            panic!("expected a relay refusal, got {err}");
+        };
+        reason.clone()
+    };
+    // p1 sends to p2 itself: its batches are never relayed here.
+    let r = why(&mut e, 1, relayed(0, batch(1, 0)), &mut t);
+    assert!(r.contains("never relayed here"), "{r}");
+    // p0's clock 0 carried by p1's clock 1, before p1's own clock 0.
+    let r = why(&mut e, 1, relayed(1, batch(0, 0)), &mut t);
+    assert!(r.contains("out of place"), "{r}");
+    // p0 does not send to p2 at all; p2 is its own origin.
+    let r = why(&mut e, 0, relayed(0, batch(0, 0)), &mut t);
+    assert!(r.contains("not an in-neighbour"), "{r}");
+    let r = why(&mut e, 1, relayed(0, batch(2, 0)), &mut t);
+    assert!(r.contains("not another peer"), "{r}");
+    e.on_message(PeerId(1), msg(batch(1, 0)), &mut t).unwrap();
+    // A gap, a bad shape (refused by validation, counted nowhere), then the right one.
+    let r = why(&mut e, 1, relayed(1, batch(0, 1)), &mut t);
+    assert!(r.contains("clock 0 is missing"), "{r}");
+    let mut wide = batch(0, 0);
+    wide.u.push(1.0);
+    let err = e
+        .on_message(PeerId(1), relayed(1, wide), &mut t)
+        .unwrap_err();
+    assert!(matches!(err, Error::DimensionMismatch { .. }), "{err}");
+    e.on_message(PeerId(1), relayed(1, batch(0, 0)), &mut t)
+        .unwrap();
+    assert_eq!(e.metrics().relayed_received, 1);
+    let r = why(&mut e, 1, relayed(1, batch(0, 0)), &mut t);
+    assert!(r.contains("duplicate"), "{r}");
+    // A peer without relay refuses relayed frames, and says why.
+    let mut plain = ring_engine(2, false);
+    let r = why(&mut plain, 1, relayed(0, batch(0, 0)), &mut t);
+    assert!(r.contains("does not relay"), "{r}");
+}
+
+#[test]
+fn a_relaying_peer_forwards_what_it_applies_and_ends_when_every_relayed_batch_is_in() {
+    let mut t = ManualTime::default();
+    let mut e = ring_engine(2, true);
+    assert_eq!(e.on_tick(&mut t).unwrap(), Progress::Stepped);
+    // p1's clock 0, applied before p2's clock 1, goes on to p0 (p1 → p2 → p0) in the
+    // transmission of clock 1, before p2's own batch of clock 1.
+    e.on_message(PeerId(1), msg(batch(1, 0)), &mut t).unwrap();
+    let own0: Vec<_> = std::iter::from_fn(|| e.poll_output()).collect();
+    assert_eq!(own0.len(), 1);
+    assert_eq!(e.on_tick(&mut t).unwrap(), Progress::Stepped);
+    let out: Vec<_> = std::iter::from_fn(|| e.poll_output()).collect();
+    assert_eq!(out.len(), 2);
+    assert!(
+        matches!(&out[0].msg, Message::Relayed { carrier: 1, batch } if batch.origin == PeerId(1))
+    );
+    assert!(matches!(&out[1].msg, Message::Factors { batch, .. } if batch.clock == 1));
+    assert!(out.iter().all(|o| o.to == PeerId(0)));
+    for c in 1..3 {
+        e.on_message(PeerId(1), relayed(c, batch(0, c - 1)), &mut t)
+            .unwrap();
+        e.on_message(PeerId(1), msg(batch(1, c)), &mut t).unwrap();
+        let _ = e.on_tick(&mut t).unwrap();
+    }
+    // Every clock computed and every p1 batch in; p0's last is still being relayed.
+    assert_eq!(e.clock(), 3);
+    assert_eq!(e.on_tick(&mut t).unwrap(), Progress::Blocked);
+    assert_eq!(e.waiting_on(), vec![(PeerId(1), 2)]);
+    e.on_message(PeerId(1), relayed(3, batch(0, 2)), &mut t)
+        .unwrap();
+    assert_eq!(e.on_tick(&mut t).unwrap(), Progress::Done);
+    assert_eq!(e.metrics().batches_applied, 9);
+    assert_eq!(e.metrics().relayed_sent, 3);
+}
+
+#[test]
+fn relay_refuses_a_configuration_it_cannot_serve() {
+    let out: Vec<Vec<PeerId>> = (0..3).map(|i| vec![PeerId((i + 1) % 3)]).collect();
+    let routes = Arc::new(Routes::new(&out).unwrap());
+    let mut cfg = Config::new(PeerId(0), 3, vec![PeerId(1)], vec![PeerId(2)]);
+    cfg.relay = Some(Arc::clone(&routes));
+    assert!(cfg.validate().is_ok());
+    let mut other = cfg.clone();
+    other.out_neighbors = vec![PeerId(2)];
+    let err = other.validate().unwrap_err().to_string();
+    assert!(err.contains("out-neighbours"), "{err}");
+    let mut other = cfg.clone();
+    other.on_peer_loss = sfb_core::PeerLoss::Continue;
+    let err = other.validate().unwrap_err().to_string();
+    assert!(err.contains("--on-peer-loss fail"), "{err}");
+    let mut other = cfg;
+    other.checkpoint_every = 5;
+    let err = other.validate().unwrap_err().to_string();
+    assert!(err.contains("no checkpoints"), "{err}");
+}
+
 #[test]
 fn engine_rejects_fms_messages_with_a_typed_error() {
     let mut e = engine(Echo, 0, 2);
@@ -346,6 +471,10 @@ fn arb_message() -> impl Strategy<Value = Message> {
             batch: Arc::new(b),
             mean_iter_us: us,
         }),
+        (arb_batch(), 0u64..1000).prop_map(|(b, carrier)| Message::Relayed {
+            carrier,
+            batch: Arc::new(b),
+        }),
         (0u64..1000, any::<u64>()).prop_map(|(clock, seed)| Message::Params {
             clock,
             w: Arc::new(matrix(seed)),
@@ -453,7 +582,9 @@ proptest! {
         bytes[i] = byte;
         let bytes = &bytes[..bytes.len() - cut % 3];
         match wire::decode(bytes, &EXPECT) {
-            Ok(Message::Factors { batch, .. }) => prop_assert!(batch.validate(3, 5).is_ok()),
+            Ok(Message::Factors { batch, .. } | Message::Relayed { batch, .. }) => {
+                prop_assert!(batch.validate(3, 5).is_ok());
+            }
             Ok(Message::Params { w, .. }) => {
                 prop_assert_eq!(w.dim(), (3, 5));
                 prop_assert!(w.iter().all(|x| x.is_finite()));

@@ -103,7 +103,8 @@ impl Cluster {
         b.s.transport = spec.transport.name();
         b.s.metrics = spec.output.metrics.clone();
         let f = &spec.fault;
-        b.s.on_peer_loss = Some(f.peer_loss(&t.consistency));
+        b.s.on_peer_loss = Some(f.peer_loss(&t.consistency, spec.net.relay));
+        b.s.relay = spec.net.relay;
         b.s.lost_shards = f.lost_shards;
         b.s.compress = spec.net.compress.map(|c| c.rank);
         b.s.prioritize = spec.net.prioritize;
@@ -144,6 +145,8 @@ enum Topo {
 struct Resolved {
     out: Vec<Vec<usize>>,
     inn: Vec<Vec<usize>>,
+    /// The relay trees, built on first use.
+    routes: std::sync::OnceLock<std::result::Result<Arc<sfb_core::Routes>, sfb_core::RouteError>>,
 }
 
 impl Resolved {
@@ -156,7 +159,26 @@ impl Resolved {
                 }
             }
         }
-        Self { out, inn }
+        Self {
+            out,
+            inn,
+            routes: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The relay trees of this topology.
+    fn routes(&self) -> Result<Arc<sfb_core::Routes>> {
+        self.routes
+            .get_or_init(|| {
+                let out: Vec<Vec<PeerId>> = self
+                    .out
+                    .iter()
+                    .map(|l| l.iter().map(|&p| PeerId(p as u32)).collect())
+                    .collect();
+                sfb_core::Routes::new(&out).map(Arc::new)
+            })
+            .clone()
+            .map_err(|e| Error::Relay(e.to_string()))
     }
 }
 
@@ -185,6 +207,7 @@ struct Settings {
     lost_shards: Option<crate::LostShardsSpec>,
     compress: Option<usize>,
     prioritize: Option<crate::PrioritizeSpec>,
+    relay: bool,
 }
 
 /// Where and how often the nodes checkpoint, and whether they resume.
@@ -236,6 +259,7 @@ impl Default for Settings {
             lost_shards: None,
             compress: None,
             prioritize: None,
+            relay: false,
         }
     }
 }
@@ -684,6 +708,14 @@ impl<K> Builder<K> {
         self
     }
 
+    /// Relay for partial broadcast: every peer forwards other peers' batches along their
+    /// shortest-path trees ([`sfb_core::relay`]), so every replica applies every update.
+    /// A peer loss then fails the run (the default policy becomes fail). Default: off.
+    pub fn relay(mut self, on: bool) -> Self {
+        self.s.relay = on;
+        self
+    }
+
     /// In-memory runs: how long a peer may wait without receiving anything. Default 30 s.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.s.timeout = timeout;
@@ -859,7 +891,15 @@ impl<K: Kind> Builder<K> {
         (optimizer, lr)
     }
 
-    fn engine(&mut self, id: u32, out: Vec<PeerId>, inn: Vec<PeerId>) -> Result<Engine<K::Model>> {
+    /// Peer `id`'s engine with these neighbours; `relay`: with the topology's relay trees
+    /// (when the run relays; not for the probes that build a peer without neighbours).
+    fn engine(
+        &mut self,
+        id: u32,
+        out: Vec<PeerId>,
+        inn: Vec<PeerId>,
+        relay: bool,
+    ) -> Result<Engine<K::Model>> {
         self.s.check()?;
         let peer = Peer {
             id: PeerId(id),
@@ -883,14 +923,16 @@ impl<K: Kind> Builder<K> {
             budget: p.budget,
             seed: self.s.seed,
         });
-        cfg.on_peer_loss =
-            self.s
-                .on_peer_loss
-                .unwrap_or(if matches!(cfg.consistency, Consistency::Bsp) {
-                    sfb_core::PeerLoss::Fail
-                } else {
-                    sfb_core::PeerLoss::Continue
-                });
+        if relay && self.s.relay {
+            cfg.relay = Some(self.resolved()?.routes()?);
+        }
+        cfg.on_peer_loss = self.s.on_peer_loss.unwrap_or(
+            if matches!(cfg.consistency, Consistency::Bsp) || self.s.relay {
+                sfb_core::PeerLoss::Fail
+            } else {
+                sfb_core::PeerLoss::Continue
+            },
+        );
         let takeover = cfg.on_peer_loss == sfb_core::PeerLoss::Continue
             && match self.s.lost_shards {
                 Some(p) => p == crate::LostShardsSpec::Takeover,
@@ -921,7 +963,7 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// [`Error::Memory`] with both figures; the build errors of peer 0.
     pub fn check_fits(&mut self, nodes: usize) -> Result<()> {
-        let engine = self.engine(0, Vec::new(), Vec::new())?;
+        let engine = self.engine(0, Vec::new(), Vec::new(), false)?;
         let (j, d) = engine.replica().dim();
         let state = engine.config().optimizer.state_bytes(j, d) as u128;
         check_fits(nodes, j, d, state, available_memory())
@@ -940,7 +982,7 @@ impl<K: Kind> Builder<K> {
             // Out of range: the engine's configuration check names it.
             _ => (Vec::new(), Vec::new()),
         };
-        let mut engine = self.engine(id, o, i)?.with_wire(self.s.wire);
+        let mut engine = self.engine(id, o, i, true)?.with_wire(self.s.wire);
         if let Some((store, clock)) = self.resume_from("sfb")? {
             let state = store.resume(Role::Peer, PeerId(id), clock)?;
             engine
@@ -1067,7 +1109,7 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// As [`build_peer`](Self::build_peer).
     pub fn build_client(&mut self, id: u32, push: crate::Push) -> Result<Client<K::Model>> {
-        let engine = self.engine(id, Vec::new(), Vec::new())?;
+        let engine = self.engine(id, Vec::new(), Vec::new(), false)?;
         let mut client = Client::from_engine(engine, push.into())?;
         if let Some((store, clock)) = self.resume_from("fms")? {
             let state = store.resume(Role::Client, PeerId(id), clock)?;
@@ -1083,7 +1125,7 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// As [`build_peer`](Self::build_peer).
     pub fn build_server(&mut self, push: crate::Push) -> Result<Server<K::Model>> {
-        let engine = self.engine(0, Vec::new(), Vec::new())?;
+        let engine = self.engine(0, Vec::new(), Vec::new(), false)?;
         let mut server = Server::from_engine(engine, push.into())?;
         if let Some((store, clock)) = self.resume_from("fms")? {
             let state = store.resume(Role::Server, PeerId::SERVER, clock)?;

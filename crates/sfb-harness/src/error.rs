@@ -128,6 +128,9 @@ pub enum Error {
     /// A `--compress` value could not be parsed.
     #[error("{0:?} is not a compression: expected rank:R with R ≥ 1 (e.g. rank:4)")]
     Compress(String),
+    /// The topology cannot carry relayed updates (`--relay`).
+    #[error("--relay: {0}")]
+    Relay(String),
     /// A consistency model name could not be parsed.
     #[error("unknown consistency model {0:?}: expected bsp, ssp:S, async or throttle:K")]
     Consistency(String),

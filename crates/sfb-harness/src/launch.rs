@@ -403,6 +403,21 @@ impl NodeRun<'_> {
         opts.keep = sfb_net::driver::Keep::Last;
         opts.checkpoint = checkpoint.map(crate::cluster::checkpoint_sink);
         opts.rejoin = run.fault.rejoin;
+        if !full_w && run.net.relay {
+            // Relayed batches share the arcs with the senders' own: room for a clock's worth
+            // on the busiest arc, times the default's slack.
+            let out: Vec<Vec<sfb_core::PeerId>> = (0..file.peers())
+                .map(|i| {
+                    file.out(i)
+                        .iter()
+                        .map(|&p| sfb_core::PeerId(p as u32))
+                        .collect()
+                })
+                .collect();
+            if let Ok(routes) = sfb_core::Routes::new(&out) {
+                opts.queue_frames = opts.queue_frames.max(4 * routes.max_arc_load());
+            }
+        }
         if !full_w {
             // SFB: after a loss every survivor repairs the cluster file's topology the same
             // way (sfb-topology's repair of the same set of lost peers).
@@ -780,7 +795,10 @@ impl Launcher {
             .build()
             .map_err(io("starting the async runtime"))?;
         // Under a continue policy a node that dies is lost, not the run's end.
-        let survive = spec.fault.peer_loss(&spec.train.consistency) == sfb_core::PeerLoss::Continue;
+        let survive = spec
+            .fault
+            .peer_loss(&spec.train.consistency, spec.net.relay)
+            == sfb_core::PeerLoss::Continue;
         // How far ahead of the fastest node reported a coordinated stop is set, so that no
         // node is past it when the request arrives: the consistency model's spread, plus 2.
         let margin = match spec.train.consistency.to_core().staleness_bound() {

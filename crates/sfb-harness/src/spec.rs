@@ -855,6 +855,12 @@ pub struct NetOptions {
     /// [`sfb_core::prioritize`]): each peer sends at most the budget's pairs per clock, in
     /// the policy's order, and carries the rest over. Default: none.
     pub prioritize: Option<PrioritizeSpec>,
+    /// Relay for partial broadcast (`--relay`, SFB; [`sfb_core::relay`]): every peer
+    /// forwards other peers' batches along their shortest-path trees in the topology, so
+    /// every replica applies every update (hop-distance clocks late) while each peer keeps
+    /// `Q` connections. A run with relay fails on a peer loss and takes no checkpoints.
+    /// Default: false.
+    pub relay: bool,
     /// libp2p, root only: every node in its own network namespace, sends shaped by the
     /// kernel's tbf at `bandwidth` (burst `burst`) instead of the token bucket.
     pub netns: bool,
@@ -872,6 +878,7 @@ impl Default for NetOptions {
             netns: false,
             compress: None,
             prioritize: None,
+            relay: false,
         }
     }
 }
@@ -1093,10 +1100,11 @@ impl FaultOptions {
     }
 
     /// The peer-loss policy of a run under `consistency`: the one given, else fail under
-    /// BSP and continue otherwise.
-    pub fn peer_loss(&self, consistency: &ConsistencySpec) -> sfb_core::PeerLoss {
+    /// BSP or with `relay` (a loss cuts relay trees) and continue otherwise.
+    pub fn peer_loss(&self, consistency: &ConsistencySpec, relay: bool) -> sfb_core::PeerLoss {
         match self.on_peer_loss {
             Some(p) => p.into(),
+            None if relay => sfb_core::PeerLoss::Fail,
             None if matches!(consistency.to_core(), sfb_core::Consistency::Bsp) => {
                 sfb_core::PeerLoss::Fail
             }
@@ -1285,6 +1293,34 @@ impl RunSpec {
                     why: "they are two ways to send less: pick one (a compressed batch is \
                           already ordered by importance, its singular values)",
                 });
+            }
+        }
+        if n.relay {
+            let refuse = |requires: &'static str, why: &'static str| {
+                Err(Error::Requires {
+                    field: "net.relay",
+                    requires,
+                    why,
+                })
+            };
+            if self.backend == Backend::Fms {
+                return refuse(
+                    "the sfb backend",
+                    "it forwards peers' factor batches along the peer topology",
+                );
+            }
+            if f.on_peer_loss == Some(PeerLossSpec::Continue) || f.rejoin {
+                return refuse(
+                    "--on-peer-loss fail (the default with --relay)",
+                    "a lost peer cuts the relay trees through it, and the batches in flight \
+                     on them",
+                );
+            }
+            if f.checkpoint_dir.is_some() {
+                return refuse(
+                    "no checkpoints",
+                    "a checkpoint's cut would miss the batches still being relayed",
+                );
             }
         }
         if f.lost_shards == Some(LostShardsSpec::Takeover) {
@@ -1479,6 +1515,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "fault.lost_shards" => "--lost-shards",
         "net.compress" => "--compress",
         "net.prioritize" => "--prioritize",
+        "net.relay" => "--relay",
         other => other,
     }
 }

@@ -372,6 +372,12 @@ where
                     continue;
                 }
                 Progress::Done => {
+                    // Frames queued by the last tick (a relaying peer's last forwards) go
+                    // out first; the next tick reports Done again.
+                    outbox.extend(std::iter::from_fn(|| node.poll_output()));
+                    if !outbox.is_empty() {
+                        continue;
+                    }
                     if leaving {
                         links.announce_leaving();
                     }
@@ -379,7 +385,17 @@ where
                     drain_events(node, opts, records)?;
                     return Ok(());
                 }
-                Progress::Blocked => drain_events(node, opts, records)?,
+                Progress::Blocked => {
+                    drain_events(node, opts, records)?;
+                    // A blocked node may still have frames to pass on (a relaying peer
+                    // forwards while it waits for the end of the run).
+                    let before = outbox.len();
+                    outbox.extend(std::iter::from_fn(|| node.poll_output()));
+                    if outbox.len() > before {
+                        last_progress = Instant::now();
+                        continue;
+                    }
+                }
             }
         }
         // Wake at the progress deadline or the next stall report, whichever comes first; a

@@ -209,6 +209,9 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     if let Some(s) = &spec.output.summary {
         put("summary", s.display().to_string());
     }
+    if n.relay {
+        a.push("--relay".into());
+    }
     if n.netns {
         a.push("--netns".into());
     }

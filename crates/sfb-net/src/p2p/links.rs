@@ -150,6 +150,16 @@ fn same_frame(a: &Message, b: &Message) -> bool {
                 mean_iter_us: j,
             },
         ) => Arc::ptr_eq(x, y) && i == j,
+        (
+            Message::Relayed {
+                carrier: c,
+                batch: x,
+            },
+            Message::Relayed {
+                carrier: d,
+                batch: y,
+            },
+        ) => Arc::ptr_eq(x, y) && c == d,
         (Message::Params { clock: c, w: x }, Message::Params { clock: d, w: y }) => {
             Arc::ptr_eq(x, y) && c == d
         }

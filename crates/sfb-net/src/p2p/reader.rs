@@ -211,7 +211,12 @@ impl Readers {
                 Ok(Some(buf)) => {
                     let n = buf.len() as u64 + 4;
                     match wire::decode(&buf, &self.expect) {
-                        Ok(msg) if msg.origin() == self.core_ids[from] => {
+                        // A relayed batch is another origin's, forwarded by the sender (the
+                        // engine checks it against the relay trees).
+                        Ok(msg)
+                            if msg.origin() == self.core_ids[from]
+                                || matches!(msg, wire::Message::Relayed { .. }) =>
+                        {
                             self.stats.received[from].fetch_add(n, Ordering::Relaxed);
                             signs.frames.fetch_add(1, Ordering::Relaxed);
                             // Not reading while the engine's inbox is full: that silence

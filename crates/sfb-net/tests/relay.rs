@@ -1,0 +1,206 @@
+//! Relay for partial broadcast in the virtual-time driver: every batch reaches every peer
+//! exactly once, along its origin's shortest-path tree, and a BSP run is the same whatever
+//! the link delays.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ndarray::{Array2, ArrayView2};
+use sfb_core::wire::Message;
+use sfb_core::{
+    Config, Consistency, Engine, Model, ModelError, PeerId, Progress, Routes, Shard, SvList,
+};
+use sfb_net::virtual_time::{Costs, Latency, Network, Observer, Outcome};
+
+/// Least squares with J = 2: u = W·x − y (y the same for both rows), v = x.
+struct Ls;
+
+impl Model for Ls {
+    type Sample = (Vec<f32>, f32);
+    fn compute_sv(
+        &mut self,
+        w: ArrayView2<'_, f32>,
+        batch: &[&Self::Sample],
+        sv: &mut SvList,
+    ) -> Result<(), ModelError> {
+        for (x, y) in batch {
+            let u: Vec<f32> = w
+                .rows()
+                .into_iter()
+                .map(|r| r.iter().zip(x).map(|(a, b)| a * b).sum::<f32>() - y)
+                .collect();
+            sv.push_dense(&u, x)?;
+        }
+        Ok(())
+    }
+}
+
+const P: usize = 12;
+const CLOCKS: u64 = 12;
+
+/// Peer `i` sends to `i+1`, `i+4` and `i+9` (mod 12): strongly connected, diameter 3.
+fn topology() -> Vec<Vec<PeerId>> {
+    (0..P)
+        .map(|i| {
+            [1, 4, 9]
+                .iter()
+                .map(|k| PeerId(((i + k) % P) as u32))
+                .collect()
+        })
+        .collect()
+}
+
+fn engines(consistency: Consistency, relay: bool) -> (Vec<Engine<Ls>>, Arc<Routes>) {
+    let out = topology();
+    let routes = Arc::new(Routes::new(&out).unwrap());
+    let engines = (0..P)
+        .map(|p| {
+            let me = PeerId(p as u32);
+            let inn = (0..P as u32)
+                .map(PeerId)
+                .filter(|q| out[q.index()].contains(&me))
+                .collect();
+            let mut cfg = Config::new(me, P, out[p].clone(), inn);
+            cfg.clocks = CLOCKS;
+            cfg.batch_size = 2;
+            cfg.lr = 0.05;
+            cfg.eval_every = 0;
+            cfg.consistency = consistency.clone();
+            cfg.relay = relay.then(|| Arc::clone(&routes));
+            let data = (0..8)
+                .map(|i| (vec![1.0, ((p * 3 + i) % 7) as f32 * 0.1], (i % 3) as f32))
+                .collect();
+            Engine::new(cfg, Ls, Array2::zeros((2, 2)), Shard::new(data, p as u64)).unwrap()
+        })
+        .collect();
+    (engines, routes)
+}
+
+/// Every batch delivered to each peer: `(to, origin, clock) → (times, the sender)`.
+#[derive(Default)]
+struct Deliveries {
+    got: BTreeMap<(PeerId, PeerId, u64), (u32, PeerId)>,
+}
+
+impl<N> Observer<N> for Deliveries {
+    fn on_deliver(&mut self, _: Duration, from: PeerId, to: PeerId, msg: &Message) {
+        let batch = match msg {
+            Message::Factors { batch, .. } | Message::Relayed { batch, .. } => batch,
+            _ => return,
+        };
+        let e = self
+            .got
+            .entry((to, batch.origin, batch.clock))
+            .or_insert((0, from));
+        e.0 += 1;
+        e.1 = from;
+    }
+    fn on_tick(&mut self, _: Duration, _: usize, _: Progress, _: &[N]) {}
+}
+
+fn run(
+    consistency: Consistency,
+    relay: bool,
+    seed: u64,
+) -> (Outcome<Engine<Ls>>, Deliveries, Arc<Routes>) {
+    let (engines, routes) = engines(consistency, relay);
+    let mut log = Deliveries::default();
+    let outcome = Network::new(engines)
+        .seed(seed)
+        .costs(Costs::free())
+        .latency(Latency::uniform(
+            Duration::from_micros(1),
+            Duration::from_millis(5),
+        ))
+        .run_with(&mut log)
+        .unwrap();
+    (outcome, log, routes)
+}
+
+#[test]
+fn relay_delivers_every_batch_exactly_once_to_every_peer() {
+    for consistency in [
+        Consistency::Bsp,
+        Consistency::Ssp { staleness: 2 },
+        Consistency::Async,
+    ] {
+        let (outcome, log, routes) = run(consistency.clone(), true, 3);
+        for to in 0..P as u32 {
+            for origin in (0..P as u32).filter(|&o| o != to) {
+                let (to, origin) = (PeerId(to), PeerId(origin));
+                for clock in 0..CLOCKS {
+                    let (times, from) =
+                        log.got
+                            .get(&(to, origin, clock))
+                            .copied()
+                            .unwrap_or_else(|| {
+                                panic!("{consistency:?}: {to} never got {origin}'s clock {clock}")
+                            });
+                    assert_eq!(
+                        times, 1,
+                        "{consistency:?}: {to} got {origin}'s {clock} twice"
+                    );
+                    assert_eq!(Some(from), routes.parent(origin, to), "along the tree");
+                }
+            }
+        }
+        assert_eq!(log.got.len(), P * (P - 1) * CLOCKS as usize);
+        for n in &outcome.nodes {
+            let m = n.node.metrics();
+            assert!(n.node.is_done());
+            assert_eq!(m.batches_applied, (P as u64) * CLOCKS, "{consistency:?}");
+            let me = n.node.config().id;
+            assert_eq!(m.relayed_sent, routes.forwards(me) as u64 * CLOCKS);
+            let direct = (0..P as u32)
+                .filter(|&o| routes.parent(PeerId(o), me) == Some(PeerId(o)))
+                .count() as u64;
+            assert_eq!(m.relayed_received, (P as u64 - 1 - direct) * CLOCKS);
+        }
+    }
+}
+
+#[test]
+fn under_bsp_a_batch_is_applied_as_many_clocks_late_as_it_is_hops_away() {
+    let (outcome, _, routes) = run(Consistency::Bsp, true, 4);
+    assert_eq!(routes.height(), 3);
+    for n in &outcome.nodes {
+        let me = n.node.config().id;
+        let m = n.node.metrics();
+        // Of each origin, the clocks that are not the run's last few are applied `depth − 1`
+        // clocks late (the last ones all at the end).
+        let mut expected = vec![0u64; 3];
+        for o in 0..P as u32 {
+            let d = routes.depth(PeerId(o), me) as u64;
+            let late = d.saturating_sub(1);
+            for c in 0..CLOCKS {
+                let at = (c + late + 1).min(CLOCKS);
+                expected[(at - 1 - c) as usize] += 1;
+            }
+        }
+        assert_eq!(m.staleness_trimmed(), expected.as_slice(), "{me}");
+    }
+}
+
+#[test]
+fn a_bsp_run_with_relay_is_the_same_whatever_the_delays_and_its_replicas_agree() {
+    let (a, _, _) = run(Consistency::Bsp, true, 5);
+    let (b, _, _) = run(Consistency::Bsp, true, 6);
+    assert_ne!(a.end, b.end, "the seeds should change the delays");
+    for (x, y) in a.nodes.iter().zip(&b.nodes) {
+        assert_eq!(x.node.replica().checksum(), y.node.replica().checksum());
+    }
+    // Every replica holds the same sum of updates, applied in other groupings.
+    let w0 = a.nodes[0].node.replica().w().to_owned();
+    for n in &a.nodes {
+        let w = n.node.replica().w();
+        let diff = (&w - &w0).mapv(f32::abs).sum();
+        assert!(diff <= 1e-4 * w0.mapv(f32::abs).sum(), "{diff} vs {w0}");
+    }
+    // Without relay each replica applies only its in-neighbours' batches and its own.
+    let (c, _, _) = run(Consistency::Bsp, false, 5);
+    for n in &c.nodes {
+        assert_eq!(n.node.metrics().batches_applied, 4 * CLOCKS);
+        assert_eq!(n.node.metrics().relayed_sent, 0);
+    }
+}
