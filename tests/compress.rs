@@ -2,10 +2,8 @@
 //! proportion to R, the same learning thanks to error feedback, nothing changed when R
 //! covers the batch, clear refusals.
 
-use std::process::Command;
-
 mod common;
-use common::{SFB, num as f, short_bsp_run as run, tempdir};
+use common::{num as f, refused, short_bsp_run as run, tempdir};
 
 #[test]
 fn rank_r_sends_r_pairs_and_learns_as_well() {
@@ -41,17 +39,35 @@ fn rank_r_sends_r_pairs_and_learns_as_well() {
 
 #[test]
 fn compression_is_refused_where_it_cannot_apply() {
-    let bad = |args: &[&str]| -> String {
-        let out = Command::new(SFB).arg("run").args(args).output().unwrap();
-        assert!(!out.status.success(), "{args:?}");
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    };
-    let e = bad(&["--compress", "rank:0"]);
+    let e = refused(&["--compress", "rank:0"]);
     assert!(e.contains("expected rank:R with R ≥ 1"), "{e}");
-    let e = bad(&["--compress", "4"]);
+    let e = refused(&["--compress", "4"]);
     assert!(e.contains("is not a compression"), "{e}");
-    let e = bad(&["--backend", "fms", "--compress", "rank:2"]);
+    let e = refused(&["--backend", "fms", "--compress", "rank:2"]);
     assert!(e.contains("--compress needs the sfb backend"), "{e}");
-    let e = bad(&["--optimizer", "saga", "--compress", "rank:2"]);
+    let e = refused(&["--optimizer", "saga", "--compress", "rank:2"]);
     assert!(e.contains("--compress needs no saga"), "{e}");
+}
+
+#[test]
+fn aggregated_apply_is_refused_where_it_cannot_apply_and_idle_where_it_would_not_pay() {
+    let e = refused(&["--aggregate", "rank:0"]);
+    assert!(e.contains("expected rank:R with R ≥ 1"), "{e}");
+    let e = refused(&["--backend", "fms", "--aggregate", "rank:2"]);
+    assert!(e.contains("--aggregate needs the sfb backend"), "{e}");
+    let e = refused(&["--optimizer", "adagrad", "--aggregate", "rank:2"]);
+    assert!(e.contains("adagrad applies dense updates"), "{e}");
+    let dir = tempdir("compress", "aggregate");
+    let e = refused(&[
+        "--aggregate",
+        "rank:2",
+        "--checkpoint-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(e.contains("no checkpoints"), "{e}");
+    // On the small built-in problem re-compressing never pays: the same run as without.
+    let plain = run(&dir, "plain", &[]);
+    let agg = run(&dir, "agg", &["--aggregate", "rank:2"]);
+    assert_eq!(agg["replica_checksums"], plain["replica_checksums"]);
+    assert!(agg.get("aggregated_applies").is_none(), "{agg}");
 }

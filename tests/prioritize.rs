@@ -2,10 +2,8 @@
 //! covers the batch changes nothing; half the pairs per clock sends half the bytes, keeps
 //! the replicas equal under BSP and learns on every policy; clear refusals.
 
-use std::process::Command;
-
 mod common;
-use common::{SFB, num as f, short_bsp_run as run, tempdir};
+use common::{num as f, refused, short_bsp_run as run, tempdir};
 
 #[test]
 fn half_the_pairs_per_clock_sends_half_the_bytes_and_still_learns() {
@@ -42,11 +40,6 @@ fn half_the_pairs_per_clock_sends_half_the_bytes_and_still_learns() {
 
 #[test]
 fn prioritization_is_refused_where_it_cannot_apply() {
-    let bad = |args: &[&str]| -> String {
-        let out = Command::new(SFB).arg("run").args(args).output().unwrap();
-        assert!(!out.status.success(), "{args:?}");
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    };
     for (arg, why) in [
         ("magnitude", "no budget"),
         (
@@ -57,16 +50,16 @@ fn prioritization_is_refused_where_it_cannot_apply() {
         ("random:150%", "at most 100%"),
         ("random:half", "a percentage (50%) or a number of pairs (8)"),
     ] {
-        let e = bad(&["--prioritize", arg]);
+        let e = refused(&["--prioritize", arg]);
         assert!(
             e.contains("is not a prioritization") && e.contains(why),
             "{arg}: {e}"
         );
     }
-    let e = bad(&["--backend", "fms", "--prioritize", "magnitude:50%"]);
+    let e = refused(&["--backend", "fms", "--prioritize", "magnitude:50%"]);
     assert!(e.contains("--prioritize needs the sfb backend"), "{e}");
-    let e = bad(&["--prioritize", "magnitude:50%", "--compress", "rank:2"]);
+    let e = refused(&["--prioritize", "magnitude:50%", "--compress", "rank:2"]);
     assert!(e.contains("--prioritize needs no --compress"), "{e}");
-    let e = bad(&["--optimizer", "saga", "--prioritize", "magnitude:50%"]);
+    let e = refused(&["--optimizer", "saga", "--prioritize", "magnitude:50%"]);
     assert!(e.contains("--prioritize needs no saga"), "{e}");
 }

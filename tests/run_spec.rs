@@ -111,6 +111,8 @@ fn every_option_lands_in_the_spec() {
         "--lost-shards",
         "drop",
         "--relay",
+        "--aggregate",
+        "rank:5",
     ]);
     let want = RunSpec {
         peers: 6,
@@ -155,6 +157,7 @@ fn every_option_lands_in_the_spec() {
             compress: None,
             prioritize: None,
             relay: true,
+            aggregate: Some("rank:5".parse().unwrap()),
         },
         output: OutputOptions {
             metrics: Some("m.jsonl".into()),
@@ -232,6 +235,8 @@ fn arm_commands_reproduce_their_specs() {
     s.net.prioritize = None;
     s.net.relay = true;
     s.topology.out_degree = Some(2);
+    specs.push(s.clone());
+    s.net.aggregate = Some("rank:16".parse().unwrap());
     specs.push(s.clone());
     specs.push(RunSpec {
         data: DataSource::Files {

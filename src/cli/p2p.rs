@@ -168,6 +168,11 @@ pub struct NetArgs {
     /// peer loss then fails the run; no checkpoints.
     #[arg(long)]
     pub relay: bool,
+    /// Apply at most R pairs per clock whenever re-compressing the received pairs is
+    /// cheaper than applying them all (by a cost model, the same choice on every replica),
+    /// keeping the rest for the next clock (error feedback). SFB; sgd or factored only.
+    #[arg(long, value_name = "rank:R")]
+    pub aggregate: Option<sfb_harness::CompressSpec>,
 }
 
 impl NetArgs {
@@ -183,6 +188,7 @@ impl NetArgs {
             compress: self.compress,
             prioritize: self.prioritize,
             relay: self.relay,
+            aggregate: self.aggregate,
             ..sfb_harness::NetOptions::default()
         }
     }
@@ -209,6 +215,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "compress",
     "prioritize",
     "relay",
+    "aggregate",
     "model",
     "synthetic",
     "batch",

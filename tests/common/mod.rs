@@ -173,6 +173,13 @@ pub fn short_bsp_run(dir: &Path, name: &str, extra: &[&str]) -> Value {
     run_summary(&args, &dir.join(format!("{name}.json")))
 }
 
+/// `sfb run <args>`, which must fail; its standard error.
+pub fn refused(args: &[&str]) -> String {
+    let out = Command::new(SFB).arg("run").args(args).output().unwrap();
+    assert!(!out.status.success(), "{args:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// `v[key]` as a number (panics, naming it, if there is none).
 pub fn num(v: &Value, key: &str) -> f64 {
     v[key]

@@ -89,6 +89,11 @@ pub struct Config {
     /// out-neighbours of this peer must be [`out_neighbors`](Self::out_neighbors). Not
     /// with [`PeerLoss::Continue`] or checkpoints. Default: none.
     pub relay: Option<Arc<crate::Routes>>,
+    /// Aggregated apply ([`crate::aggregate`]): apply at most this many pairs per clock
+    /// whenever re-compressing what is applied is cheaper than applying it, the rest kept
+    /// back for the next clock. Plain SGD and the factored optimizer only; no checkpoints.
+    /// Default: none.
+    pub aggregate: Option<usize>,
 }
 
 /// Default [`Config::max_drift`]: 64 clocks, room for a straggler several times slower than
@@ -129,6 +134,7 @@ impl Config {
             on_peer_loss: PeerLoss::Fail,
             checkpoint_every: 0,
             relay: None,
+            aggregate: None,
         }
     }
 
@@ -167,6 +173,29 @@ impl Config {
         check_step(self.batch_size, self.lr)?;
         if let Some(routes) = &self.relay {
             self.check_relay(routes)?;
+        }
+        if let Some(rank) = self.aggregate {
+            let bad = |why: String| -> Result<()> { Err(ConfigError::Sending(why).into()) };
+            if rank == 0 {
+                return bad("--aggregate rank:0 would apply nothing".into());
+            }
+            if !matches!(
+                self.optimizer.method,
+                crate::Method::Sgd | crate::Method::Factored
+            ) {
+                return bad(format!(
+                    "--aggregate re-compresses the pairs the SGD and factored steps apply; \
+                     {} applies dense updates",
+                    self.optimizer.method
+                ));
+            }
+            if self.checkpoint_every > 0 {
+                return bad(
+                    "--aggregate keeps a residual that checkpoints do not hold yet: no \
+                     checkpoints with it"
+                        .into(),
+                );
+            }
         }
         if let Some(p) = &self.prioritize {
             if self.compress.is_some() {
@@ -536,6 +565,9 @@ impl<M: Model> Side<M> for PeerSide {
             keys.iter().map(|k| self.pending[k].clone()).collect();
         let refs: Vec<&FactorBatch> = batches.iter().map(|b| b.0.as_ref()).collect();
         let stats = self.stepper.apply(&mut self.replica, &refs, worker.clock)?;
+        if stats.aggregated_from > 0 {
+            worker.metrics.aggregated_applies += 1;
+        }
         for (k, (batch, forwarded)) in keys.iter().zip(&batches) {
             self.pending.remove(k);
             let late = worker.clock.saturating_sub(1).saturating_sub(k.2);
@@ -708,7 +740,13 @@ impl<M: Model> Engine<M> {
         );
         Ok(Self {
             side: PeerSide {
-                stepper: Stepper::new(cfg.optimizer.clone(), cfg.lr, cfg.clocks, replica.dim())?,
+                stepper: {
+                    let s = Stepper::new(cfg.optimizer.clone(), cfg.lr, cfg.clocks, replica.dim())?;
+                    match cfg.aggregate {
+                        Some(rank) => s.with_aggregate(rank),
+                        None => s,
+                    }
+                },
                 replica,
                 pending: BTreeMap::new(),
                 out_neighbors: cfg.out_neighbors.clone(),

@@ -54,6 +54,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod aggregate;
 pub mod checkpoint;
 pub mod compress;
 mod consistency;

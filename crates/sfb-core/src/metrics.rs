@@ -77,6 +77,9 @@ pub struct PeerMetrics {
     /// Batches this peer received by relay, not from their origin (`--relay`).
     #[serde(default)]
     pub relayed_received: u64,
+    /// Clocks whose apply was re-compressed (`--aggregate`).
+    #[serde(default)]
+    pub aggregated_applies: u64,
 }
 
 impl PeerMetrics {
@@ -268,6 +271,10 @@ pub struct Summary {
     /// zero.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub relayed_batches: u64,
+    /// Applies re-compressed before they were applied (`--aggregate`), summed over peers.
+    /// Absent when zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub aggregated_applies: u64,
     /// Why the run stopped before its end, when it did: the figures are then those of each
     /// node's last record ([`Summary::partial`]), and there are no checksums. Absent for a
     /// run that completed.
@@ -382,6 +389,7 @@ impl Summary {
             },
             update_coverage,
             relayed_batches: reports.iter().map(|r| r.metrics.relayed_sent).sum(),
+            aggregated_applies: reports.iter().map(|r| r.metrics.aggregated_applies).sum(),
             failed: None,
             extra: BTreeMap::new(),
         }

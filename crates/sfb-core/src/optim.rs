@@ -561,6 +561,8 @@ pub struct Stepper {
     stale_reads: u64,
     /// The shape of W.
     dim: (usize, usize),
+    /// Re-compression of what is applied, when cheaper ([`crate::aggregate`]).
+    aggregate: Option<crate::aggregate::Aggregator>,
 }
 
 /// A standard-layout matrix's elements.
@@ -637,7 +639,57 @@ impl Stepper {
             state,
             stale_reads: 0,
             dim: (j, d),
+            aggregate: None,
         })
+    }
+
+    /// The same stepper applying at most `rank` pairs per clock whenever re-compressing
+    /// what it applies is cheaper than applying it ([`crate::aggregate`]). Used by the
+    /// plain SGD and factored paths (the others apply dense updates).
+    pub fn with_aggregate(mut self, rank: usize) -> Self {
+        self.aggregate = Some(crate::aggregate::Aggregator::new(rank));
+        self
+    }
+
+    /// The aggregation, if any.
+    pub fn aggregate(&self) -> Option<&crate::aggregate::Aggregator> {
+        self.aggregate.as_ref()
+    }
+
+    /// The kernel call of the SGD and factored paths: `batches` (validated) with `scales`
+    /// and the factored `fold`, aggregated when that is cheaper.
+    fn kernel(
+        aggregate: &mut Option<crate::aggregate::Aggregator>,
+        replica: &mut Replica,
+        batches: &[&FactorBatch],
+        scales: &[f32],
+        fold: Option<(&[f32], &[f32])>,
+        stats: &mut ApplyStats,
+    ) -> Result<()> {
+        let (j, d) = replica.dim();
+        if let Some(agg) = aggregate
+            && agg.worth(stats.dense_pairs, j, d)
+        {
+            crate::replica::check_scales(batches, scales)?;
+            let (merged, _) = agg.merge(batches, scales, fold, j, d);
+            let mut refs: Vec<&FactorBatch> = vec![&merged];
+            let mut sc = vec![1.0];
+            for (&b, &s) in batches.iter().zip(scales) {
+                if matches!(b.v, VFactors::Sparse { .. }) {
+                    refs.push(b);
+                    sc.push(s);
+                }
+            }
+            replica.apply_validated(&refs, &sc)?;
+            stats.aggregated_from = stats.dense_pairs;
+            stats.dense_pairs = merged.len();
+            return Ok(());
+        }
+        match fold {
+            None => replica.apply_validated(batches, scales)?,
+            Some((rows, cols)) => replica.apply_folded(batches, scales, rows, cols)?,
+        };
+        Ok(())
     }
 
     /// The optimizer.
@@ -823,18 +875,40 @@ impl Stepper {
             .map(|b| b.scale * self.factor(b.clock))
             .collect();
         match &mut self.state {
-            State::Sgd if self.opt.is_plain() => {
+            State::Sgd if self.opt.is_plain() && self.aggregate.is_none() => {
                 replica.apply(batches)?;
             }
             State::Sgd if self.opt.l2 == 0.0 => {
-                replica.apply_validated(batches, &scales)?;
+                let plain: Vec<f32>;
+                let scales = if self.opt.is_plain() {
+                    // `apply`'s scales: the batches' own.
+                    plain = batches.iter().map(|b| b.scale).collect();
+                    &plain
+                } else {
+                    &scales
+                };
+                Self::kernel(
+                    &mut self.aggregate,
+                    replica,
+                    batches,
+                    scales,
+                    None,
+                    &mut stats,
+                )?;
             }
             State::Sgd => {
                 crate::replica::check_scales(batches, &scales)?;
                 let decay =
                     1.0 - self.opt.l2 * group_step(self.lr, &self.opt, self.clocks, batches);
                 replica.w_mut().mapv_inplace(|w| decay * w);
-                replica.apply_scaled(batches, &scales)?;
+                Self::kernel(
+                    &mut self.aggregate,
+                    replica,
+                    batches,
+                    &scales,
+                    None,
+                    &mut stats,
+                )?;
             }
             State::Factored { rows, cols } => {
                 let lr = f64::from(self.lr);
@@ -856,7 +930,14 @@ impl Stepper {
                     .zip(&sparse)
                     .map(|(&b, p)| p.as_ref().unwrap_or(b))
                     .collect();
-                replica.apply_folded(&refs, &scales, &rho, &gamma)?;
+                Self::kernel(
+                    &mut self.aggregate,
+                    replica,
+                    &refs,
+                    &scales,
+                    Some((&rho, &gamma)),
+                    &mut stats,
+                )?;
             }
             State::Saga { mean } => {
                 // Every check before anything changes: the kernel below cannot fail.

@@ -55,6 +55,9 @@ pub struct ApplyStats {
     pub dense_pairs: usize,
     /// Pairs applied with sparse `v`.
     pub sparse_pairs: usize,
+    /// Dense pairs received that were re-compressed into `dense_pairs` before applying
+    /// ([`crate::aggregate`]); 0 when applied as they are.
+    pub aggregated_from: usize,
 }
 
 impl ApplyStats {

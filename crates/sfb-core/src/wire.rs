@@ -24,8 +24,8 @@ use crate::{Error, FactorBatch, PeerId, Result, VFactors};
 #[cfg(target_endian = "big")]
 compile_error!("sfb's wire format copies f32 arrays as little-endian bytes");
 
-/// Version written at the start of every frame.
-pub const WIRE_VERSION: u16 = 1;
+/// Version written at the start of every frame (2: relayed batches).
+pub const WIRE_VERSION: u16 = 2;
 
 /// A message between peers (SFB), or between an FMS client and the parameter server.
 #[derive(Debug, Clone, PartialEq)]

@@ -105,6 +105,7 @@ impl Cluster {
         let f = &spec.fault;
         b.s.on_peer_loss = Some(f.peer_loss(&t.consistency, spec.net.relay));
         b.s.relay = spec.net.relay;
+        b.s.aggregate = spec.net.aggregate.map(|c| c.rank);
         b.s.lost_shards = f.lost_shards;
         b.s.compress = spec.net.compress.map(|c| c.rank);
         b.s.prioritize = spec.net.prioritize;
@@ -208,6 +209,7 @@ struct Settings {
     compress: Option<usize>,
     prioritize: Option<crate::PrioritizeSpec>,
     relay: bool,
+    aggregate: Option<usize>,
 }
 
 /// Where and how often the nodes checkpoint, and whether they resume.
@@ -260,6 +262,7 @@ impl Default for Settings {
             compress: None,
             prioritize: None,
             relay: false,
+            aggregate: None,
         }
     }
 }
@@ -716,6 +719,14 @@ impl<K> Builder<K> {
         self
     }
 
+    /// Aggregated apply: each peer applies at most `rank` pairs per clock whenever
+    /// re-compressing the pairs it applies is cheaper ([`sfb_core::aggregate`]). Default:
+    /// none.
+    pub fn aggregate(mut self, rank: usize) -> Self {
+        self.s.aggregate = Some(rank.max(1));
+        self
+    }
+
     /// In-memory runs: how long a peer may wait without receiving anything. Default 30 s.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.s.timeout = timeout;
@@ -923,6 +934,7 @@ impl<K: Kind> Builder<K> {
             budget: p.budget,
             seed: self.s.seed,
         });
+        cfg.aggregate = self.s.aggregate;
         if relay && self.s.relay {
             cfg.relay = Some(self.resolved()?.routes()?);
         }

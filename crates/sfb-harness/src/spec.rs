@@ -861,6 +861,10 @@ pub struct NetOptions {
     /// `Q` connections. A run with relay fails on a peer loss and takes no checkpoints.
     /// Default: false.
     pub relay: bool,
+    /// Aggregated apply (`--aggregate rank:R`, SFB; [`sfb_core::aggregate`]): a peer
+    /// applies at most R pairs per clock whenever re-compressing the pairs it applies is
+    /// cheaper than applying them, and keeps the rest for the next clock. Default: none.
+    pub aggregate: Option<CompressSpec>,
     /// libp2p, root only: every node in its own network namespace, sends shaped by the
     /// kernel's tbf at `bandwidth` (burst `burst`) instead of the token bucket.
     pub netns: bool,
@@ -879,6 +883,7 @@ impl Default for NetOptions {
             compress: None,
             prioritize: None,
             relay: false,
+            aggregate: None,
         }
     }
 }
@@ -1295,6 +1300,27 @@ impl RunSpec {
                 });
             }
         }
+        if n.aggregate.is_some() {
+            let refuse = |requires: &'static str, why: &'static str| {
+                Err(Error::Requires {
+                    field: "net.aggregate",
+                    requires,
+                    why,
+                })
+            };
+            if self.backend == Backend::Fms {
+                return refuse(
+                    "the sfb backend",
+                    "it re-compresses the pairs a peer applies to its replica",
+                );
+            }
+            if f.checkpoint_dir.is_some() {
+                return refuse(
+                    "no checkpoints",
+                    "the residual it keeps back is not checkpointed yet",
+                );
+            }
+        }
         if n.relay {
             let refuse = |requires: &'static str, why: &'static str| {
                 Err(Error::Requires {
@@ -1516,6 +1542,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "net.compress" => "--compress",
         "net.prioritize" => "--prioritize",
         "net.relay" => "--relay",
+        "net.aggregate" => "--aggregate",
         other => other,
     }
 }

@@ -209,6 +209,9 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     if let Some(s) = &spec.output.summary {
         put("summary", s.display().to_string());
     }
+    if let Some(c) = n.aggregate {
+        put("aggregate", c.to_string());
+    }
     if n.relay {
         a.push("--relay".into());
     }
