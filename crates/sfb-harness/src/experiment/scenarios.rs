@@ -656,6 +656,12 @@ fn relay_verdict(report: &Report, full_t: f64, p: usize) -> String {
         .iter()
         .filter(|a| a.summary.relayed_batches > 0 && a.summary.out_degree >= 4)
         .collect();
+    if arms.is_empty() {
+        return format!(
+            "The paper's claim \"Q ≥ 4 is close to full broadcast\" is not checked at P={p}: \
+             no relay arm has Q ≥ 4 (Q = P − 1 is full broadcast)."
+        );
+    }
     let within = |x: Option<f64>, of: f64| x.is_some_and(|x| x <= 1.1 * of);
     let verdict = |ok: bool| {
         if ok && !arms.is_empty() {
