@@ -49,6 +49,15 @@ fn relay_over_libp2p_gives_every_replica_every_update_as_in_memory() {
 #[test]
 fn relay_refuses_what_it_cannot_serve_naming_it() {
     let dir = tempdir("relay", "refusals");
+    let out = Command::new(SFB)
+        .args(["run", "--relay-compress", "rank:2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--relay-compress needs --relay"),
+        "{err}"
+    );
     let cases: &[(&[&str], &str)] = &[
         (&["--backend", "fms"], "the sfb backend"),
         (&["--on-peer-loss", "continue"], "--on-peer-loss fail"),

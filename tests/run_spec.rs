@@ -111,6 +111,8 @@ fn every_option_lands_in_the_spec() {
         "--lost-shards",
         "drop",
         "--relay",
+        "--relay-compress",
+        "rank:3",
         "--aggregate",
         "rank:5",
     ]);
@@ -157,6 +159,7 @@ fn every_option_lands_in_the_spec() {
             compress: None,
             prioritize: None,
             relay: true,
+            relay_compress: Some("rank:3".parse().unwrap()),
             aggregate: Some("rank:5".parse().unwrap()),
         },
         output: OutputOptions {
@@ -237,6 +240,8 @@ fn arm_commands_reproduce_their_specs() {
     s.topology.out_degree = Some(2);
     specs.push(s.clone());
     s.net.aggregate = Some("rank:16".parse().unwrap());
+    specs.push(s.clone());
+    s.net.relay_compress = Some("rank:2".parse().unwrap());
     specs.push(s.clone());
     specs.push(RunSpec {
         data: DataSource::Files {

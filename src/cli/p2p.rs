@@ -168,6 +168,11 @@ pub struct NetArgs {
     /// peer loss then fails the run; no checkpoints.
     #[arg(long)]
     pub relay: bool,
+    /// With --relay: re-compress every batch a peer forwards to at most R pairs (rank:R),
+    /// without error feedback (what is cut is lost): fewer relayed bytes, an approximation
+    /// of far peers' updates (gossip with compression).
+    #[arg(long, value_name = "rank:R")]
+    pub relay_compress: Option<sfb_harness::CompressSpec>,
     /// Apply at most R pairs per clock whenever re-compressing the received pairs is
     /// cheaper than applying them all (by a cost model, the same choice on every replica),
     /// keeping the rest for the next clock (error feedback). SFB; sgd or factored only.
@@ -188,6 +193,7 @@ impl NetArgs {
             compress: self.compress,
             prioritize: self.prioritize,
             relay: self.relay,
+            relay_compress: self.relay_compress,
             aggregate: self.aggregate,
             ..sfb_harness::NetOptions::default()
         }
@@ -215,6 +221,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "compress",
     "prioritize",
     "relay",
+    "relay_compress",
     "aggregate",
     "model",
     "synthetic",

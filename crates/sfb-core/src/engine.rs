@@ -89,6 +89,12 @@ pub struct Config {
     /// out-neighbours of this peer must be [`out_neighbors`](Self::out_neighbors). Not
     /// with [`PeerLoss::Continue`] or checkpoints. Default: none.
     pub relay: Option<Arc<crate::Routes>>,
+    /// With [`relay`](Self::relay): re-compress every batch this peer forwards to at most
+    /// this many pairs ([`crate::compress`], without error feedback: what is cut is the
+    /// origin's, and lost), so peers beyond an origin's out-neighbours apply an
+    /// approximation of its updates (gossip with compression). The peer itself applies
+    /// the batches as received. Default: none.
+    pub relay_compress: Option<usize>,
     /// Aggregated apply ([`crate::aggregate`]): apply at most this many pairs per clock
     /// whenever re-compressing what is applied is cheaper than applying it, the rest kept
     /// back for the next clock. Plain SGD and the factored optimizer only; no checkpoints.
@@ -134,6 +140,7 @@ impl Config {
             on_peer_loss: PeerLoss::Fail,
             checkpoint_every: 0,
             relay: None,
+            relay_compress: None,
             aggregate: None,
         }
     }
@@ -173,6 +180,21 @@ impl Config {
         check_step(self.batch_size, self.lr)?;
         if let Some(routes) = &self.relay {
             self.check_relay(routes)?;
+        }
+        match (self.relay_compress, &self.relay) {
+            (Some(0), _) => {
+                return Err(ConfigError::Relay(
+                    "re-compressing forwarded batches to rank 0 would forward nothing".into(),
+                )
+                .into());
+            }
+            (Some(_), None) => {
+                return Err(ConfigError::Relay(
+                    "re-compressing forwarded batches needs relay (nothing is forwarded)".into(),
+                )
+                .into());
+            }
+            _ => {}
         }
         if let Some(rank) = self.aggregate {
             let bad = |why: String| -> Result<()> { Err(ConfigError::Sending(why).into()) };
@@ -413,10 +435,12 @@ struct Relay {
     next: Vec<u64>,
     /// Origins whose batches reach this peer by relay.
     relayed: Vec<PeerId>,
+    /// Re-compress forwarded batches to at most this many pairs.
+    compress: Option<usize>,
 }
 
 impl Relay {
-    fn new(routes: Arc<crate::Routes>, me: PeerId) -> Self {
+    fn new(routes: Arc<crate::Routes>, me: PeerId, compress: Option<usize>) -> Self {
         let relayed = (0..routes.peers() as u32)
             .map(PeerId)
             .filter(|&o| o != me && routes.parent(o, me) != Some(o))
@@ -426,6 +450,7 @@ impl Relay {
             routes,
             me,
             relayed,
+            compress,
         }
     }
 
@@ -514,10 +539,16 @@ impl PeerSide {
         if children.is_empty() {
             return;
         }
-        let msg = Message::Relayed {
-            carrier,
-            batch: Arc::clone(batch),
+        let batch = match relay.compress {
+            Some(rank) if batch.len() > rank => {
+                // A fresh compressor: the residual is the origin's to keep, not ours.
+                let (out, _) = crate::compress::Compressor::new(rank).compress((**batch).clone());
+                worker.metrics.relay_compressed += 1;
+                Arc::new(out)
+            }
+            _ => Arc::clone(batch),
         };
+        let msg = Message::Relayed { carrier, batch };
         let len = wire::encoded_len_with(&msg, self.wire) as u64;
         for &to in children {
             worker.metrics.bytes_sent += len;
@@ -753,7 +784,10 @@ impl<M: Model> Engine<M> {
                 wire: cfg.wire,
                 compressor: cfg.compress.map(crate::compress::Compressor::new),
                 prioritizer: cfg.prioritize.map(crate::Prioritizer::new),
-                relay: cfg.relay.clone().map(|r| Relay::new(r, cfg.id)),
+                relay: cfg
+                    .relay
+                    .clone()
+                    .map(|r| Relay::new(r, cfg.id, cfg.relay_compress)),
             },
             worker,
             cfg,

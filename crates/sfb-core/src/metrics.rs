@@ -77,6 +77,9 @@ pub struct PeerMetrics {
     /// Batches this peer received by relay, not from their origin (`--relay`).
     #[serde(default)]
     pub relayed_received: u64,
+    /// Forwarded batches this peer re-compressed before forwarding (`--relay-compress`).
+    #[serde(default)]
+    pub relay_compressed: u64,
     /// Clocks whose apply was re-compressed (`--aggregate`).
     #[serde(default)]
     pub aggregated_applies: u64,

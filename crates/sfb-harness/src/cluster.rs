@@ -105,6 +105,7 @@ impl Cluster {
         let f = &spec.fault;
         b.s.on_peer_loss = Some(f.peer_loss(&t.consistency, spec.net.relay));
         b.s.relay = spec.net.relay;
+        b.s.relay_compress = spec.net.relay_compress.map(|c| c.rank);
         b.s.aggregate = spec.net.aggregate.map(|c| c.rank);
         b.s.lost_shards = f.lost_shards;
         b.s.compress = spec.net.compress.map(|c| c.rank);
@@ -209,6 +210,7 @@ struct Settings {
     compress: Option<usize>,
     prioritize: Option<crate::PrioritizeSpec>,
     relay: bool,
+    relay_compress: Option<usize>,
     aggregate: Option<usize>,
 }
 
@@ -262,6 +264,7 @@ impl Default for Settings {
             compress: None,
             prioritize: None,
             relay: false,
+            relay_compress: None,
             aggregate: None,
         }
     }
@@ -719,6 +722,13 @@ impl<K> Builder<K> {
         self
     }
 
+    /// With [`relay`](Self::relay): forwarders re-compress the batches they forward to at
+    /// most `rank` pairs (no error feedback). Default: none.
+    pub fn relay_compress(mut self, rank: usize) -> Self {
+        self.s.relay_compress = Some(rank.max(1));
+        self
+    }
+
     /// Aggregated apply: each peer applies at most `rank` pairs per clock whenever
     /// re-compressing the pairs it applies is cheaper ([`sfb_core::aggregate`]). Default:
     /// none.
@@ -937,6 +947,7 @@ impl<K: Kind> Builder<K> {
         cfg.aggregate = self.s.aggregate;
         if relay && self.s.relay {
             cfg.relay = Some(self.resolved()?.routes()?);
+            cfg.relay_compress = self.s.relay_compress;
         }
         cfg.on_peer_loss = self.s.on_peer_loss.unwrap_or(
             if matches!(cfg.consistency, Consistency::Bsp) || self.s.relay {

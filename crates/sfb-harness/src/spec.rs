@@ -861,6 +861,10 @@ pub struct NetOptions {
     /// `Q` connections. A run with relay fails on a peer loss and takes no checkpoints.
     /// Default: false.
     pub relay: bool,
+    /// With `relay`: every forwarder re-compresses the batches it forwards to at most R
+    /// pairs (`--relay-compress rank:R`; no error feedback, what is cut is lost): fewer
+    /// bytes, an approximation of far peers' updates. Default: none.
+    pub relay_compress: Option<CompressSpec>,
     /// Aggregated apply (`--aggregate rank:R`, SFB; [`sfb_core::aggregate`]): a peer
     /// applies at most R pairs per clock whenever re-compressing the pairs it applies is
     /// cheaper than applying them, and keeps the rest for the next clock. Default: none.
@@ -883,6 +887,7 @@ impl Default for NetOptions {
             compress: None,
             prioritize: None,
             relay: false,
+            relay_compress: None,
             aggregate: None,
         }
     }
@@ -1321,6 +1326,13 @@ impl RunSpec {
                 );
             }
         }
+        if n.relay_compress.is_some() && !n.relay {
+            return Err(Error::Requires {
+                field: "net.relay_compress",
+                requires: "--relay",
+                why: "it re-compresses the batches a peer forwards, and only relay forwards",
+            });
+        }
         if n.relay {
             let refuse = |requires: &'static str, why: &'static str| {
                 Err(Error::Requires {
@@ -1542,6 +1554,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "net.compress" => "--compress",
         "net.prioritize" => "--prioritize",
         "net.relay" => "--relay",
+        "net.relay_compress" => "--relay-compress",
         "net.aggregate" => "--aggregate",
         other => other,
     }

@@ -52,6 +52,14 @@ fn topology() -> Vec<Vec<PeerId>> {
 }
 
 fn engines(consistency: Consistency, relay: bool) -> (Vec<Engine<Ls>>, Arc<Routes>) {
+    engines_with(consistency, relay, None)
+}
+
+fn engines_with(
+    consistency: Consistency,
+    relay: bool,
+    relay_compress: Option<usize>,
+) -> (Vec<Engine<Ls>>, Arc<Routes>) {
     let out = topology();
     let routes = Arc::new(Routes::new(&out).unwrap());
     let engines = (0..P)
@@ -68,6 +76,7 @@ fn engines(consistency: Consistency, relay: bool) -> (Vec<Engine<Ls>>, Arc<Route
             cfg.eval_every = 0;
             cfg.consistency = consistency.clone();
             cfg.relay = relay.then(|| Arc::clone(&routes));
+            cfg.relay_compress = relay_compress;
             let data = (0..8)
                 .map(|i| (vec![1.0, ((p * 3 + i) % 7) as f32 * 0.1], (i % 3) as f32))
                 .collect();
@@ -202,5 +211,60 @@ fn a_bsp_run_with_relay_is_the_same_whatever_the_delays_and_its_replicas_agree()
     for n in &c.nodes {
         assert_eq!(n.node.metrics().batches_applied, 4 * CLOCKS);
         assert_eq!(n.node.metrics().relayed_sent, 0);
+    }
+}
+
+/// The largest batch delivered by relay, and by its origin.
+#[derive(Default)]
+struct Sizes {
+    relayed: usize,
+    direct: usize,
+    deliveries: Deliveries,
+}
+
+impl<N> Observer<N> for Sizes {
+    fn on_deliver(&mut self, at: Duration, from: PeerId, to: PeerId, msg: &Message) {
+        match msg {
+            Message::Relayed { batch, .. } => self.relayed = self.relayed.max(batch.len()),
+            Message::Factors { batch, .. } => self.direct = self.direct.max(batch.len()),
+            _ => {}
+        }
+        Observer::<N>::on_deliver(&mut self.deliveries, at, from, to, msg);
+    }
+    fn on_tick(&mut self, _: Duration, _: usize, _: Progress, _: &[N]) {}
+}
+
+#[test]
+fn forwarders_that_re_compress_still_deliver_every_batch_once_with_fewer_pairs() {
+    let (engines, routes) = engines_with(Consistency::Bsp, true, Some(1));
+    let mut sizes = Sizes::default();
+    let outcome = Network::new(engines)
+        .seed(8)
+        .costs(Costs::free())
+        .latency(Latency::uniform(
+            Duration::from_micros(1),
+            Duration::from_millis(5),
+        ))
+        .run_with(&mut sizes)
+        .unwrap();
+    assert_eq!(sizes.direct, 2, "origins send their K = 2 pairs");
+    assert_eq!(sizes.relayed, 1, "forwarders send rank 1");
+    assert_eq!(sizes.deliveries.got.len(), P * (P - 1) * CLOCKS as usize);
+    assert!(sizes.deliveries.got.values().all(|(times, _)| *times == 1));
+    // Only the first forwarder of a batch re-compresses it (once for all its children;
+    // after that it has one pair).
+    let first_hop: u64 = (0..P as u32)
+        .flat_map(|o| (0..P as u32).map(move |n| (PeerId(o), PeerId(n))))
+        .filter(|&(o, n)| routes.depth(o, n) == 1 && !routes.children(o, n).is_empty())
+        .count() as u64
+        * CLOCKS;
+    let compressed: u64 = outcome
+        .nodes
+        .iter()
+        .map(|n| n.node.metrics().relay_compressed)
+        .sum();
+    assert_eq!(compressed, first_hop);
+    for n in &outcome.nodes {
+        assert_eq!(n.node.metrics().batches_applied, (P as u64) * CLOCKS);
     }
 }

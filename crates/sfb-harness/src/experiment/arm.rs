@@ -212,6 +212,9 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     if let Some(c) = n.aggregate {
         put("aggregate", c.to_string());
     }
+    if let Some(c) = n.relay_compress {
+        put("relay-compress", c.to_string());
+    }
     if n.relay {
         a.push("--relay".into());
     }

@@ -359,9 +359,10 @@ pub fn fms_vs_sfb(opts: &Options, runner: &Runner) -> Result<Report> {
 
 /// `--scenario compression` (issue 16): SFB full broadcast as it is vs re-compressed to
 /// rank 8 and 4 with error feedback (`--compress rank:R`), and partial broadcast (Q=3)
-/// without and with relay (`--relay`), each also with rank 4, and full broadcast with
-/// aggregated apply (`--aggregate rank:16`); bytes per clock, apply time, time to the
-/// full-broadcast arm's target.
+/// without and with relay (`--relay`), each also with rank 4, relay whose forwarders
+/// re-compress to rank 4 (`--relay-compress rank:4`, gossip with compression), and full
+/// broadcast with aggregated apply (`--aggregate rank:16`); bytes per clock, apply time,
+/// time to the full-broadcast arm's target.
 ///
 /// # Errors
 /// The first arm that fails.
@@ -402,6 +403,11 @@ pub fn compression(opts: &Options, runner: &Runner) -> Result<Report> {
             format!("partial (Q={q}), relay, rank 4"),
             with(Some(q), Some(4), true),
         ),
+        Arm::new(format!("partial (Q={q}), relay forwarding rank 4"), {
+            let mut s = with(Some(q), None, true);
+            s.net.relay_compress = Some(crate::spec::CompressSpec { rank: 4 });
+            s
+        }),
     ];
     run_arms(runner, &mut report, &arms, 0, opts.frac(0.3))?;
     explain(&mut report, opts, n, p)?;
