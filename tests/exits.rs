@@ -113,10 +113,10 @@ fn sigterm_of_the_launcher_stops_every_child_and_removes_its_directory() {
     let (mut launcher, children) = start_long_run(&tmp);
     signal(launcher.0.id(), "TERM");
     let st = wait_exit(&mut launcher.0);
-    // A clean shutdown: every node stops at one clock and the launcher exits 0.
-    assert_eq!(st.code(), Some(0), "{st}");
     let mut err = String::new();
     std::io::Read::read_to_string(&mut launcher.0.stderr.take().unwrap(), &mut err).unwrap();
+    // A clean shutdown: every node stops at one clock and the launcher exits 0.
+    assert_eq!(st.code(), Some(0), "{st}: {err}");
     assert!(err.contains("stopping every node at clock"), "{err}");
     for pid in children {
         wait_for(&format!("peer process {pid} to end"), || !running(pid));

@@ -869,8 +869,9 @@ impl Launcher {
         let mut stdins = Vec::new();
         let tails: Vec<Arc<Mutex<std::collections::VecDeque<String>>>> =
             (0..n).map(|_| Arc::default()).collect();
-        // The highest clock any node has reported.
+        // The highest clock any node has reported, and when the nodes started.
         let fastest = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let started = std::time::Instant::now();
         for (i, prefix) in prefixes.iter().enumerate() {
             let mut cmd = match prefix.split_first() {
                 Some((prog, args)) => {
@@ -1041,7 +1042,11 @@ impl Launcher {
                 if stopping.is_some() {
                     return Err(Error::Interrupted);
                 }
-                let t = fastest.load(std::sync::atomic::Ordering::Relaxed) + margin;
+                let t = stop_clock(
+                    fastest.load(std::sync::atomic::Ordering::Relaxed),
+                    margin,
+                    started.elapsed(),
+                );
                 tracing::warn!(
                     "stopping every node at clock {t} (press Ctrl-C again to kill them now)"
                 );
@@ -1056,6 +1061,20 @@ impl Launcher {
             }
         }
     }
+}
+
+/// How far ahead, in time, a coordinated stop is set: the nodes' progress lines reach the
+/// launcher late (a busy machine delays them by several clocks of a small model), and a
+/// node already past the stop clock would stop at its own, alone.
+const STOP_LEAD: Duration = Duration::from_millis(500);
+
+/// The clock a coordinated stop is set at: the fastest node's reported clock, plus the
+/// consistency model's spread (`margin`), plus the clocks the run makes in [`STOP_LEAD`]
+/// at its average pace so far (`fastest` clocks in `elapsed`).
+fn stop_clock(fastest: u64, margin: u64, elapsed: Duration) -> u64 {
+    let per_s = fastest as f64 / elapsed.as_secs_f64().max(1e-3);
+    let lead = (per_s * STOP_LEAD.as_secs_f64()).ceil() as u64;
+    fastest.saturating_add(margin).saturating_add(lead)
 }
 
 /// How long, after a node fails, the launcher waits for others to end before it reports
@@ -1255,6 +1274,14 @@ fn add_qdisc_stats(summary: &mut Summary, n: &Netns) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stop_is_set_half_a_second_of_clocks_ahead() {
+        // 1000 clocks in 2 s: 250 clocks of lead, plus the margin.
+        assert_eq!(stop_clock(1000, 3, Duration::from_secs(2)), 1253);
+        // Nothing reported yet: the margin alone.
+        assert_eq!(stop_clock(0, 3, Duration::from_secs(1)), 3);
+    }
 
     #[test]
     fn protocol_lines_are_explicit_json() {
