@@ -132,10 +132,17 @@ fn records_stream_to_the_metrics_file_and_only_the_final_ones_are_kept() {
         on_disk.iter().map(key).collect::<Vec<_>>(),
         kept.iter().map(key).collect::<Vec<_>>()
     );
-    assert_eq!(
-        on_disk.iter().map(|r| r.bytes_sent).collect::<Vec<_>>(),
-        kept.iter().map(|r| r.bytes_sent).collect::<Vec<_>>()
-    );
+    // The same bytes, up to the frames' varint of the sender's mean iteration time (a
+    // measured duration: one or two bytes, whichever side of 128 µs it falls).
+    for (a, b) in on_disk.iter().zip(&kept) {
+        let frames = 2 * a.clock.max(1);
+        assert!(
+            a.bytes_sent.abs_diff(b.bytes_sent) <= 4 * frames,
+            "{} vs {}",
+            a.bytes_sent,
+            b.bytes_sent
+        );
+    }
 }
 
 #[test]
