@@ -297,7 +297,7 @@ pub fn demo(opts: &Demo, runner: &Runner) -> Result<Report> {
             .into(),
     );
     report.notes.push(
-        "Partial broadcast does not relay: each replica gets its own and its in-neighbours' updates only, so it needs more samples per unit of progress but sends fewer bytes per clock."
+        "Partial broadcast here does not relay (`--relay` would forward every update along shortest-path trees, at full broadcast's bytes): each replica gets its own and its in-neighbours' updates only, so it needs more samples per unit of progress but sends fewer bytes per clock."
             .into(),
     );
     Ok(report)
