@@ -187,6 +187,7 @@ fn every_option_lands_in_the_spec() {
             test: Some("b.svm".into()),
             holdout: 0.2,
             features: Some(3),
+            stream: false,
         }
     );
     assert_eq!(
@@ -249,6 +250,7 @@ fn arm_commands_reproduce_their_specs() {
             test: Some("t.svm".into()),
             holdout: 0.25,
             features: Some(7),
+            stream: false,
         },
         model: ModelChoice::Sc {
             atoms: 9,

@@ -144,7 +144,9 @@ pub struct NetArgs {
     /// ends is lost at once.
     #[arg(long, default_value_t = 60.0)]
     pub peer_timeout: f64,
-    /// Seconds to wait for connections and handshakes at start-up (at most one year).
+    /// Seconds to wait for connections and handshakes at start-up (at most one year); with
+    /// `sfb run`, also how long each peer may take to load its data and listen, when
+    /// longer than 60 (a --stream peer scans its whole file first).
     #[arg(long, default_value_t = 30.0)]
     pub startup_timeout: f64,
     /// Factor values on the wire: f32, or f16 (half the bytes; peers round their own
@@ -242,6 +244,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "test_data",
     "holdout",
     "features",
+    "stream",
     "lambda",
     "latent",
     "margin",

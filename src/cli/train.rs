@@ -39,6 +39,16 @@ pub struct ModelOptions {
     /// Number of features D of --data (default: the largest index found).
     #[arg(long)]
     pub features: Option<usize>,
+    /// Stream --data instead of loading it: for files larger than memory / P. Every peer
+    /// scans the file for D, the labels and the scaling statistics without keeping samples,
+    /// then keeps only its own shard (training record t goes to peer t mod P) and its
+    /// slice of the held-out data (held-out record h to peer h mod P); other peers' lines
+    /// are skipped unparsed. The --holdout split is a seeded hash of each line's number
+    /// (not the in-memory shuffle); each peer evaluates on its own held-out slice, and the
+    /// summary's objective is the mean over peers. Every peer needs the same file (a shared
+    /// or copied path). mlr only; not with --lost-shards takeover.
+    #[arg(long, requires = "data")]
+    pub stream: bool,
     /// l2mlr: regularization λ of (λ/2)‖W‖² (default 1e-3); sc: ℓ1 weight of the codes
     /// (default 0.1).
     #[arg(long)]
@@ -67,6 +77,7 @@ impl Default for ModelOptions {
             test_data: None,
             holdout: 0.2,
             features: None,
+            stream: false,
             lambda: None,
             latent: 8,
             margin: 1.0,
@@ -263,6 +274,7 @@ impl TrainArgs {
                 test: o.test_data.clone(),
                 holdout: o.holdout,
                 features: o.features,
+                stream: o.stream,
             },
             None => DataSource::Synthetic(self.synthetic.clone()),
         };

@@ -14,7 +14,8 @@ use sfb_core::wire::Dtype;
 use sfb_core::{
     Config, Consistency, Engine, Evaluator, Model, PeerId, Role, Shard, ShardSource, shard_indices,
 };
-use sfb_models::{ModelSpec, Problem};
+use sfb_models::stream::{Local, Streamed};
+use sfb_models::{Example, ModelSpec, Problem};
 use sfb_topology::{Method, Topology};
 
 use crate::checkpoint::{Meta, Store};
@@ -78,15 +79,29 @@ impl Cluster {
     pub fn from_spec(spec: &RunSpec) -> Result<Builder<Builtin>> {
         spec.validate()?;
         let t = &spec.train;
-        let problem = spec
-            .data
-            .load(&spec.model, t.seed)?
-            .scaled(t.scale_for(&spec.model))?;
-        problem.check_batch(t.batch)?;
-        let mut b = Cluster::builder()
+        let scale = t.scale_for(&spec.model);
+        let b = Cluster::builder()
             .peers(spec.peers)
-            .spec(spec.model.spec_for(t.method_for(&spec.model)))
-            .data(problem)
+            .spec(spec.model.spec_for(t.method_for(&spec.model)));
+        let b = match spec.data.stream(&spec.model, t.seed, scale)? {
+            Some(streamed) => {
+                let samples = usize::try_from(streamed.train_samples()).unwrap_or(usize::MAX);
+                if t.batch > samples {
+                    let e = sfb_models::Error::BatchTooLarge {
+                        batch: t.batch,
+                        samples,
+                    };
+                    return Err(e.into());
+                }
+                b.streamed(streamed)
+            }
+            None => {
+                let problem = spec.data.load(&spec.model, t.seed)?.scaled(scale)?;
+                problem.check_batch(t.batch)?;
+                b.data(problem)
+            }
+        };
+        let mut b = b
             .init_std(t.init_std)
             .consistency(t.consistency.to_core())
             .clocks(t.clocks)
@@ -324,12 +339,55 @@ impl<M: Model, F> fmt::Debug for Custom<M, F> {
     }
 }
 
-/// A built-in model ([`ModelSpec`]) on a [`Problem`].
+/// A built-in model ([`ModelSpec`]) on a [`Problem`], or on streamed data.
 #[derive(Debug, Clone)]
 pub struct Builtin {
     spec: ModelSpec,
     problem: Option<Problem>,
+    /// Streamed data ([`Builder::streamed`]): each peer reads its own part when built.
+    streamed: Option<Arc<Streamed>>,
     init_std: f32,
+}
+
+impl Builtin {
+    /// Peer `peer`'s part of the streamed data as a [`Problem`] (its held-out slice as
+    /// `test`, no `train`: a streaming peer holds no other peer's samples) and its shard;
+    /// for a `probe` (a node that trains on nothing: the FMS server, the memory check) no
+    /// samples are read.
+    fn streamed_parts(
+        &self,
+        data: &Streamed,
+        peer: &Peer,
+        probe: bool,
+    ) -> Result<(Problem, Vec<Example>)> {
+        if let Some(why) = self.spec.streaming_refusal() {
+            return Err(Error::Requires {
+                field: "data.stream",
+                requires: crate::spec::STREAMED_MODELS,
+                why,
+            });
+        }
+        let local = if probe {
+            Local::default()
+        } else {
+            data.shard(peer.peers, peer.id.index())?
+        };
+        tracing::debug!(
+            peer = peer.id.0,
+            train = local.train.len(),
+            held_out = local.held_out.len(),
+            parsed = local.parsed,
+            skipped = local.skipped,
+            "streamed shard read"
+        );
+        let problem = Problem {
+            train: Arc::new(Vec::new()),
+            test: Arc::new(local.held_out),
+            classes: data.classes(),
+            features: data.features(),
+        };
+        Ok((problem, local.train))
+    }
 }
 
 mod kind {
@@ -354,8 +412,10 @@ mod kind {
         type Model: Model;
         /// Its name in summaries.
         fn name(&self) -> &'static str;
-        /// Builds `peer`'s model, starting matrix, shard and evaluator.
-        fn parts(&mut self, peer: &Peer, seed: u64) -> Result<Parts<Self::Model>>;
+        /// Builds `peer`'s model, starting matrix, shard and evaluator; a `probe` is a node
+        /// that trains on nothing (the FMS server, the memory check): its shard may be
+        /// left empty.
+        fn parts(&mut self, peer: &Peer, seed: u64, probe: bool) -> Result<Parts<Self::Model>>;
         /// The optimizer when none is set: plain SGD for a user's model (its factors mean
         /// exactly `W += scale · Σ u vᵀ`), the built-in model's default otherwise.
         fn default_method(&self) -> sfb_core::Method {
@@ -436,7 +496,7 @@ where
         let data = self.data.clone().ok_or("no training data was given")?;
         Ok(takeover_source(data, peer))
     }
-    fn parts(&mut self, peer: &Peer, seed: u64) -> Result<Parts<M>> {
+    fn parts(&mut self, peer: &Peer, seed: u64, _probe: bool) -> Result<Parts<M>> {
         let data = self.data.as_ref().ok_or(Error::MissingData)?;
         let shard = shard(data, peer.peers, peer.id.0, seed);
         if shard.is_empty() {
@@ -460,13 +520,18 @@ impl Kind for Builtin {
         crate::spec::method_for(&self.spec)
     }
     fn default_lr(&self, method: sfb_core::Method) -> f32 {
-        match &self.problem {
-            Some(p) => crate::default_lr_for_data(method, &self.spec, p.mean_l1()),
-            None => crate::default_lr(method),
+        match (&self.problem, &self.streamed) {
+            (Some(p), _) => crate::default_lr_for_data(method, &self.spec, p.mean_l1()),
+            (None, Some(s)) => crate::default_lr_for_data(method, &self.spec, s.mean_l1()),
+            (None, None) => crate::default_lr(method),
         }
     }
     fn samples(&self) -> Option<usize> {
-        self.problem.as_ref().map(|p| p.train.len())
+        match (&self.problem, &self.streamed) {
+            (Some(p), _) => Some(p.train.len()),
+            (None, Some(s)) => Some(usize::try_from(s.train_samples()).unwrap_or(usize::MAX)),
+            (None, None) => None,
+        }
     }
     fn shard_source(
         &mut self,
@@ -475,11 +540,14 @@ impl Kind for Builtin {
         if let Some(why) = self.spec.takeover_refusal() {
             return Err(why);
         }
+        if self.streamed.is_some() {
+            return Err(crate::spec::STREAMED_TAKEOVER);
+        }
         let problem = self.problem.as_ref().ok_or("no training data was given")?;
         Ok(takeover_source(Arc::clone(&problem.train), peer))
     }
     fn takes_over_by_default(&self) -> bool {
-        self.spec.takeover_refusal().is_none()
+        self.spec.takeover_refusal().is_none() && self.streamed.is_none()
     }
     fn l2(&self) -> f32 {
         match self.spec {
@@ -487,7 +555,24 @@ impl Kind for Builtin {
             _ => 0.0,
         }
     }
-    fn parts(&mut self, peer: &Peer, seed: u64) -> Result<Parts<Self::Model>> {
+    fn parts(&mut self, peer: &Peer, seed: u64, probe: bool) -> Result<Parts<Self::Model>> {
+        if let Some(data) = self.streamed.clone() {
+            let (problem, mine) = self.streamed_parts(&data, peer, probe)?;
+            if mine.is_empty() && !probe {
+                let samples = usize::try_from(data.train_samples()).unwrap_or(usize::MAX);
+                return Err(empty_shard(peer, samples));
+            }
+            let model = self.spec.build(&problem, &mine, peer.peers, peer.seed)?;
+            return Ok(Parts {
+                model,
+                w0: self.spec.init_w(&problem, self.init_std, seed),
+                shard: Shard::new(mine, peer.seed),
+                // A peer with no held-out slice reports no objective (the summary's mean
+                // is over the peers that evaluated).
+                evaluator: (!probe && !problem.test.is_empty())
+                    .then(|| self.spec.evaluator(&problem, seed)),
+            });
+        }
         let problem = self.problem.as_ref().ok_or(Error::MissingData)?;
         let mine = sfb_models::data::shard(&problem.train, peer.peers, peer.id.index());
         if mine.is_empty() {
@@ -773,6 +858,7 @@ impl Builder<NoModel> {
             kind: Builtin {
                 spec,
                 problem: None,
+                streamed: None,
                 init_std: 0.0,
             },
         }
@@ -803,6 +889,17 @@ impl Builder<Builtin> {
     /// The problem every peer knows (training set, held-out set, shape).
     pub fn data(mut self, problem: Problem) -> Self {
         self.kind.problem = Some(problem);
+        self.kind.streamed = None;
+        self
+    }
+
+    /// Streamed data ([`crate::DataSource::stream`]) instead of a [`Problem`]: each peer
+    /// reads only its own shard and held-out slice from the file when it is built, and
+    /// evaluates on its slice. Only for models that do not need the whole training set
+    /// ([`ModelSpec::streaming_refusal`]); lost shards are not taken over.
+    pub fn streamed(mut self, data: Streamed) -> Self {
+        self.kind.streamed = Some(Arc::new(data));
+        self.kind.problem = None;
         self
     }
 
@@ -920,6 +1017,7 @@ impl<K: Kind> Builder<K> {
         out: Vec<PeerId>,
         inn: Vec<PeerId>,
         relay: bool,
+        probe: bool,
     ) -> Result<Engine<K::Model>> {
         self.s.check()?;
         let peer = Peer {
@@ -927,7 +1025,7 @@ impl<K: Kind> Builder<K> {
             peers: self.s.peers,
             seed: peer_seed(self.s.seed, id),
         };
-        let parts = self.kind.parts(&peer, self.s.seed)?;
+        let parts = self.kind.parts(&peer, self.s.seed, probe)?;
         let mut cfg = Config::new(peer.id, peer.peers, out, inn);
         cfg.consistency = self.s.consistency.clone();
         cfg.clocks = self.s.clocks;
@@ -986,7 +1084,7 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// [`Error::Memory`] with both figures; the build errors of peer 0.
     pub fn check_fits(&mut self, nodes: usize) -> Result<()> {
-        let engine = self.engine(0, Vec::new(), Vec::new(), false)?;
+        let engine = self.engine(0, Vec::new(), Vec::new(), false, true)?;
         let (j, d) = engine.replica().dim();
         let state = engine.config().optimizer.state_bytes(j, d) as u128;
         check_fits(nodes, j, d, state, available_memory())
@@ -1005,7 +1103,7 @@ impl<K: Kind> Builder<K> {
             // Out of range: the engine's configuration check names it.
             _ => (Vec::new(), Vec::new()),
         };
-        let mut engine = self.engine(id, o, i, true)?.with_wire(self.s.wire);
+        let mut engine = self.engine(id, o, i, true, false)?.with_wire(self.s.wire);
         if let Some((store, clock)) = self.resume_from("sfb")? {
             let state = store.resume(Role::Peer, PeerId(id), clock)?;
             engine
@@ -1132,7 +1230,7 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// As [`build_peer`](Self::build_peer).
     pub fn build_client(&mut self, id: u32, push: crate::Push) -> Result<Client<K::Model>> {
-        let engine = self.engine(id, Vec::new(), Vec::new(), false)?;
+        let engine = self.engine(id, Vec::new(), Vec::new(), false, false)?;
         let mut client = Client::from_engine(engine, push.into())?;
         if let Some((store, clock)) = self.resume_from("fms")? {
             let state = store.resume(Role::Client, PeerId(id), clock)?;
@@ -1148,7 +1246,7 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// As [`build_peer`](Self::build_peer).
     pub fn build_server(&mut self, push: crate::Push) -> Result<Server<K::Model>> {
-        let engine = self.engine(0, Vec::new(), Vec::new(), false)?;
+        let engine = self.engine(0, Vec::new(), Vec::new(), false, true)?;
         let mut server = Server::from_engine(engine, push.into())?;
         if let Some((store, clock)) = self.resume_from("fms")? {
             let state = store.resume(Role::Server, PeerId::SERVER, clock)?;

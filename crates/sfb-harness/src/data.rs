@@ -4,6 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sfb_models::data::{self, CsvOptions, Dataset, LibsvmOptions};
+use sfb_models::stream::{LineRule, StreamOptions, Streamed};
 use sfb_models::{
     ClassificationSpec, ClusterSpec, Limits, Problem, SignalSpec, Warning, synthetic,
 };
@@ -16,6 +17,10 @@ impl DataSource {
     ///
     /// Files are densified for the models that want dense samples (DML, sparse coding);
     /// without a test file, a seeded `holdout` fraction of the training file is held out.
+    /// Everything is held in memory, whatever `stream` says: [`Cluster::from_spec`]
+    /// reads a streaming source with [`stream`](Self::stream) instead.
+    ///
+    /// [`Cluster::from_spec`]: crate::Cluster::from_spec
     /// Synthetic data: classification for MLR/L2-MLR, clusters for DML, sparse signals
     /// (one "class") for sparse coding.
     ///
@@ -68,6 +73,7 @@ impl DataSource {
                 test,
                 holdout,
                 features,
+                ..
             } => {
                 let (p, w) = load_files(
                     train,
@@ -123,6 +129,75 @@ impl DataSource {
             warnings.push(Warning::NoHeldOut { source });
         }
         Ok((problem, warnings))
+    }
+}
+
+impl DataSource {
+    /// The files of a streaming source (`stream: true`), scanned for what every peer must
+    /// know ([`Streamed::open`]: `D`, classes, counts, the scaling `scale`, the mean ℓ1
+    /// norm) without keeping samples; `None` for any other source (use
+    /// [`load`](Self::load)). A peer then reads its own part with [`Streamed::shard`].
+    ///
+    /// The held-out split is [`sfb_models::stream::LineRule`] with `seed` and `holdout`
+    /// (none with a test file). Bounded by [`Limits::from_env`]; W of `model`'s shape is
+    /// checked as by [`load`](Self::load), and [`Limits::max_data_bytes`] bounds what one
+    /// peer holds. Warnings are logged as `WARN` lines.
+    ///
+    /// # Errors
+    /// [`Error::Models`] for an unreadable or malformed file (naming file and line), or
+    /// limits exceeded; [`Error::NoFeatures`]; [`Error::OutOfRange`] for a holdout outside
+    /// (0, 1).
+    pub fn stream(
+        &self,
+        model: &ModelChoice,
+        seed: u64,
+        scale: sfb_models::Scale,
+    ) -> Result<Option<Streamed>> {
+        let DataSource::Files {
+            train,
+            test,
+            holdout,
+            features,
+            stream: true,
+        } = self
+        else {
+            return Ok(None);
+        };
+        if test.is_none() && !(*holdout > 0.0 && *holdout < 1.0) {
+            return Err(Error::OutOfRange {
+                field: "data.holdout",
+                expected: "in (0, 1)",
+                got: *holdout,
+            });
+        }
+        let limits = Limits::from_env()?;
+        let opts = StreamOptions {
+            rule: LineRule {
+                seed,
+                holdout: *holdout,
+            },
+            features: *features,
+            scale,
+            limits,
+        };
+        let s = Streamed::open(train, test.as_deref(), &opts)?;
+        if s.features() == 0 {
+            return Err(Error::NoFeatures {
+                path: train.to_path_buf(),
+            });
+        }
+        let at = train.display().to_string();
+        let samples = usize::try_from(s.train_samples()).unwrap_or(usize::MAX);
+        model
+            .spec()
+            .check_limits(s.classes(), s.features(), samples, &limits, &at)?;
+        for w in s.warnings() {
+            tracing::warn!("{w}");
+        }
+        if s.held_out_samples() == 0 {
+            tracing::warn!("{}", Warning::NoHeldOut { source: at });
+        }
+        Ok(Some(s))
     }
 }
 
@@ -257,6 +332,7 @@ mod tests {
             test: None,
             holdout,
             features: None,
+            stream: false,
         }
     }
 

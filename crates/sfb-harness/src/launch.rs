@@ -37,7 +37,8 @@ use crate::records::MetricsFile;
 use crate::spec::{Backend, NetOptions, RunSpec};
 use crate::summary::{NodeOutcome, summarize};
 
-/// Longest a child may take to say where it listens.
+/// Longest a child may take to say where it listens (it loads its data first), unless
+/// the start-up timeout (`--startup-timeout`) is longer.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Lines of a failed child's stderr shown in the error.
@@ -805,8 +806,16 @@ impl Launcher {
             Some(s) => s + 2,
             None => spec.train.max_drift + 2,
         };
-        let ran =
-            rt.block_on(self.children(&spec_path, &cluster_path, &prefixes, fms, survive, margin));
+        // A streaming peer scans its data file before it listens: minutes for a large one.
+        let listen = LISTEN_TIMEOUT.max(Duration::from_secs_f64(spec.net.startup_timeout_s));
+        let ran = rt.block_on(self.children(
+            &spec_path,
+            &cluster_path,
+            &prefixes,
+            (fms, survive),
+            margin,
+            listen,
+        ));
         // The runtime (and with it every child still running) ends before the namespaces
         // are torn down.
         drop(rt);
@@ -847,9 +856,9 @@ impl Launcher {
         spec: &Path,
         cluster: &Path,
         prefixes: &[Vec<String>],
-        fms: bool,
-        survive: bool,
+        (fms, survive): (bool, bool),
         margin: u64,
+        listen: Duration,
     ) -> Result<(Vec<usize>, Option<u64>), Error> {
         let n = prefixes.len();
         let name = |i: usize| {
@@ -963,7 +972,7 @@ impl Launcher {
         };
         // Every node's real listen address, then tell everyone.
         let mut addrs = vec![None; n];
-        let deadline = tokio::time::Instant::now() + LISTEN_TIMEOUT;
+        let deadline = tokio::time::Instant::now() + listen;
         while addrs.iter().any(Option::is_none) {
             tokio::select! {
                 got = listening.recv() => match got {
@@ -981,7 +990,7 @@ impl Launcher {
                 _ = term.recv() => return Err(Error::Interrupted),
                 () = tokio::time::sleep_until(deadline) => {
                     let i = addrs.iter().position(Option::is_none).unwrap_or(0);
-                    return Err(failed(i, format!("did not say where it listens within {LISTEN_TIMEOUT:?}")));
+                    return Err(failed(i, format!("did not say where it listens within {listen:?}")));
                 }
             }
         }

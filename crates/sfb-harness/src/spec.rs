@@ -283,8 +283,23 @@ pub enum DataSource {
         /// Number of features `D` (default: the largest index found).
         #[serde(default)]
         features: Option<usize>,
+        /// Streaming mode (`--stream`): every peer scans the files for their statistics
+        /// (`D`, labels, scaling, mean ℓ1) without keeping samples, then keeps only its own
+        /// shard and its slice of the held-out data; the held-out split is a per-line
+        /// rule ([`sfb_models::stream`]). For files larger than memory / P. Default false:
+        /// every peer loads the whole file.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stream: bool,
     },
 }
+
+/// The models streaming data supports.
+pub(crate) const STREAMED_MODELS: &str = "mlr (with any optimizer)";
+
+/// Why a streaming peer does not take lost shards over.
+pub(crate) const STREAMED_TAKEOVER: &str = "a streaming peer holds only its own shard: taking a \
+     lost peer's over would re-read the data file inside the clock loop, stalling the peer for \
+     a scan of the whole file; use --lost-shards drop";
 
 fn default_holdout() -> f64 {
     0.2
@@ -1217,6 +1232,7 @@ impl RunSpec {
             let ok = holdout > 0.0 && holdout < 1.0;
             check("data.holdout", "in (0, 1)", holdout, ok)?;
         }
+        self.check_stream()?;
         let topo = &self.topology;
         preflight::seconds("topology.time_limit_s", topo.time_limit_s, true)?;
         if self.backend == Backend::Sfb {
@@ -1382,6 +1398,32 @@ impl RunSpec {
         Ok(())
     }
 
+    /// What streaming data needs ([`STREAMED_MODELS`], [`STREAMED_TAKEOVER`]): a model
+    /// that does not need the whole training set on every peer, and no takeover of lost
+    /// shards (it would re-read the file inside the clock loop, stalling the peer for a
+    /// scan of the whole file).
+    fn check_stream(&self) -> Result<()> {
+        if !matches!(self.data, DataSource::Files { stream: true, .. }) {
+            return Ok(());
+        }
+        let spec = self.model.spec_for(self.train.method_for(&self.model));
+        if let Some(why) = spec.streaming_refusal() {
+            return Err(Error::Requires {
+                field: "data.stream",
+                requires: STREAMED_MODELS,
+                why,
+            });
+        }
+        if self.fault.lost_shards == Some(LostShardsSpec::Takeover) {
+            return Err(Error::Requires {
+                field: "fault.lost_shards",
+                requires: "data in memory (no --stream) for takeover",
+                why: STREAMED_TAKEOVER,
+            });
+        }
+        Ok(())
+    }
+
     /// What `--optimizer saga` needs: a model it is implemented for, factors the table
     /// mean can be kept from (FMS factor push), and the factors as computed (f32 wire).
     fn check_saga(&self) -> Result<()> {
@@ -1536,6 +1578,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "model.atoms" => "--dict-size",
         "model.decay" => "--decay",
         "data.holdout" => "--holdout",
+        "data.stream" => "--stream",
         "topology.time_limit_s" => "--topology-time-limit",
         "net.timeout_s" => "--timeout",
         "net.peer_timeout_s" => "--peer-timeout",
@@ -1581,6 +1624,7 @@ mod tests {
                 test: Some("b.svm".into()),
                 holdout: 0.3,
                 features: Some(7),
+                stream: false,
             },
             train: TrainOptions {
                 consistency: ConsistencySpec::Throttle { min_ready: 2 },

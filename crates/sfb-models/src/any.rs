@@ -317,6 +317,32 @@ impl ModelSpec {
         }
     }
 
+    /// Why this model cannot train on streamed data ([`crate::stream`]), if it cannot:
+    /// a streaming peer holds only its own shard and held-out slice, and this model needs
+    /// the whole training set on every peer (to start W alike, or in its evaluator).
+    pub fn streaming_refusal(&self) -> Option<&'static str> {
+        match self {
+            ModelSpec::Mlr => None,
+            ModelSpec::MlrPrimal { lambda, .. } if *lambda == 0.0 => None,
+            ModelSpec::MlrPrimal { .. } => Some(
+                "the l2mlr primal objective is evaluated over the whole training set, which \
+                 a streaming peer does not hold",
+            ),
+            ModelSpec::L2Mlr { .. } => Some(
+                "l2mlr (SDCA) evaluates its duality gap over the whole training set, which a \
+                 streaming peer does not hold",
+            ),
+            ModelSpec::Dml { .. } => Some(
+                "dml starts its projection from, and evaluates on, the whole training set, \
+                 which a streaming peer does not hold",
+            ),
+            ModelSpec::SparseCoding { .. } => Some(
+                "sc starts its dictionary from the whole training set, which a streaming peer \
+                 does not hold",
+            ),
+        }
+    }
+
     /// The model of peer `peer` of `peers`, owning `shard`; `seed` drives any sampling
     /// the model does itself (DML's pairs).
     ///

@@ -88,7 +88,7 @@ impl LabelMap {
         self.values.get(class as usize).copied()
     }
 
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let shown: Vec<String> = self.values.iter().take(12).map(|v| v.to_string()).collect();
         let more = if self.values.len() > 12 { ", …" } else { "" };
         format!("{}{more}", shown.join(", "))
@@ -212,7 +212,21 @@ impl LibsvmOptions {
     }
 }
 
-fn open(path: &Path) -> Result<BufReader<File>> {
+/// `s` as a finite number.
+fn finite<T: FromStr + Copy + Into<f64>>(s: &str) -> Option<T> {
+    s.parse().ok().filter(|v: &T| (*v).into().is_finite())
+}
+
+/// A maker of [`Error::Parse`] for `path`: `fail(line, reason)`.
+pub(crate) fn parse_error(path: &Path) -> impl Fn(usize, String) -> Error + '_ {
+    move |line, reason| Error::Parse {
+        path: path.to_path_buf(),
+        line,
+        reason,
+    }
+}
+
+pub(crate) fn open(path: &Path) -> Result<BufReader<File>> {
     let f = File::open(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
@@ -245,7 +259,7 @@ pub fn read_libsvm(path: impl AsRef<Path>, opts: &LibsvmOptions) -> Result<Datas
 /// [`Error::Limit`] ([`LimitKind::LineBytes`]) for a line longer than `max_line` bytes;
 /// [`Error::Parse`] naming `path` and the line for a read error or bytes that are not
 /// UTF-8; whatever `f` returns.
-fn for_each_record(
+pub(crate) fn for_each_record(
     mut reader: impl BufRead,
     path: &Path,
     limits: &Limits,
@@ -314,16 +328,109 @@ fn for_each_record(
     }
 }
 
+/// One LIBSVM record as written: the label, the raw feature indices (ascending, before
+/// the index base is applied) and the non-zero values.
+pub(crate) struct LibsvmRecord<'a> {
+    /// The label as written (for messages).
+    pub label_tok: &'a str,
+    /// The label's value.
+    pub label: f64,
+    /// Raw indices, ascending.
+    pub indices: Vec<u32>,
+    /// Their values (zeros dropped).
+    pub values: Vec<f32>,
+    /// Whether an index `0` occurs (with any value).
+    pub zero_index: bool,
+}
+
+/// Parses one LIBSVM record: `content` is line `lineno` of `path` with its comment cut off,
+/// trimmed and not empty ([`for_each_record`]).
+///
+/// # Errors
+/// [`Error::Parse`] naming `path` and `lineno` for a malformed label, token, index or
+/// value, or an index given twice; [`Error::Limit`] for an index past
+/// [`Limits::max_features`].
+pub(crate) fn parse_libsvm_record<'a>(
+    path: &Path,
+    lineno: usize,
+    content: &'a str,
+    limits: &Limits,
+) -> Result<LibsvmRecord<'a>> {
+    let fail = parse_error(path);
+    let at = |line: usize| format!("{}:{line}", path.display());
+    let mut tokens = content.split_ascii_whitespace();
+    let label_tok = tokens.next().expect("non-empty line has a token");
+    let label: f64 = finite::<f64>(label_tok).ok_or_else(|| {
+        fail(
+            lineno,
+            format!(
+                "label {label_tok:?} is not a finite number (multi-label lines are not supported)"
+            ),
+        )
+    })?;
+    let mut zero_index = false;
+    // One slot per `index:value` token: no growth, no spare capacity to keep.
+    let tokens_with_colon = content.bytes().filter(|&b| b == b':').count();
+    let mut idx = Vec::with_capacity(tokens_with_colon);
+    let mut val = Vec::with_capacity(tokens_with_colon);
+    for tok in tokens {
+        let (i, v) = tok
+            .split_once(':')
+            .ok_or_else(|| fail(lineno, format!("{tok:?} is not index:value")))?;
+        if i == "qid" {
+            i64::from_str(v).map_err(|_| fail(lineno, format!("qid {v:?} is not an integer")))?;
+            continue;
+        }
+        let bad_index = || {
+            fail(
+                lineno,
+                format!("feature index {i:?} in {tok:?} is not a non-negative integer below 2^32"),
+            )
+        };
+        let index: u64 = i.parse().map_err(|_| bad_index())?;
+        // One-based index `max_features` is feature `max_features − 1`: allowed here;
+        // a zero-based one is caught with the final D below.
+        limits.check_features(at(lineno), "feature index", index)?;
+        let index = u32::try_from(index).map_err(|_| bad_index())?;
+        let value: f32 = finite::<f32>(v).ok_or_else(|| {
+            fail(
+                lineno,
+                format!("value {v:?} of feature {i} is not a finite number"),
+            )
+        })?;
+        zero_index |= index == 0;
+        if value != 0.0 {
+            idx.push(index);
+            val.push(value);
+        }
+    }
+    if idx.windows(2).any(|w| w[0] >= w[1]) {
+        let mut pairs: Vec<(u32, f32)> = idx.iter().copied().zip(val.iter().copied()).collect();
+        pairs.sort_by_key(|p| p.0);
+        if let Some(w) = pairs.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(fail(
+                lineno,
+                format!("feature index {} appears twice", w[0].0),
+            ));
+        }
+        idx = pairs.iter().map(|p| p.0).collect();
+        val = pairs.iter().map(|p| p.1).collect();
+    }
+    Ok(LibsvmRecord {
+        label_tok,
+        label,
+        indices: idx,
+        values: val,
+        zero_index,
+    })
+}
+
 /// [`read_libsvm`] from any buffered reader; `path` only names the source in errors.
 ///
 /// # Errors
 /// As [`read_libsvm`].
 pub fn parse_libsvm(reader: impl BufRead, path: &Path, opts: &LibsvmOptions) -> Result<Dataset> {
-    let fail = |line: usize, reason: String| Error::Parse {
-        path: path.to_path_buf(),
-        line,
-        reason,
-    };
+    let fail = parse_error(path);
     let limits = &opts.limits;
     let at = |line: usize| format!("{}:{line}", path.display());
     if let Some(d) = opts.features {
@@ -334,71 +441,15 @@ pub fn parse_libsvm(reader: impl BufRead, path: &Path, opts: &LibsvmOptions) -> 
     let mut saw_zero_index = None;
     let mut bytes = 0u128;
     let lineno = for_each_record(reader, path, limits, |lineno, content| {
-        let mut tokens = content.split_ascii_whitespace();
-        let label_tok = tokens.next().expect("non-empty line has a token");
-        let label: f64 = label_tok
-            .parse()
-            .ok()
-            .filter(|v: &f64| v.is_finite())
-            .ok_or_else(|| {
-                fail(
-                    lineno,
-                    format!("label {label_tok:?} is not a finite number (multi-label lines are not supported)"),
-                )
-            })?;
-        let mut idx = Vec::new();
-        let mut val = Vec::new();
-        for tok in tokens {
-            let (i, v) = tok
-                .split_once(':')
-                .ok_or_else(|| fail(lineno, format!("{tok:?} is not index:value")))?;
-            if i == "qid" {
-                i64::from_str(v)
-                    .map_err(|_| fail(lineno, format!("qid {v:?} is not an integer")))?;
-                continue;
-            }
-            let bad_index = || {
-                fail(
-                    lineno,
-                    format!(
-                        "feature index {i:?} in {tok:?} is not a non-negative integer below 2^32"
-                    ),
-                )
-            };
-            let index: u64 = i.parse().map_err(|_| bad_index())?;
-            // One-based index `max_features` is feature `max_features − 1`: allowed here;
-            // a zero-based one is caught with the final D below.
-            limits.check_features(at(lineno), "feature index", index)?;
-            let index = u32::try_from(index).map_err(|_| bad_index())?;
-            let value: f32 = v
-                .parse()
-                .ok()
-                .filter(|x: &f32| x.is_finite())
-                .ok_or_else(|| {
-                    fail(
-                        lineno,
-                        format!("value {v:?} of feature {i} is not a finite number"),
-                    )
-                })?;
-            if index == 0 && saw_zero_index.is_none() {
-                saw_zero_index = Some(lineno);
-            }
-            if value != 0.0 {
-                idx.push(index);
-                val.push(value);
-            }
-        }
-        if idx.windows(2).any(|w| w[0] >= w[1]) {
-            let mut pairs: Vec<(u32, f32)> = idx.iter().copied().zip(val.iter().copied()).collect();
-            pairs.sort_by_key(|p| p.0);
-            if let Some(w) = pairs.windows(2).find(|w| w[0].0 == w[1].0) {
-                return Err(fail(
-                    lineno,
-                    format!("feature index {} appears twice", w[0].0),
-                ));
-            }
-            idx = pairs.iter().map(|p| p.0).collect();
-            val = pairs.iter().map(|p| p.1).collect();
+        let LibsvmRecord {
+            label_tok,
+            label,
+            indices: idx,
+            values: val,
+            zero_index,
+        } = parse_libsvm_record(path, lineno, content, limits)?;
+        if zero_index && saw_zero_index.is_none() {
+            saw_zero_index = Some(lineno);
         }
         if let Some(map) = &opts.labels
             && map.class_of(label).is_none()
@@ -564,48 +615,72 @@ pub fn read_csv(path: impl AsRef<Path>, opts: &CsvOptions) -> Result<Dataset> {
     parse_csv(open(path)?, path, opts)
 }
 
-/// [`read_csv`] from any buffered reader; `path` only names the source in errors.
-///
-/// # Errors
-/// As [`read_csv`].
-pub fn parse_csv(reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Result<Dataset> {
-    let fail = |line: usize, reason: String| Error::Parse {
-        path: path.to_path_buf(),
-        line,
-        reason,
-    };
-    let limits = &opts.limits;
-    let at = |line: usize| format!("{}:{line}", path.display());
-    if let Some(d) = opts.features {
-        limits.check_features(path.display().to_string(), "features asked for:", d as u64)?;
+/// Reading CSV rows one at a time: the row width once known, and whether the first row
+/// (perhaps a header) is still to come.
+pub(crate) struct CsvRows<'o> {
+    opts: &'o CsvOptions,
+    width: Option<usize>,
+    first: bool,
+}
+
+impl<'o> CsvRows<'o> {
+    pub(crate) fn new(opts: &'o CsvOptions) -> Self {
+        Self {
+            opts,
+            width: opts.features.map(|d| d + 1),
+            first: true,
+        }
     }
-    let mut rows: Vec<(f64, Vec<f32>)> = Vec::new();
-    let mut width = opts.features.map(|d| d + 1);
-    let mut first = true;
-    let mut warnings = Vec::new();
-    let mut bytes = 0u128;
-    let lineno = for_each_record(reader, path, limits, |lineno, content| {
+
+    /// Features `D` (fields − 1) of the rows read so far (0 before the first).
+    pub(crate) fn features(&self) -> usize {
+        self.width.map_or(0, |w| w - 1)
+    }
+
+    /// Whether the next row is the first one (which may be a header).
+    pub(crate) fn at_first(&self) -> bool {
+        self.first
+    }
+
+    /// Parses one row (`content`: line `lineno` of `path`, comment cut off, trimmed, not
+    /// empty) into its label and features; `None` for a first row skipped as a header (a
+    /// [`Warning::HeaderSkipped`] is pushed when it was detected, not declared).
+    ///
+    /// # Errors
+    /// [`Error::Parse`] naming `path` and `lineno` for a field that is not a number or a
+    /// row of the wrong width; [`Error::Limit`] for too many fields.
+    pub(crate) fn parse(
+        &mut self,
+        path: &Path,
+        lineno: usize,
+        content: &str,
+        warnings: &mut Vec<Warning>,
+    ) -> Result<Option<(f64, Vec<f32>)>> {
+        let opts = self.opts;
+        let fail = parse_error(path);
+        let at = |line: usize| format!("{}:{line}", path.display());
         let fields: Vec<&str> = content.split(opts.delimiter).map(str::trim).collect();
-        if std::mem::take(&mut first) {
+        if std::mem::take(&mut self.first) {
             let numeric = fields.iter().all(|f| f.parse::<f64>().is_ok());
             match opts.header {
-                Some(true) => return Ok(()),
+                Some(true) => return Ok(None),
                 None if !numeric => {
                     warnings.push(Warning::HeaderSkipped {
                         path: path.to_path_buf(),
                         line: lineno,
                         row: excerpt(content),
                     });
-                    return Ok(());
+                    return Ok(None);
                 }
                 _ => {}
             }
         }
-        if width.is_none() {
+        if self.width.is_none() {
             let d = fields.len().saturating_sub(1);
-            limits.check_features(at(lineno), "features (fields − 1):", d as u64)?;
+            opts.limits
+                .check_features(at(lineno), "features (fields − 1):", d as u64)?;
         }
-        let w = *width.get_or_insert(fields.len());
+        let w = *self.width.get_or_insert(fields.len());
         if fields.len() != w {
             return Err(fail(
                 lineno,
@@ -622,30 +697,44 @@ pub fn parse_csv(reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Result
         let mut x = Vec::with_capacity(w - 1);
         for (c, f) in fields.iter().enumerate() {
             if c == opts.label_column {
-                label = f
-                    .parse()
-                    .ok()
-                    .filter(|v: &f64| v.is_finite())
-                    .ok_or_else(|| {
-                        fail(
-                            lineno,
-                            format!("label {f:?} (column {}) is not a finite number", c + 1),
-                        )
-                    })?;
+                label = finite::<f64>(f).ok_or_else(|| {
+                    fail(
+                        lineno,
+                        format!("label {f:?} (column {}) is not a finite number", c + 1),
+                    )
+                })?;
             } else {
-                x.push(
-                    f.parse()
-                        .ok()
-                        .filter(|v: &f32| v.is_finite())
-                        .ok_or_else(|| {
-                            fail(
-                                lineno,
-                                format!("field {f:?} (column {}) is not a finite number", c + 1),
-                            )
-                        })?,
-                );
+                x.push(finite::<f32>(f).ok_or_else(|| {
+                    fail(
+                        lineno,
+                        format!("field {f:?} (column {}) is not a finite number", c + 1),
+                    )
+                })?);
             }
         }
+        Ok(Some((label, x)))
+    }
+}
+
+/// [`read_csv`] from any buffered reader; `path` only names the source in errors.
+///
+/// # Errors
+/// As [`read_csv`].
+pub fn parse_csv(reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Result<Dataset> {
+    let fail = parse_error(path);
+    let limits = &opts.limits;
+    let at = |line: usize| format!("{}:{line}", path.display());
+    if let Some(d) = opts.features {
+        limits.check_features(path.display().to_string(), "features asked for:", d as u64)?;
+    }
+    let mut rows: Vec<(f64, Vec<f32>)> = Vec::new();
+    let mut csv = CsvRows::new(opts);
+    let mut warnings = Vec::new();
+    let mut bytes = 0u128;
+    let lineno = for_each_record(reader, path, limits, |lineno, content| {
+        let Some((label, x)) = csv.parse(path, lineno, content, &mut warnings)? else {
+            return Ok(());
+        };
         if let Some(map) = &opts.labels
             && map.class_of(label).is_none()
         {
@@ -683,7 +772,7 @@ pub fn parse_csv(reader: impl BufRead, path: &Path, opts: &CsvOptions) -> Result
             m
         }
     };
-    let features = width.map_or(0, |w| w - 1);
+    let features = csv.features();
     let samples = rows
         .into_iter()
         .enumerate()

@@ -10,7 +10,8 @@
 //! | [`Saga`] (SAGA for MLR / L2-MLR) | classes × features | `u_i^new − u_i^old`, `a` | with [`sfb_core::Method::Saga`], which keeps the table mean |
 //!
 //! All take one sample type, [`Example`], so a program picks the model at run time with
-//! [`ModelSpec`] / [`AnyModel`]. Data comes from files ([`data`]: LIBSVM/svmlight, CSV) or
+//! [`ModelSpec`] / [`AnyModel`]. Data comes from files ([`data`]: LIBSVM/svmlight, CSV;
+//! [`stream`]: a peer's own shard of a file larger than memory) or
 //! seeded generators ([`synthetic`]). Every input is bounded by [`Limits`] (line length,
 //! features, data size, size of W), checked before the memory is taken; surprises that do
 //! not stop loading (one class, real-valued labels, a skipped CSV header, no held-out
@@ -41,6 +42,7 @@ mod sample;
 mod scale;
 pub mod sdca;
 pub mod sparse_coding;
+pub mod stream;
 pub mod synthetic;
 mod warning;
 

@@ -75,9 +75,9 @@ impl FromStr for Scale {
 
 /// Per-feature affine map `x ← (x − shift) · factor`.
 #[derive(Debug, Clone, PartialEq)]
-struct Affine {
+pub(crate) struct Affine {
     shift: Vec<f64>,
-    factor: Vec<f64>,
+    pub(crate) factor: Vec<f64>,
 }
 
 impl Problem {
@@ -112,23 +112,27 @@ impl Problem {
 }
 
 impl Affine {
-    fn apply(&self, x: &Features) -> Features {
+    /// `x` scaled: computed in f64, rounded to f32 (the same for every caller).
+    pub(crate) fn apply(&self, x: &Features) -> Features {
+        let mut y = x.clone();
+        self.apply_mut(&mut y);
+        y
+    }
+
+    /// [`apply`](Self::apply) in place (no allocation: what a streaming read keeps).
+    pub(crate) fn apply_mut(&self, x: &mut Features) {
         match x {
-            Features::Dense(v) => Features::Dense(
-                v.iter()
-                    .enumerate()
-                    .map(|(k, &a)| ((f64::from(a) - self.shift[k]) * self.factor[k]) as f32)
-                    .collect(),
-            ),
+            Features::Dense(v) => {
+                for (k, a) in v.iter_mut().enumerate() {
+                    *a = ((f64::from(*a) - self.shift[k]) * self.factor[k]) as f32;
+                }
+            }
             // Only shift-free maps are built for sparse data.
-            Features::Sparse { indices, values } => Features::Sparse {
-                indices: indices.clone(),
-                values: indices
-                    .iter()
-                    .zip(values)
-                    .map(|(&k, &a)| (f64::from(a) * self.factor[k as usize]) as f32)
-                    .collect(),
-            },
+            Features::Sparse { indices, values } => {
+                for (&k, a) in indices.iter().zip(values.iter_mut()) {
+                    *a = (f64::from(*a) * self.factor[k as usize]) as f32;
+                }
+            }
         }
     }
 }
@@ -143,13 +147,7 @@ fn standard(train: &[Example], d: usize) -> Result<Affine> {
                     sum[k] += f64::from(a);
                 }
             }
-            Features::Sparse { .. } => {
-                return Err(Error::Parameter {
-                    name: "scale",
-                    value: "standard".into(),
-                    reason: "centring would make sparse data dense: use maxabs".into(),
-                });
-            }
+            Features::Sparse { .. } => return Err(standard_refused()),
         }
     }
     let n = train.len().max(1) as f64;
@@ -162,6 +160,21 @@ fn standard(train: &[Example], d: usize) -> Result<Affine> {
             }
         }
     }
+    Ok(standard_map(mean, &sq, n))
+}
+
+/// Why sparse data is not standardized.
+pub(crate) fn standard_refused() -> Error {
+    Error::Parameter {
+        name: "scale",
+        value: "standard".into(),
+        reason: "centring would make sparse data dense: use maxabs".into(),
+    }
+}
+
+/// Standardization from each feature's `mean` and sum of squared deviations `sq` over
+/// `n` samples: a constant feature is only centred.
+pub(crate) fn standard_map(mean: Vec<f64>, sq: &[f64], n: f64) -> Affine {
     let factor = sq
         .iter()
         .map(|s| {
@@ -169,10 +182,10 @@ fn standard(train: &[Example], d: usize) -> Result<Affine> {
             if std > 0.0 { 1.0 / std } else { 1.0 }
         })
         .collect();
-    Ok(Affine {
+    Affine {
         shift: mean,
         factor,
-    })
+    }
 }
 
 fn max_abs(train: &[Example], d: usize) -> Affine {
@@ -192,8 +205,14 @@ fn max_abs(train: &[Example], d: usize) -> Affine {
             }
         }
     }
+    max_abs_map(&max)
+}
+
+/// Max-abs scaling from each feature's largest magnitude `max`: an all-zero feature is
+/// left alone.
+pub(crate) fn max_abs_map(max: &[f64]) -> Affine {
     Affine {
-        shift: vec![0.0; d],
+        shift: vec![0.0; max.len()],
         factor: max
             .iter()
             .map(|&m| if m > 0.0 { 1.0 / m } else { 1.0 })

@@ -120,6 +120,7 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
             test,
             holdout,
             features,
+            ..
         } => {
             put("data", train.display().to_string());
             if let Some(t) = test {
@@ -220,6 +221,9 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     }
     if n.netns {
         a.push("--netns".into());
+    }
+    if matches!(spec.data, DataSource::Files { stream: true, .. }) {
+        a.push("--stream".into());
     }
     Some(a)
 }

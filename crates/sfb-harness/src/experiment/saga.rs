@@ -92,6 +92,7 @@ fn arms(opts: &Options, n: usize, train: PathBuf, test: PathBuf, lambda: f64) ->
             test: Some(test),
             holdout: 0.2,
             features: Some(64),
+            stream: false,
         },
         ..RunSpec::default()
     };
