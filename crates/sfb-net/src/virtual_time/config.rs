@@ -4,6 +4,7 @@
 use std::ops::Range;
 use std::time::Duration;
 
+use sfb_core::wire::Dtype;
 use sfb_core::{PeerId, Stragglers, Work};
 
 use super::Error;
@@ -36,6 +37,61 @@ impl Default for Latency {
     /// Uniform in 50 µs ..= 150 µs.
     fn default() -> Self {
         Self::uniform(Duration::from_micros(50), Duration::from_micros(150))
+    }
+}
+
+/// Every node's network interface: sends leave through one egress queue (FIFO over all
+/// of the node's links: a frame is serialized at `egress` bytes per second after the
+/// previous one is out) and arrive through one ingress queue (`ingress` bytes per second,
+/// FIFO over all senders). A frame of `b` bytes sent at `t` starts leaving when the egress
+/// is free (`s ≥ t`), is out at `s + b/egress`, starts arriving `δ` later (the link's
+/// [`Latency`]) once the receiver's ingress is free, and has arrived when both its last
+/// byte is in (`+ b/ingress`) and the sender's last byte has crossed the link (`s +
+/// b/egress + δ`): cut-through at both NICs, switch buffers unbounded. Sizes are the
+/// exact encoded sizes ([`sfb_core::wire::encoded_len_with`] at `dtype`). `None` is an
+/// unlimited rate (that side takes no time). An FMS server's NIC is a node's NIC like any
+/// other.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Nic {
+    /// Egress rate of every node, bytes per second (`None`: unlimited).
+    pub egress: Option<f64>,
+    /// Ingress rate of every node, bytes per second (`None`: unlimited).
+    pub ingress: Option<f64>,
+    /// Factor values on the wire (f16 halves factor frames).
+    pub dtype: Dtype,
+}
+
+impl Default for Nic {
+    /// Unlimited both ways, f32: frames take only the link delay.
+    fn default() -> Self {
+        Self {
+            egress: None,
+            ingress: None,
+            dtype: Dtype::F32,
+        }
+    }
+}
+
+impl Nic {
+    /// Both ways at `bytes_per_s`.
+    pub fn symmetric(bytes_per_s: f64) -> Self {
+        Self {
+            egress: Some(bytes_per_s),
+            ingress: Some(bytes_per_s),
+            dtype: Dtype::F32,
+        }
+    }
+
+    /// Whether frames take any time to serialize (so their sizes are needed).
+    pub fn limited(&self) -> bool {
+        self.egress.is_some() || self.ingress.is_some()
+    }
+
+    /// Time to move `bytes` at `rate` (zero when unlimited).
+    pub(crate) fn serialize(bytes: usize, rate: Option<f64>) -> Duration {
+        rate.map_or(Duration::ZERO, |r| {
+            Duration::from_secs_f64(bytes as f64 / r)
+        })
     }
 }
 
@@ -147,6 +203,8 @@ pub struct Config {
     pub seed: u64,
     /// Per-frame link delay. Default: [`Latency::default`].
     pub latency: Latency,
+    /// Every node's network interface. Default: unlimited ([`Nic::default`]).
+    pub nic: Nic,
     /// Modelled cost of work. Default: [`Costs::default`].
     pub costs: Costs,
     /// Extra virtual compute time of slow nodes. Default: none.
@@ -169,6 +227,7 @@ impl Default for Config {
         Self {
             seed: 0,
             latency: Latency::default(),
+            nic: Nic::default(),
             costs: Costs::default(),
             stragglers: Stragglers::None,
             pauses: Vec::new(),
@@ -197,6 +256,13 @@ impl Config {
                 from: p.from,
                 until: p.until,
             });
+        }
+        for (side, rate) in [("egress", self.nic.egress), ("ingress", self.nic.ingress)] {
+            if let Some(r) = rate
+                && !(r.is_finite() && r > 0.0)
+            {
+                return Err(Error::InvalidRate { side, rate: r });
+            }
         }
         if self.max_events == 0 {
             return Err(Error::EventLimit {

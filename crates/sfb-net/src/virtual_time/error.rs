@@ -70,6 +70,14 @@ pub enum Error {
         /// Longest delay.
         max: Duration,
     },
+    /// A NIC rate is not a positive number of bytes per second.
+    #[error("{side} rate must be a positive number of bytes per second, got {rate}")]
+    InvalidRate {
+        /// `egress` or `ingress`.
+        side: &'static str,
+        /// The rate given.
+        rate: f64,
+    },
     /// A pause ends before it starts.
     #[error("pause of {node} ends ({until:?}) before it starts ({from:?})")]
     InvalidPause {

@@ -78,18 +78,15 @@
 //! # Ok::<(), sfb_net::virtual_time::Error>(())
 //! ```
 //!
-//! # Growing into `sfb sim` (many peers, bandwidth)
-//! The driver is written so a many-peer simulator can grow from it without a second loop:
+//! # Bandwidth, and `sfb sim`
+//! With a [`Nic`] model ([`Config::nic`]) every node has one egress and one ingress
+//! queue at given rates, and a frame's exact encoded size decides how long it occupies
+//! them (see [`Nic`]); the link delay is added in between. This is what `sfb sim` runs:
 //! - *Scale*: memory is O(nodes + links in use + frames in flight) (links are created on
 //!   first use; records can be left to an [`Observer`] with
 //!   [`Config::keep_records`] off); each event costs O(log events in flight).
-//! - *Link model*: a frame's arrival time is computed in one place (`Link::transit`), from
-//!   the send time and the link's last arrival. A bandwidth model (serialization time
-//!   `bytes / rate`, with `bytes` from [`sfb_core::wire::encoded_len`], and a link busy
-//!   until its previous frame is out) or shared NIC queues replace that function and add
-//!   state to `Link`; FIFO is kept by the `max` with the previous arrival.
-//! - *Cost model*: [`Costs::of`] maps each [`Work`] to a duration; a calibrated model (e.g.
-//!   GEMM cost from `(pairs, j, d)`) slots in there or behind a trait taking its place.
+//! - *Cost model*: [`Costs::of`] maps each [`Work`] to a duration; `sfb sim` fills it from
+//!   flop and byte counts at given machine rates, or from a calibration on this machine.
 //! - *Faults*: pauses and losses are data in [`Config`]; node crashes and restarts,
 //!   scheduled link cuts or seeded random loss are more of the same.
 //! - *Observation*: an [`Observer`] sees every delivery, tick and record (for streaming
@@ -109,7 +106,7 @@ use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
 use sfb_core::{Event, PeerId, Progress, StateMachine, Stragglers, TimeSource, Work};
 
-pub use config::{Config, Costs, Latency, Loss, Pause};
+pub use config::{Config, Costs, Latency, Loss, Nic, Pause};
 pub use error::{Blocked, Error};
 pub use fms::FmsNode;
 
@@ -267,6 +264,12 @@ impl<N: StateMachine> Network<N> {
         self
     }
 
+    /// Sets [`Config::nic`].
+    pub fn nic(mut self, nic: Nic) -> Self {
+        self.cfg.nic = nic;
+        self
+    }
+
     /// Sets [`Config::costs`].
     pub fn costs(mut self, costs: Costs) -> Self {
         self.cfg.costs = costs;
@@ -385,17 +388,14 @@ impl Link {
         }
     }
 
-    /// When a frame sent at `sent` arrives: a fresh delay, never before the previous
-    /// frame (FIFO). The one place a bandwidth model would change.
-    fn transit(&mut self, sent: Duration, latency: Latency) -> Duration {
+    /// A fresh delay for the next frame, from the link's own stream.
+    fn delay(&mut self, latency: Latency) -> Duration {
         let (lo, hi) = (nanos(latency.min), nanos(latency.max));
-        let delay = Duration::from_nanos(if lo == hi {
+        Duration::from_nanos(if lo == hi {
             lo
         } else {
             self.rng.random_range(lo..=hi)
-        });
-        self.last_arrival = self.last_arrival.max(sent + delay);
-        self.last_arrival
+        })
     }
 }
 
@@ -426,6 +426,10 @@ struct Slot {
     pauses: Vec<(Duration, Duration)>,
     records: Vec<ClockRecord>,
     finished_at: Duration,
+    /// When the node's egress NIC has sent everything queued on it ([`Nic`]).
+    egress_free: Duration,
+    /// When its ingress NIC has taken in everything headed its way.
+    ingress_free: Duration,
 }
 
 impl Slot {
@@ -481,6 +485,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 pauses: Vec::new(),
                 records: Vec::new(),
                 finished_at: Duration::ZERO,
+                egress_free: Duration::ZERO,
+                ingress_free: Duration::ZERO,
             })
             .collect();
         for p in &cfg.pauses {
@@ -678,7 +684,25 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             self.stats.dropped += 1;
             return Ok(());
         }
-        let arrival = link.transit(at, latency);
+        let delay = link.delay(latency);
+        let nic = self.cfg.nic;
+        let bytes = if nic.limited() {
+            sfb_core::wire::encoded_len_with(&msg, nic.dtype)
+        } else {
+            0
+        };
+        // The NIC model (see [`Nic`]); without rates it reduces to `at + delay`.
+        let start = at.max(self.slots[i].egress_free);
+        let out = start + Nic::serialize(bytes, nic.egress);
+        self.slots[i].egress_free = out;
+        let rx_start = (start + delay).max(self.slots[j].ingress_free);
+        let rx_end = (rx_start + Nic::serialize(bytes, nic.ingress)).max(out + delay);
+        if nic.ingress.is_some() {
+            self.slots[j].ingress_free = rx_end;
+        }
+        // FIFO per link: never before the previous frame.
+        link.last_arrival = link.last_arrival.max(rx_end);
+        let arrival = link.last_arrival;
         link.queue.push_back(msg);
         self.schedule(arrival, j, Kind::Arrive { from: i });
         Ok(())

@@ -264,3 +264,80 @@ fn the_virtual_clock_charges_costs_and_straggler_delay() {
         Duration::from_micros(140) + Duration::from_micros(140).mul_f64(f - 1.0)
     );
 }
+
+/// Arrival times of the clock-0 factor frames, by (sender, receiver), with their sizes.
+#[derive(Default)]
+struct FirstFrames(BTreeMap<(PeerId, PeerId), (Duration, usize)>);
+
+impl<N> Observer<N> for FirstFrames {
+    fn on_deliver(&mut self, at: Duration, from: PeerId, to: PeerId, msg: &Message) {
+        if let Message::Factors { batch, .. } = msg
+            && batch.clock == 0
+        {
+            let bytes = sfb_core::wire::encoded_len(msg);
+            self.0.insert((from, to), (at, bytes));
+        }
+    }
+}
+
+fn nic_run(nic: Nic) -> FirstFrames {
+    let mut log = FirstFrames::default();
+    Network::new(engines(3, Consistency::Bsp, 2))
+        .costs(Costs::free())
+        .latency(Latency::fixed(MS))
+        .nic(nic)
+        .run_with(&mut log)
+        .unwrap();
+    log
+}
+
+#[test]
+fn an_egress_nic_sends_one_frame_after_the_other() {
+    // 1000 bytes per second: a frame of b bytes takes b ms to leave.
+    let log = nic_run(Nic {
+        egress: Some(1000.0),
+        ..Nic::default()
+    });
+    let (a, b) = (
+        log.0[&(PeerId(0), PeerId(1))],
+        log.0[&(PeerId(0), PeerId(2))],
+    );
+    assert_eq!(a.1, b.1);
+    let frame = Duration::from_millis(a.1 as u64);
+    // Peer 0 sends to 1 then 2: the second frame waits for the first to be out.
+    assert_eq!(a.0, frame + MS);
+    assert_eq!(b.0, 2 * frame + MS);
+}
+
+#[test]
+fn an_ingress_nic_takes_in_one_frame_after_the_other() {
+    let log = nic_run(Nic {
+        ingress: Some(1000.0),
+        ..Nic::default()
+    });
+    // Peer 2 hears from 0 and 1, sent at the same instant: one arrives a frame's time
+    // after the link delay, the other a frame's time later.
+    let (a, b) = (
+        log.0[&(PeerId(0), PeerId(2))],
+        log.0[&(PeerId(1), PeerId(2))],
+    );
+    let frame = Duration::from_millis(a.1 as u64);
+    let mut got = [a.0, b.0];
+    got.sort();
+    assert_eq!(got, [frame + MS, 2 * frame + MS]);
+    // Without rates the frames take the link delay only.
+    let free = nic_run(Nic::default());
+    assert!(free.0.values().all(|&(at, _)| at == MS));
+}
+
+#[test]
+fn a_nic_rate_must_be_positive() {
+    let e = Network::new(engines(2, Consistency::Bsp, 1))
+        .nic(Nic::symmetric(0.0))
+        .run()
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("egress rate must be a positive"),
+        "{e}"
+    );
+}
