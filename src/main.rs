@@ -18,6 +18,10 @@ enum Command {
     Demo(cli::demo::DemoArgs),
     /// Run a whole cluster (P peers) in one command.
     Run(cli::run::RunArgs),
+    /// Run a whole cluster on the discrete-event simulator: real engines, a modelled
+    /// network (NIC rates, link delay) and machine (GEMM rate, memory bandwidth);
+    /// deterministic, in simulated seconds.
+    Sim(Box<cli::sim::SimArgs>),
     /// Run one peer of a cluster file until its clocks are done.
     Peer(Box<cli::p2p::PeerArgs>),
     /// Q-out partial-broadcast topologies: optimize, construct, analyse, repair.
@@ -42,6 +46,7 @@ fn main() -> std::process::ExitCode {
     let r = match &cli.command {
         Command::Demo(a) => cli::demo::run(a),
         Command::Run(a) => cli::run::run(a),
+        Command::Sim(a) => cli::sim::run(a),
         Command::Peer(a) => cli::p2p::peer(a),
         Command::Server(a) => cli::p2p::server(a),
         Command::Cluster(c) => cli::p2p::cluster(c),

@@ -177,6 +177,7 @@ fn every_option_lands_in_the_spec() {
             rejoin: false,
             lost_shards: Some(sfb::harness::LostShardsSpec::Drop),
         },
+        sim: sfb::harness::sim::SimOptions::default(),
     };
     assert_eq!(s, want);
     let f = spec(&["--data", "a.svm", "--test-data", "b.svm", "--features", "3"]);

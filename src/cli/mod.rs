@@ -10,5 +10,6 @@ pub mod fms;
 pub mod netns;
 pub mod p2p;
 pub mod run;
+pub mod sim;
 pub mod topology;
 pub mod train;

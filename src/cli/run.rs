@@ -118,7 +118,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
         None => args.to_spec(),
     };
-    if args.print_spec {
+    run_spec(&spec, args.print_spec)
+}
+
+/// Prints `spec` (`--print-spec`) or runs it and prints its summary (and writes it to
+/// `--summary`).
+pub fn run_spec(spec: &RunSpec, print_spec: bool) -> Result<()> {
+    if print_spec {
         println!("{}", spec.to_json());
         return Ok(());
     }
@@ -127,7 +133,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     spec.validate().map_err(cli_error)?;
     spec.check_outputs().map_err(cli_error)?;
     // The harness streams the per-clock records to `--metrics` as they happen.
-    let (summary, _) = execute(&spec, None)?;
+    let (summary, _) = execute(spec, None)?;
     print!("{summary}");
     if let Some(path) = &spec.output.summary {
         std::fs::write(path, serde_json::to_string_pretty(&summary)? + "\n")

@@ -185,6 +185,45 @@ pub struct RunInfo {
     pub lr: f32,
 }
 
+fn one() -> f64 {
+    1.0
+}
+
+/// The `sim` block of a simulated run's summary: the network and machine it modelled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimReport {
+    /// Simulated seconds from the start until the last node finished.
+    pub simulated_s: f64,
+    /// Events the simulator processed (frame arrivals and node steps).
+    pub events: u64,
+    /// Every node's NIC egress rate, bytes per second (absent: unlimited).
+    pub egress_bytes_per_s: Option<f64>,
+    /// Every node's NIC ingress rate, bytes per second (absent: unlimited).
+    pub ingress_bytes_per_s: Option<f64>,
+    /// CPU per byte the transport spends at each end, as bytes per second of a node's
+    /// CPU after any host sharing (absent: free).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport_cpu_bytes_per_s: Option<f64>,
+    /// Factor by which host sharing (`--colocate`) slows every node's work (1: a host
+    /// per node).
+    #[serde(default = "one")]
+    pub host_share: f64,
+    /// Mean one-way link delay, seconds.
+    pub latency_s: f64,
+    /// Half-width of the uniform delay jitter, seconds.
+    pub jitter_s: f64,
+    /// The modelled machine's GEMM rate, flop per second.
+    pub flops: f64,
+    /// The modelled machine's memory bandwidth, bytes per second.
+    pub mem_bw: f64,
+    /// Whether `flops` and `mem_bw` were measured on the machine that ran the simulation
+    /// (`--costs calibrate`) rather than given.
+    pub calibrated: bool,
+    /// The modelled cost of each unit of work, seconds (`compute_per_sample`,
+    /// `apply_per_pair`, …), derived from the rates and the run's shapes.
+    pub costs: BTreeMap<String, f64>,
+}
+
 /// The `--summary` JSON of a run (keys fixed by DESIGN.md's CLI contract, plus extras).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -283,6 +322,10 @@ pub struct Summary {
     /// run that completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+    /// What `sfb sim` modelled (present only for simulated runs, whose times — `wall_s`,
+    /// `compute_s`, … — are then simulated seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sim: Option<SimReport>,
     /// Model-specific figures (e.g. `duality_gap`, `reconstruction_error`) of the peers'
     /// final evaluations, each the mean over the peers that reported it ([`mean_extras`]);
     /// serialized as extra top-level keys. Empty from [`aggregate`](Self::aggregate): the
@@ -394,6 +437,7 @@ impl Summary {
             relayed_batches: reports.iter().map(|r| r.metrics.relayed_sent).sum(),
             aggregated_applies: reports.iter().map(|r| r.metrics.aggregated_applies).sum(),
             failed: None,
+            sim: None,
             extra: BTreeMap::new(),
         }
     }
@@ -551,6 +595,30 @@ impl std::fmt::Display for Summary {
             "  bytes sent {} ({:.0} per clock, {:.0} per clock per peer)  max staleness {}",
             s.bytes_sent, s.bytes_per_clock, s.bytes_per_clock_per_peer, s.max_staleness
         )?;
+        if let Some(sim) = &s.sim {
+            let rate = |r: Option<f64>| {
+                r.map_or("unlimited".into(), |r| format!("{:.3} Gbit/s", r * 8e-9))
+            };
+            writeln!(
+                f,
+                "  simulated {:.4}s ({:.3} ms per clock; {} events): NIC egress {} ingress {}, \
+                 latency {:.0} µs ± {:.0} µs, {:.3e} flop/s{}, {:.3e} B/s",
+                sim.simulated_s,
+                1e3 * sim.simulated_s / s.clocks.max(1) as f64,
+                sim.events,
+                rate(sim.egress_bytes_per_s),
+                rate(sim.ingress_bytes_per_s),
+                sim.latency_s * 1e6,
+                sim.jitter_s * 1e6,
+                sim.flops,
+                if sim.calibrated {
+                    " (calibrated here)"
+                } else {
+                    ""
+                },
+                sim.mem_bw,
+            )?;
+        }
         if s.relayed_batches > 0 || s.update_coverage.is_some_and(|c| c < 1.0) {
             let coverage = s
                 .update_coverage

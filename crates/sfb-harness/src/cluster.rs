@@ -918,6 +918,168 @@ impl Builder<Builtin> {
     }
 }
 
+impl Builder<Builtin> {
+    /// Runs the cluster on the discrete-event simulator (`sfb sim`): every node a real
+    /// engine (or FMS server and clients for `fms`), joined by the NIC model of `sim`
+    /// (`bandwidth` is the egress default) and priced by its cost model
+    /// ([`crate::sim`]). The summary's times are simulated seconds and it carries the
+    /// `sim` block.
+    ///
+    /// # Errors
+    /// Build errors, streamed data ([`Error::NotSimulated`]), then the simulator's
+    /// ([`Error::Sim`]).
+    pub fn run_sim(
+        mut self,
+        sim: &crate::sim::SimOptions,
+        bandwidth: Option<sfb_net::bandwidth::Rate>,
+        fms: Option<crate::Push>,
+    ) -> Result<Outcome> {
+        use sfb_net::virtual_time::{Config, FmsNode, Network};
+        let Some(problem) = self.kind.problem.clone() else {
+            return Err(Error::NotSimulated {
+                field: "data.stream",
+                why: "every simulated peer lives in this one process",
+            });
+        };
+        let t0 = std::time::Instant::now();
+        let nnz = if problem.train.is_empty() {
+            problem.features as f64
+        } else {
+            problem.train.iter().map(|e| e.x.nnz() as f64).sum::<f64>() / problem.train.len() as f64
+        };
+        let sparse = problem
+            .train
+            .first()
+            .is_some_and(|e| matches!(e.x, sfb_models::Features::Sparse { .. }));
+        let nic = sim.nic(bandwidth, self.s.wire);
+        let (seed, stragglers) = (self.s.seed, self.s.stragglers());
+        let cfg = |costs| Config {
+            seed,
+            latency: sim.latency(),
+            nic,
+            costs,
+            stragglers,
+            max_events: u64::MAX,
+            keep_records: true,
+            ..Config::default()
+        };
+        let sparse_v = sparse && matches!(self.kind.spec, ModelSpec::Mlr);
+        let shapes = |j, d| crate::sim::Shapes {
+            j,
+            d,
+            nnz,
+            sparse_v,
+            eval_samples: problem.test.len(),
+        };
+        let file = match &self.s.metrics {
+            Some(path) => Some(MetricsFile::create(path)?),
+            None => None,
+        };
+        let mut observer = SimObserver {
+            file,
+            progress: self.s.progress.clone(),
+            server_at: self.s.peers,
+        };
+        let batch = self.s.batch;
+        let (summary, records, report) = match fms {
+            None => {
+                let engines = self.build_engines()?;
+                let (j, d) = engines.first().map_or((0, 0), |e| e.replica().w().dim());
+                let (costs, report) =
+                    crate::sim::plan_costs(sim, &self.kind.spec, shapes(j, d), batch, nic);
+                let out_degree = engines
+                    .first()
+                    .map_or(0, |e| e.config().out_neighbors.len());
+                let info = self.info("sfb", out_degree);
+                let run = Network::with_config(engines, cfg(costs))
+                    .run_with(&mut observer)
+                    .map_err(Error::Sim)?;
+                let nodes: Vec<_> = run
+                    .nodes
+                    .iter()
+                    .map(|n| NodeOutcome::from_engine(&n.node, &n.records))
+                    .collect();
+                let summary = summarize(info, &nodes, None);
+                let report = sim_report(report, run.end, run.stats.events);
+                let records = run.nodes.into_iter().flat_map(|n| n.records).collect();
+                (summary, records, report)
+            }
+            Some(push) => {
+                let (server, clients) = self.build_fms(push)?;
+                let (j, d) = server.replica().w().dim();
+                let (costs, report) =
+                    crate::sim::plan_costs(sim, &self.kind.spec, shapes(j, d), batch, nic);
+                let info = self.info("fms", 1);
+                let run = Network::with_config(FmsNode::cluster(server, clients), cfg(costs))
+                    .run_with(&mut observer)
+                    .map_err(Error::Sim)?;
+                let nodes: Vec<_> = run
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.node.as_client().map(|c| (c, &n.records)))
+                    .map(|(c, r)| NodeOutcome::from_client(c, r))
+                    .collect();
+                let server = run.nodes.iter().find_map(|n| n.node.as_server());
+                let summary = summarize(info, &nodes, server.map(|s| s.metrics()));
+                let report = sim_report(report, run.end, run.stats.events);
+                // Clients' records in peer order, then the server's.
+                let (srv, cli): (Vec<_>, Vec<_>) = run
+                    .nodes
+                    .into_iter()
+                    .partition(|n| n.node.as_server().is_some());
+                let records = cli.into_iter().chain(srv).flat_map(|n| n.records).collect();
+                (summary, records, report)
+            }
+        };
+        if let Some(f) = &observer.file {
+            f.finish()?;
+        }
+        tracing::info!(
+            "simulated {:.3} s in {:.2} s ({} events)",
+            report.simulated_s,
+            t0.elapsed().as_secs_f64(),
+            report.events
+        );
+        let mut summary = summary;
+        summary.sim = Some(report);
+        Ok(Outcome { summary, records })
+    }
+}
+
+/// The run's own figures in the `sim` block.
+fn sim_report(
+    mut report: sfb_core::metrics::SimReport,
+    end: Duration,
+    events: u64,
+) -> sfb_core::metrics::SimReport {
+    report.simulated_s = end.as_secs_f64();
+    report.events = events;
+    report
+}
+
+/// Streams a simulated run's records to its metrics file and progress callback.
+struct SimObserver {
+    file: Option<MetricsFile>,
+    progress: Option<Progress>,
+    server_at: usize,
+}
+
+impl<N> sfb_net::virtual_time::Observer<N> for SimObserver {
+    fn on_record(&mut self, r: &ClockRecord) {
+        if let Some(f) = &self.file {
+            f.write(r);
+        }
+        if let Some(f) = &self.progress {
+            let node = if r.peer == PeerId::SERVER.0 {
+                self.server_at
+            } else {
+                r.peer as usize
+            };
+            f(node, r.clock);
+        }
+    }
+}
+
 impl<K> Builder<K> {
     /// The out-neighbour lists of every peer (the topology is built once, on first use).
     ///
@@ -1275,7 +1437,7 @@ impl<K: Kind> Builder<K> {
         Ok((self.build_server(push)?, clients))
     }
 
-    fn info(&self, backend: &str, out_degree: usize) -> RunInfo {
+    pub(crate) fn info(&self, backend: &str, out_degree: usize) -> RunInfo {
         RunInfo {
             backend: backend.into(),
             transport: self.s.transport.into(),

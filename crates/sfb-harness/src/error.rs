@@ -89,6 +89,17 @@ pub enum Error {
         /// Out-lists given.
         got: usize,
     },
+    /// The simulator failed (a node's error, a stall, the event limit).
+    #[error("simulation: {0}")]
+    Sim(#[source] sfb_net::virtual_time::Error),
+    /// An option `sfb sim` does not model was set.
+    #[error("{field} is not simulated: {why}")]
+    NotSimulated {
+        /// The field set.
+        field: &'static str,
+        /// Why, in a few words.
+        why: &'static str,
+    },
     /// An option that only one transport honours was set for another.
     #[error("{field} applies to the {transport} transport only")]
     Unsupported {

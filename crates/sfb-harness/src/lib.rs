@@ -82,6 +82,7 @@ pub mod netns;
 pub mod preflight;
 pub mod records;
 mod run;
+pub mod sim;
 mod spec;
 mod summary;
 

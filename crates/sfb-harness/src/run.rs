@@ -40,6 +40,16 @@ fn run_validated(spec: &RunSpec, progress: Option<Progress>) -> Result<Outcome> 
     if let Some(p) = progress {
         builder = builder.progress(p);
     }
+    if spec.transport == Transport::Sim {
+        let fms = (spec.backend == Backend::Fms).then_some(spec.fms_push);
+        let mut sim = spec.sim.clone();
+        if sim.costs == crate::sim::CostModel::Calibrate {
+            let (sample, eval) = crate::sim::calibrate_compute(spec)?;
+            sim.compute_per_sample_s.get_or_insert(sample);
+            sim.evaluate_s.get_or_insert(eval);
+        }
+        return builder.run_sim(&sim, spec.net.bandwidth, fms);
+    }
     Ok(match spec.backend {
         Backend::Sfb => builder.run_mem()?.into_outcome(),
         Backend::Fms => builder.run_fms_mem(spec.fms_push)?.into_outcome(),

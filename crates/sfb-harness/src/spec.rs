@@ -51,6 +51,14 @@ pub struct RunSpec {
     pub output: OutputOptions,
     /// Checkpoints and resuming.
     pub fault: FaultOptions,
+    /// The simulated network and machine (transport `sim` only). Left out of the JSON
+    /// when default.
+    #[serde(skip_serializing_if = "is_default_sim")]
+    pub sim: crate::sim::SimOptions,
+}
+
+fn is_default_sim(s: &crate::sim::SimOptions) -> bool {
+    *s == crate::sim::SimOptions::default()
 }
 
 impl Default for RunSpec {
@@ -67,6 +75,7 @@ impl Default for RunSpec {
             net: NetOptions::default(),
             output: OutputOptions::default(),
             fault: FaultOptions::default(),
+            sim: crate::sim::SimOptions::default(),
         }
     }
 }
@@ -103,6 +112,9 @@ pub enum Transport {
     Mem,
     /// One process per node over libp2p.
     Libp2p,
+    /// `sfb sim`: every node in this process on the deterministic discrete-event
+    /// simulator, with the network and machine of [`RunSpec::sim`].
+    Sim,
 }
 
 impl Transport {
@@ -111,6 +123,7 @@ impl Transport {
         match self {
             Transport::Mem => "mem",
             Transport::Libp2p => "libp2p",
+            Transport::Sim => "sim",
         }
     }
 }
@@ -1267,6 +1280,15 @@ impl RunSpec {
                 });
             }
         }
+        if self.transport == Transport::Sim {
+            self.sim.validate()?;
+            self.check_simulated()?;
+        } else if !is_default_sim(&self.sim) {
+            return Err(Error::Unsupported {
+                field: "sim",
+                transport: Transport::Sim.name(),
+            });
+        }
         if n.netns && n.bandwidth.is_none() {
             return Err(Error::Requires {
                 field: "net.netns",
@@ -1470,6 +1492,31 @@ impl RunSpec {
         Ok(())
     }
 
+    /// Refuses what `sfb sim` does not model.
+    fn check_simulated(&self) -> Result<()> {
+        let refused = [
+            (
+                "net.netns",
+                self.net.netns,
+                "the simulator models NICs itself (sim.egress, sim.ingress)",
+            ),
+            (
+                "fault.checkpoint_dir",
+                self.fault.checkpoint_dir.is_some(),
+                "a simulated run is replayed from its seed, not from checkpoints",
+            ),
+            (
+                "data.stream",
+                matches!(self.data, DataSource::Files { stream: true, .. }),
+                "every simulated peer lives in this one process",
+            ),
+        ];
+        match refused.iter().find(|(_, set, _)| *set) {
+            Some(&(field, _, why)) => Err(Error::NotSimulated { field, why }),
+            None => Ok(()),
+        }
+    }
+
     /// Checks that the run's output files (`output.metrics`, `output.summary`, the
     /// checkpoint folder `fault.checkpoint_dir`) can be
     /// written, before any training: a bad path fails in the first second, not after the
@@ -1520,7 +1567,7 @@ impl RunSpec {
     }
 }
 
-mod rate_serde {
+pub(crate) mod rate_serde {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use sfb_net::bandwidth::Rate;
 
@@ -1531,11 +1578,11 @@ mod rate_serde {
         Text(String),
     }
 
-    pub(super) fn serialize<S: Serializer>(r: &Option<Rate>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(r: &Option<Rate>, s: S) -> Result<S::Ok, S::Error> {
         r.map(|r| r.0).serialize(s)
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Rate>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Rate>, D::Error> {
         match Option::<Given>::deserialize(d)? {
             None => Ok(None),
             Some(Given::BytesPerS(b)) if b.is_finite() && b > 0.0 => Ok(Some(Rate(b))),
@@ -1657,6 +1704,16 @@ mod tests {
                 on_peer_loss: Some(PeerLossSpec::Continue),
                 rejoin: true,
                 lost_shards: Some(LostShardsSpec::Drop),
+            },
+            sim: crate::sim::SimOptions {
+                egress: Some(Rate(1.25e8)),
+                ingress: crate::sim::Ingress::Unlimited,
+                jitter_s: 1e-5,
+                costs: crate::sim::CostModel::Calibrate,
+                colocate: Some((8, 2)),
+                transport_cpu: Some(Rate(3.6e8)),
+                compute_per_sample_s: Some(2e-6),
+                ..crate::sim::SimOptions::default()
             },
         };
         assert_eq!(RunSpec::from_json(&spec.to_json()).unwrap(), spec);

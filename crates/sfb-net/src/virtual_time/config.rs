@@ -59,6 +59,11 @@ pub struct Nic {
     pub ingress: Option<f64>,
     /// Factor values on the wire (f16 halves factor frames).
     pub dtype: Dtype,
+    /// CPU the transport spends per byte at each end (encryption, framing, copies,
+    /// decoding), as bytes per second of one node's CPU: a sender's clock moves by
+    /// `b/cpu` for each frame it sends (before the frame is queued on its NIC), a
+    /// receiver's by `b/cpu` for each frame it takes. `None`: free.
+    pub cpu: Option<f64>,
 }
 
 impl Default for Nic {
@@ -68,6 +73,7 @@ impl Default for Nic {
             egress: None,
             ingress: None,
             dtype: Dtype::F32,
+            cpu: None,
         }
     }
 }
@@ -79,12 +85,13 @@ impl Nic {
             egress: Some(bytes_per_s),
             ingress: Some(bytes_per_s),
             dtype: Dtype::F32,
+            cpu: None,
         }
     }
 
     /// Whether frames take any time to serialize (so their sizes are needed).
     pub fn limited(&self) -> bool {
-        self.egress.is_some() || self.ingress.is_some()
+        self.egress.is_some() || self.ingress.is_some() || self.cpu.is_some()
     }
 
     /// Time to move `bytes` at `rate` (zero when unlimited).
@@ -257,7 +264,11 @@ impl Config {
                 until: p.until,
             });
         }
-        for (side, rate) in [("egress", self.nic.egress), ("ingress", self.nic.ingress)] {
+        for (side, rate) in [
+            ("egress", self.nic.egress),
+            ("ingress", self.nic.ingress),
+            ("transport cpu", self.nic.cpu),
+        ] {
             if let Some(r) = rate
                 && !(r.is_finite() && r > 0.0)
             {

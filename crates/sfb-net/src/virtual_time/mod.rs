@@ -619,9 +619,16 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             at,
             source,
         };
+        let nic = self.cfg.nic;
         while let Some((from, msg)) = self.slots[i].inbox.pop_front() {
             let slot = &mut self.slots[i];
             self.observer.on_deliver(slot.clock.time(), from, id, &msg);
+            if let Some(cpu) = nic.cpu {
+                // The transport's CPU per frame taken, on the receiver's clock.
+                let bytes = sfb_core::wire::encoded_len_with(&msg, nic.dtype);
+                let t = slot.clock.time() + Nic::serialize(bytes, Some(cpu));
+                slot.clock.advance_to(t);
+            }
             self.stats.delivered += 1;
             self.nodes[i]
                 .on_message(from, msg, &mut slot.clock)
@@ -640,8 +647,11 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         let at = slot.clock.time();
         self.observer.on_tick(at, i, progress, &self.nodes);
         while let Some(out) = self.nodes[i].poll_output() {
-            self.send(i, out.to, out.msg, at)?;
+            // The transport's CPU per frame ([`Nic::cpu`]) runs on the sender's clock.
+            let sent = self.slots[i].clock.time();
+            self.send(i, out.to, out.msg, sent)?;
         }
+        let at = self.slots[i].clock.time();
         match progress {
             Progress::Stepped => self.wake(i, at),
             Progress::Blocked => {}
@@ -690,6 +700,13 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             sfb_core::wire::encoded_len_with(&msg, nic.dtype)
         } else {
             0
+        };
+        let at = if nic.cpu.is_some() {
+            let clock = &mut self.slots[i].clock;
+            clock.advance_to(at + Nic::serialize(bytes, nic.cpu));
+            clock.time()
+        } else {
+            at
         };
         // The NIC model (see [`Nic`]); without rates it reduces to `at + delay`.
         let start = at.max(self.slots[i].egress_free);

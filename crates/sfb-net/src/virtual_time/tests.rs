@@ -341,3 +341,26 @@ fn a_nic_rate_must_be_positive() {
         "{e}"
     );
 }
+
+#[test]
+fn the_transport_cpu_runs_on_both_ends_clocks() {
+    // 1000 bytes per second of CPU per byte: a frame of b bytes costs its sender b ms
+    // before it leaves and its receiver b ms when taken; NICs unlimited. Two peers: each
+    // sends its clock-0 frame after b ms, it arrives 1 ms later, and the receiver (done
+    // sending at b ms) takes it then.
+    let mut log = FirstFrames::default();
+    let run = Network::new(engines(2, Consistency::Bsp, 1))
+        .costs(Costs::free())
+        .latency(Latency::fixed(MS))
+        .nic(Nic {
+            cpu: Some(1000.0),
+            ..Nic::default()
+        })
+        .run_with(&mut log)
+        .unwrap();
+    let a = log.0[&(PeerId(0), PeerId(1))];
+    let frame = Duration::from_millis(a.1 as u64);
+    assert_eq!(a.0, frame + MS);
+    // Then b ms to take it in: no node finishes before 2b + 1 ms.
+    assert!(run.end >= 2 * frame + MS, "{:?}", run.end);
+}

@@ -1,0 +1,536 @@
+//! `sfb sim` (transport `sim`): P real engines — real replicas, real factors, real
+//! learning — on the deterministic virtual-time driver
+//! ([`sfb_net::virtual_time`]), with a network model (every node's NIC egress and ingress
+//! rates, per-link delay and jitter: [`Nic`]) and a compute model (the cost of
+//! `compute_sv`, of applying a batch and of FMS's dense work, from flop and byte counts of
+//! the run's shapes at a machine's GEMM rate and memory bandwidth: [`CostModel`]).
+//!
+//! Everything is deterministic: the same spec (seed and flags) gives a bitwise-equal
+//! summary and records, with `wall_s`, `compute_s`, … in simulated seconds. The one
+//! exception is `costs = calibrate`, which measures this machine's rates first; the
+//! summary's `sim` block names the rates used, so passing them back as `flops` and
+//! `mem_bw` replays the run exactly.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use ndarray::Array2;
+use serde::{Deserialize, Serialize};
+use sfb_core::metrics::SimReport;
+use sfb_net::bandwidth::Rate;
+use sfb_net::virtual_time::{Costs, Latency, Nic};
+
+use crate::spec::rate_serde;
+use crate::{Error, Result};
+
+/// Default egress and ingress rate of every node: 10 Gbit/s.
+pub const DEFAULT_LINK: f64 = 10e9 / 8.0;
+
+/// Default GEMM rate of the modelled machine, flop/s: one core of this project's
+/// 2-core development machine, as `--costs calibrate` measured it for the apply of a
+/// rank-16 batch into a 128 × 128 W (2026-11-23, three release runs: 5.62e10, 5.74e10,
+/// 5.86e10; ndarray's matrixmultiply, f32).
+pub const DEFAULT_FLOPS: f64 = 5.7e10;
+
+/// Default memory bandwidth of the modelled machine, bytes/s (same machine and runs as
+/// [`DEFAULT_FLOPS`]: copying a 128 × 128 f32 matrix, read plus write, in cache: 7.80e10,
+/// 8.45e10, 8.68e10).
+pub const DEFAULT_MEM_BW: f64 = 8.3e10;
+
+/// How the simulator prices work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CostModel {
+    /// Flop and byte counts at the given `flops` and `mem_bw` (deterministic).
+    #[default]
+    Model,
+    /// Measure this machine first: its GEMM rate (at the run's J, D and batch) and
+    /// memory bandwidth, which price applies and FMS's dense work as in `model`, and the
+    /// model's own `compute_sv` and evaluation, timed on a one-peer in-memory run of the
+    /// same spec (`flops`, `mem_bw` are ignored; `compute_per_sample_s`, `evaluate_s`
+    /// still override).
+    Calibrate,
+}
+
+/// NIC ingress rate: the egress rate (a full-duplex NIC), unlimited, or its own.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Ingress {
+    /// As fast as egress.
+    #[default]
+    Same,
+    /// No ingress limit (frames take the sender's serialization and the link delay only;
+    /// what processes on one host's loopback see).
+    Unlimited,
+    /// Bytes per second.
+    Rate(f64),
+}
+
+impl std::str::FromStr for Ingress {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "same" => Ok(Ingress::Same),
+            "unlimited" => Ok(Ingress::Unlimited),
+            rate => rate
+                .parse::<Rate>()
+                .map(|r| Ingress::Rate(r.0))
+                .map_err(|e| {
+                    format!(
+                        "ingress {rate:?}: expected same, unlimited or a rate (10gbit, 1.5e9): {e}"
+                    )
+                }),
+        }
+    }
+}
+
+impl std::fmt::Display for Ingress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ingress::Same => f.write_str("same"),
+            Ingress::Unlimited => f.write_str("unlimited"),
+            Ingress::Rate(r) => write!(f, "{r}"),
+        }
+    }
+}
+
+impl Serialize for Ingress {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Ingress {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// What `sfb sim` models (the spec's `sim`; used with transport `sim` only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimOptions {
+    /// Every node's NIC egress rate (JSON: bytes per second or a string such as
+    /// `"10gbit"`). Default: `net.bandwidth` if given, else 10 Gbit/s.
+    #[serde(with = "rate_serde")]
+    pub egress: Option<Rate>,
+    /// Every node's NIC ingress rate. Default: as egress.
+    pub ingress: Ingress,
+    /// One-way link delay, seconds. Default 50 µs.
+    pub latency_s: f64,
+    /// Each frame's delay is uniform in `latency ± jitter` (seeded per link), seconds.
+    /// Default 0.
+    pub jitter_s: f64,
+    /// How work is priced. Default: `model`.
+    pub costs: CostModel,
+    /// The modelled machine's GEMM rate, flop/s. Default [`DEFAULT_FLOPS`].
+    pub flops: f64,
+    /// The modelled machine's memory bandwidth, bytes/s. Default [`DEFAULT_MEM_BW`].
+    pub mem_bw: f64,
+    /// Seconds of `compute_sv` per sample, replacing the cost model's (and the
+    /// calibration's) figure. Default: none.
+    pub compute_per_sample_s: Option<f64>,
+    /// Seconds of one evaluation on the held-out data, likewise. Default: none.
+    pub evaluate_s: Option<f64>,
+    /// Nodes that share one host's cores, as `(nodes, cores)`: every node's work takes
+    /// `max(1, nodes / cores)` times as long (a crude fair share that assumes the nodes
+    /// compute at the same time; it over-charges while some wait on the network). For
+    /// comparing with processes run on one machine (`sfb run --transport libp2p` here is
+    /// `(P, cores)`). Default: none (a host per node).
+    pub colocate: Option<(usize, usize)>,
+    /// CPU the transport spends per byte at each end (encryption, framing, copies,
+    /// decoding), as bytes per second of one core ([`Nic::cpu`]; JSON like a rate). `sfb
+    /// bench --scenario link`'s `framed` arm measures the whole path on this machine.
+    /// Default: free.
+    #[serde(with = "rate_serde")]
+    pub transport_cpu: Option<Rate>,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        Self {
+            egress: None,
+            ingress: Ingress::Same,
+            latency_s: 50e-6,
+            jitter_s: 0.0,
+            costs: CostModel::Model,
+            flops: DEFAULT_FLOPS,
+            mem_bw: DEFAULT_MEM_BW,
+            compute_per_sample_s: None,
+            evaluate_s: None,
+            colocate: None,
+            transport_cpu: None,
+        }
+    }
+}
+
+impl SimOptions {
+    /// Checks the options on their own.
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] naming the field.
+    pub fn validate(&self) -> Result<()> {
+        let positive = |field, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(Error::OutOfRange {
+                    field,
+                    expected: "a positive number",
+                    got: v,
+                })
+            }
+        };
+        positive("sim.flops", self.flops)?;
+        positive("sim.mem_bw", self.mem_bw)?;
+        if let Ingress::Rate(r) = self.ingress {
+            positive("sim.ingress", r)?;
+        }
+        if let Some(c) = self.compute_per_sample_s {
+            positive("sim.compute_per_sample_s", c)?;
+        }
+        if let Some(c) = self.evaluate_s {
+            positive("sim.evaluate_s", c)?;
+        }
+        if let Some((nodes, cores)) = self.colocate {
+            positive("sim.colocate nodes", nodes as f64)?;
+            positive("sim.colocate cores", cores as f64)?;
+        }
+        for (field, v) in [
+            ("sim.latency_s", self.latency_s),
+            ("sim.jitter_s", self.jitter_s),
+        ] {
+            if !(v.is_finite() && (0.0..=3600.0).contains(&v)) {
+                return Err(Error::OutOfRange {
+                    field,
+                    expected: "in 0..=3600 seconds",
+                    got: v,
+                });
+            }
+        }
+        if self.jitter_s > self.latency_s {
+            return Err(Error::OutOfRange {
+                field: "sim.jitter_s",
+                expected: "at most sim.latency_s (delays cannot be negative)",
+                got: self.jitter_s,
+            });
+        }
+        Ok(())
+    }
+
+    /// The NIC model, with `bandwidth` (`net.bandwidth`) as the egress default.
+    pub fn nic(&self, bandwidth: Option<Rate>, dtype: sfb_core::wire::Dtype) -> Nic {
+        let egress = self.egress.or(bandwidth).map_or(DEFAULT_LINK, |r| r.0);
+        let ingress = match self.ingress {
+            Ingress::Same => Some(egress),
+            Ingress::Unlimited => None,
+            Ingress::Rate(r) => Some(r),
+        };
+        Nic {
+            egress: Some(egress),
+            ingress,
+            dtype,
+            cpu: self.transport_cpu.map(|r| r.0 / self.share()),
+        }
+    }
+
+    /// How much longer every node's work takes on a shared host ([`Self::colocate`]).
+    pub fn share(&self) -> f64 {
+        self.colocate
+            .map_or(1.0, |(nodes, cores)| (nodes as f64 / cores as f64).max(1.0))
+    }
+
+    /// The link delay model.
+    pub fn latency(&self) -> Latency {
+        let secs = Duration::from_secs_f64;
+        Latency::uniform(
+            secs(self.latency_s - self.jitter_s),
+            secs(self.latency_s + self.jitter_s),
+        )
+    }
+}
+
+/// The shapes that price a run's work.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shapes {
+    /// Rows of W.
+    pub j: usize,
+    /// Columns of W.
+    pub d: usize,
+    /// Mean non-zeros of a training sample's features (D for dense data).
+    pub nnz: f64,
+    /// Whether the model's v factors are the sample's sparse features (mlr on sparse
+    /// data): then an apply touches `nnz` columns per pair, not D.
+    pub sparse_v: bool,
+    /// Held-out samples evaluated per evaluation.
+    pub eval_samples: usize,
+}
+
+/// Flop and byte counts of one unit of each kind of work.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Counts {
+    /// Flops of `compute_sv` per sample.
+    pub sample_flops: f64,
+    /// Bytes of factors written per sample.
+    pub sample_bytes: f64,
+    /// Flops of applying one rank-one pair.
+    pub pair_flops: f64,
+    /// Bytes moved per apply call (the optimizer's pass over W).
+    pub call_bytes: f64,
+}
+
+impl Counts {
+    /// The counts of `model` at `s`: `compute_sv` is a forward pass (mlr: `2·J·nnz` for the
+    /// scores plus ~20 flops per class for the softmax; dml: two projections of a
+    /// difference, `4·J·D`; sc: the code's coordinate descent, `(2 + 2·sweeps)·J·D`), an
+    /// apply is a rank-one update (`2·J·(nnz or D)` per pair) plus one pass over W
+    /// (`8·J·D` bytes, read and write).
+    pub fn of(model: &sfb_models::ModelSpec, s: Shapes) -> Self {
+        let (j, d) = (s.j as f64, s.d as f64);
+        let sample_flops = match model {
+            sfb_models::ModelSpec::Dml { .. } => 4.0 * j * d,
+            sfb_models::ModelSpec::SparseCoding { sweeps, .. } => {
+                (2.0 + 2.0 * *sweeps as f64) * j * d
+            }
+            _ => 2.0 * j * s.nnz + 20.0 * j,
+        };
+        let width = if s.sparse_v { s.nnz } else { d };
+        Self {
+            sample_flops,
+            sample_bytes: 4.0 * (j + width),
+            pair_flops: 2.0 * j * width,
+            call_bytes: 8.0 * j * d,
+        }
+    }
+
+    /// The virtual-time [`Costs`] of these counts at `flops` and `mem_bw`, for a run
+    /// that evaluates `eval_samples` samples each time.
+    pub fn costs(&self, flops: f64, mem_bw: f64, s: Shapes) -> Costs {
+        let secs = |x: f64| Duration::from_secs_f64(x.max(0.0));
+        let per_sample = self.sample_flops / flops + self.sample_bytes / mem_bw;
+        Costs {
+            compute_per_clock: Duration::ZERO,
+            compute_per_sample: secs(per_sample),
+            apply_per_call: secs(self.call_bytes / mem_bw),
+            apply_per_pair: secs(self.pair_flops / flops),
+            per_element: secs(8.0 / mem_bw + 1.0 / flops),
+            evaluate: secs(per_sample * s.eval_samples as f64),
+        }
+    }
+}
+
+/// This machine's rates measured at the run's shapes: `(flops, mem_bw)`. The GEMM is the
+/// apply of a rank-`r` batch (`J × r` times `r × D`, accumulated into W); the bandwidth
+/// is copying W. Each is timed over at least 50 ms and the best of 3 taken.
+pub fn calibrate(j: usize, d: usize, r: usize) -> (f64, f64) {
+    let (j, d, r) = (j.max(1), d.max(1), r.max(1));
+    let u = Array2::<f32>::from_shape_fn((j, r), |(a, b)| ((a * 7 + b * 3) % 11) as f32 * 0.01);
+    let v = Array2::<f32>::from_shape_fn((r, d), |(a, b)| ((a * 5 + b) % 13) as f32 * 0.01);
+    let mut w = Array2::<f32>::zeros((j, d));
+    let flops = best_rate(2.0 * (j * r * d) as f64, || {
+        ndarray::linalg::general_mat_mul(-0.001, &u, &v, 1.0, &mut w);
+    });
+    let src = Array2::<f32>::from_elem((j, d), 0.5);
+    let mut dst = Array2::<f32>::zeros((j, d));
+    let mem_bw = best_rate(8.0 * (j * d) as f64, || dst.assign(&src));
+    std::hint::black_box((&w, &dst));
+    (flops, mem_bw)
+}
+
+/// Units per second of `work` (which does `units` each call): the best of 3 timings of
+/// at least 50 ms each.
+fn best_rate(units: f64, mut work: impl FnMut()) -> f64 {
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let mut calls = 0u64;
+        while t0.elapsed() < Duration::from_millis(50) || calls == 0 {
+            work();
+            calls += 1;
+        }
+        best = best.max(units * calls as f64 / t0.elapsed().as_secs_f64());
+    }
+    best
+}
+
+/// The costs of a run and the `sim` block of its summary (without the run's own
+/// figures, filled in after it).
+pub(crate) fn plan_costs(
+    opts: &SimOptions,
+    model: &sfb_models::ModelSpec,
+    shapes: Shapes,
+    batch: usize,
+    nic: Nic,
+) -> (Costs, SimReport) {
+    let secs = Duration::from_secs_f64;
+    let (flops, mem_bw, calibrated) = match opts.costs {
+        CostModel::Model => (opts.flops, opts.mem_bw, false),
+        CostModel::Calibrate => {
+            let (f, b) = calibrate(shapes.j, shapes.d, batch);
+            tracing::info!("calibrated here: {f:.3e} flop/s, {b:.3e} bytes/s");
+            (f, b, true)
+        }
+    };
+    let counts = Counts::of(model, shapes);
+    let mut costs = counts.costs(flops, mem_bw, shapes);
+    if let Some(c) = opts.compute_per_sample_s {
+        costs.compute_per_sample = secs(c);
+    }
+    if let Some(e) = opts.evaluate_s {
+        costs.evaluate = secs(e);
+    }
+    if opts.colocate.is_some() {
+        let share = opts.share();
+        for c in [
+            &mut costs.compute_per_clock,
+            &mut costs.compute_per_sample,
+            &mut costs.apply_per_call,
+            &mut costs.apply_per_pair,
+            &mut costs.per_element,
+            &mut costs.evaluate,
+        ] {
+            *c = c.mul_f64(share);
+        }
+    }
+    let named: BTreeMap<String, f64> = [
+        ("compute_per_sample", costs.compute_per_sample),
+        ("apply_per_call", costs.apply_per_call),
+        ("apply_per_pair", costs.apply_per_pair),
+        ("per_element", costs.per_element),
+        ("evaluate", costs.evaluate),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.as_secs_f64()))
+    .collect();
+    let report = SimReport {
+        simulated_s: 0.0,
+        events: 0,
+        egress_bytes_per_s: nic.egress,
+        transport_cpu_bytes_per_s: nic.cpu,
+        host_share: opts.share(),
+        ingress_bytes_per_s: nic.ingress,
+        latency_s: opts.latency_s,
+        jitter_s: opts.jitter_s,
+        flops,
+        mem_bw,
+        calibrated,
+        costs: named,
+    };
+    (costs, report)
+}
+
+/// Times the model's own `compute_sv` and evaluation on this machine: a one-peer
+/// in-memory run of `spec` (30 clocks, evaluating every 10), giving seconds per sample
+/// and per evaluation.
+///
+/// # Errors
+/// The run's.
+pub fn calibrate_compute(spec: &crate::RunSpec) -> Result<(f64, f64)> {
+    let mut one = spec.clone();
+    one.peers = 1;
+    one.transport = crate::Transport::Mem;
+    one.backend = crate::Backend::Sfb;
+    one.sim = SimOptions::default();
+    one.topology = crate::TopologyOptions::default();
+    one.net = crate::NetOptions::default();
+    one.output = crate::OutputOptions::default();
+    one.fault = crate::FaultOptions::default();
+    one.train.clocks = 30;
+    one.train.eval_every = 10;
+    one.train.straggler = None;
+    one.output.keep_records = true;
+    let out = crate::run(&one, None)?;
+    let s = &out.summary;
+    let evaluations = out
+        .records
+        .iter()
+        .filter(|r| r.objective.is_some())
+        .count()
+        .max(1);
+    let per_sample = s.compute_s / (one.train.clocks as f64 * one.train.batch as f64);
+    let per_eval = s.eval_s / evaluations as f64;
+    tracing::info!(
+        "calibrated here: compute_sv {:.3} µs per sample, evaluation {:.3} ms",
+        per_sample * 1e6,
+        per_eval * 1e3
+    );
+    // A zero (a clock too coarse) would be refused as a cost: keep it positive.
+    Ok((per_sample.max(1e-12), per_eval.max(1e-12)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ingress_parses_and_prints_back() {
+        for text in ["same", "unlimited"] {
+            assert_eq!(text.parse::<Ingress>().unwrap().to_string(), text);
+        }
+        assert_eq!("1gbit".parse::<Ingress>().unwrap(), Ingress::Rate(1.25e8));
+        let e = "fast".parse::<Ingress>().unwrap_err();
+        assert!(e.contains("ingress \"fast\""), "{e}");
+    }
+
+    #[test]
+    fn the_egress_defaults_to_the_bandwidth_budget_then_10_gbit() {
+        let o = SimOptions::default();
+        let dtype = sfb_core::wire::Dtype::F32;
+        assert_eq!(o.nic(None, dtype).egress, Some(DEFAULT_LINK));
+        let nic = o.nic(Some(Rate(1e8)), dtype);
+        assert_eq!((nic.egress, nic.ingress), (Some(1e8), Some(1e8)));
+        let o = SimOptions {
+            ingress: Ingress::Unlimited,
+            ..o
+        };
+        assert_eq!(o.nic(None, dtype).ingress, None);
+    }
+
+    #[test]
+    fn counts_scale_with_the_shapes() {
+        let s = Shapes {
+            j: 10,
+            d: 1000,
+            nnz: 50.0,
+            sparse_v: true,
+            eval_samples: 100,
+        };
+        let c = Counts::of(&sfb_models::ModelSpec::Mlr, s);
+        assert_eq!(c.pair_flops, 2.0 * 10.0 * 50.0);
+        assert_eq!(c.sample_flops, 2.0 * 10.0 * 50.0 + 200.0);
+        let dense = Counts::of(
+            &sfb_models::ModelSpec::Mlr,
+            Shapes {
+                sparse_v: false,
+                nnz: 1000.0,
+                ..s
+            },
+        );
+        assert_eq!(dense.pair_flops, 2.0 * 10.0 * 1000.0);
+        let costs = c.costs(1e9, 1e10, s);
+        assert_eq!(costs.apply_per_pair, Duration::from_nanos(1000));
+        assert_eq!(costs.apply_per_call, Duration::from_nanos(8000));
+    }
+
+    #[test]
+    fn bad_options_name_their_field() {
+        let o = SimOptions {
+            jitter_s: 1e-3,
+            ..SimOptions::default()
+        };
+        let e = o.validate().unwrap_err().to_string();
+        assert!(e.contains("sim.jitter_s"), "{e}");
+        let o = SimOptions {
+            flops: 0.0,
+            ..SimOptions::default()
+        };
+        assert!(o.validate().unwrap_err().to_string().contains("sim.flops"));
+    }
+
+    #[test]
+    fn calibration_measures_positive_rates() {
+        let (f, b) = calibrate(16, 16, 2);
+        assert!(f > 1e6 && b > 1e6, "{f} {b}");
+    }
+}

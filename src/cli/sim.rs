@@ -1,0 +1,129 @@
+//! `sfb sim`: a whole cluster on the discrete-event simulator.
+
+use anyhow::{Result, bail};
+use clap::Args;
+use sfb_harness::sim::{CostModel, Ingress, SimOptions};
+
+use super::run::{RunArgs, Transport};
+
+/// `sfb sim` options: every `sfb run` option, plus the simulated network and machine.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Every node's NIC egress rate (e.g. 10gbit, 1.25e9 bytes/s). Default: --bandwidth
+    /// if given, else 10gbit.
+    #[arg(long, value_name = "RATE")]
+    pub egress: Option<sfb_net::bandwidth::Rate>,
+    /// Every node's NIC ingress rate: same (as egress), unlimited, or a rate.
+    #[arg(long, default_value = "same")]
+    pub ingress: Ingress,
+    /// One-way link delay (s, ms or us suffix; a bare number is seconds).
+    #[arg(long, default_value = "50us", value_parser = seconds)]
+    pub latency: f64,
+    /// Each frame's delay is uniform in latency ± jitter, seeded per link.
+    #[arg(long, default_value = "0", value_parser = seconds)]
+    pub jitter: f64,
+    /// How work is priced: model (flop and byte counts at --flops and --mem-bw;
+    /// deterministic) or calibrate (measure this machine's rates first, at the run's
+    /// shapes; the summary's sim block names them, so passing them back replays the run).
+    #[arg(long, default_value = "model", value_parser = cost_model)]
+    pub costs: CostModel,
+    /// The modelled machine's GEMM rate, flop/s.
+    #[arg(long, default_value_t = sfb_harness::sim::DEFAULT_FLOPS)]
+    pub flops: f64,
+    /// The modelled machine's memory bandwidth, bytes/s.
+    #[arg(long, default_value_t = sfb_harness::sim::DEFAULT_MEM_BW)]
+    pub mem_bw: f64,
+    /// Seconds of compute_sv per sample (replaces the cost model's and the
+    /// calibration's figure; a calibrated run's summary names the figure it measured).
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    pub compute_per_sample: Option<f64>,
+    /// Seconds of one evaluation on the held-out data (likewise).
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    pub evaluate_cost: Option<f64>,
+    /// NODES:CORES: that many nodes share one host of that many cores, so every node's
+    /// work takes max(1, NODES/CORES) times as long (a crude fair share; for comparing
+    /// with processes on one machine, e.g. P:2 here). Default: a host per node.
+    #[arg(long, value_name = "NODES:CORES", value_parser = colocate)]
+    pub colocate: Option<(usize, usize)>,
+    /// CPU the transport spends per byte at each end (encryption, framing, decoding), as
+    /// a rate of one core, e.g. 360MB (what sfb bench --scenario link's framed arm
+    /// measures for libp2p on this machine). Default: free.
+    #[arg(long, value_name = "RATE")]
+    pub transport_cpu: Option<sfb_net::bandwidth::Rate>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+fn seconds(s: &str) -> Result<f64, String> {
+    let (num, scale) = if let Some(n) = s.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (s, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v * scale),
+        _ => Err(format!(
+            "{s:?}: expected a non-negative duration such as 50us, 2ms or 0.001"
+        )),
+    }
+}
+
+fn colocate(s: &str) -> Result<(usize, usize), String> {
+    let parsed = s
+        .split_once(':')
+        .and_then(|(n, c)| Some((n.parse().ok()?, c.parse().ok()?)));
+    match parsed {
+        Some((n, c)) if n > 0 && c > 0 => Ok((n, c)),
+        _ => Err(format!(
+            "{s:?}: expected NODES:CORES, both at least 1 (e.g. 8:2)"
+        )),
+    }
+}
+
+fn cost_model(s: &str) -> Result<CostModel, String> {
+    match s {
+        "model" => Ok(CostModel::Model),
+        "calibrate" => Ok(CostModel::Calibrate),
+        _ => Err(format!("{s:?}: expected model or calibrate")),
+    }
+}
+
+pub fn run(args: &SimArgs) -> Result<()> {
+    if args.run.transport != Transport::Mem || args.run.spec.is_some() {
+        bail!(
+            "sfb sim runs every node on the simulator: give no --transport or --spec (use \
+             sfb run --spec with \"transport\": \"sim\" to run a spec file)"
+        );
+    }
+    let mut spec = args.run.to_spec();
+    spec.transport = sfb_harness::Transport::Sim;
+    spec.sim = SimOptions {
+        egress: args.egress,
+        ingress: args.ingress,
+        latency_s: args.latency,
+        jitter_s: args.jitter,
+        costs: args.costs,
+        flops: args.flops,
+        mem_bw: args.mem_bw,
+        compute_per_sample_s: args.compute_per_sample,
+        evaluate_s: args.evaluate_cost,
+        colocate: args.colocate,
+        transport_cpu: args.transport_cpu,
+    };
+    super::run::run_spec(&spec, args.run.print_spec)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations_take_units() {
+        assert_eq!(super::seconds("50us").unwrap(), 50e-6);
+        assert_eq!(super::seconds("2ms").unwrap(), 2e-3);
+        assert_eq!(super::seconds("0.5").unwrap(), 0.5);
+        assert!(super::seconds("-1ms").unwrap_err().contains("non-negative"));
+    }
+}

@@ -1,0 +1,185 @@
+//! `sfb sim`: real engines on the discrete-event simulator — deterministic reports, the
+//! same learning and traffic as the in-memory transport, time that follows the modelled
+//! network, and clear refusals of what it does not model.
+
+mod common;
+
+use std::process::Command;
+
+use common::{SFB, num, run_summary, tempdir};
+use serde_json::Value;
+
+const SMALL: &[&str] = &[
+    "--peers",
+    "4",
+    "--clocks",
+    "30",
+    "--synthetic",
+    "classes=5,features=40,samples=2000",
+    "--eval-every",
+    "10",
+];
+
+fn sim(dir: &std::path::Path, name: &str, extra: &[&str]) -> (Value, String) {
+    let summary = dir.join(format!("{name}.json"));
+    let metrics = dir.join(format!("{name}.jsonl"));
+    let mut args = vec!["sim"];
+    args.extend_from_slice(SMALL);
+    args.extend_from_slice(extra);
+    args.extend(["--metrics", metrics.to_str().unwrap()]);
+    let v = run_summary(&args, &summary);
+    (v, std::fs::read_to_string(metrics).unwrap())
+}
+
+#[test]
+fn the_same_flags_give_a_bitwise_equal_report() {
+    let dir = tempdir("sim", "determinism");
+    let flags = [
+        "--jitter",
+        "40us",
+        "--out-degree",
+        "2",
+        "--consistency",
+        "ssp:2",
+        "--straggler",
+        "production",
+    ];
+    let (a, ma) = sim(&dir, "a", &flags);
+    let (b, mb) = sim(&dir, "b", &flags);
+    assert_eq!(a, b);
+    assert_eq!(ma, mb, "per-clock records differ");
+    assert_eq!(a["transport"], "sim");
+    assert!(num(&a["sim"], "simulated_s") > 0.0);
+    assert_eq!(num(&a, "wall_s"), num(&a["sim"], "simulated_s"));
+    // Another seed gives another run.
+    let (c, _) = sim(&dir, "c", &[&flags[..], &["--seed", "9"]].concat());
+    assert_ne!(a["replica_checksums"], c["replica_checksums"]);
+}
+
+#[test]
+fn learning_and_traffic_are_those_of_the_in_memory_run() {
+    let dir = tempdir("sim", "same-learning");
+    let (s, _) = sim(&dir, "sim", &[]);
+    let mut args = vec!["run"];
+    args.extend_from_slice(SMALL);
+    let m = run_summary(&args, &dir.join("mem.json"));
+    // BSP, full broadcast: the same engines apply the same batches in the same order.
+    for key in [
+        "objective",
+        "test_accuracy",
+        "replica_checksums",
+        "staleness_histogram",
+    ] {
+        assert_eq!(s[key], m[key], "{key}");
+    }
+    same_bytes(&s, &m, 4 * 3 * 30);
+}
+
+/// Bytes sent agree up to the varint of the measured mean iteration time each factor
+/// frame carries (1 or 2 bytes: simulated and wall-clock times differ), `frames` of them.
+fn same_bytes(a: &Value, b: &Value, frames: u64) {
+    let (x, y) = (num(a, "bytes_sent") as u64, num(b, "bytes_sent") as u64);
+    assert!(x.abs_diff(y) <= frames, "bytes sent {x} vs {y}");
+}
+
+#[test]
+fn a_slower_network_takes_longer_and_moves_the_same_bytes() {
+    let dir = tempdir("sim", "bandwidth");
+    let (fast, _) = sim(&dir, "fast", &["--egress", "10gbit"]);
+    let (slow, _) = sim(&dir, "slow", &["--egress", "10mbit"]);
+    assert_eq!(fast["bytes_per_clock"], slow["bytes_per_clock"]);
+    let (tf, ts) = (num(&fast, "wall_s"), num(&slow, "wall_s"));
+    // Each peer sends 3 frames per clock: at 10 Mbit/s that alone is bytes/1.25e6 s.
+    let per_peer = num(&fast, "bytes_per_clock_per_peer");
+    assert!(ts > 30.0 * per_peer / 1.25e6, "{ts}");
+    assert!(ts > 10.0 * tf, "{ts} vs {tf}");
+    assert_eq!(slow["sim"]["egress_bytes_per_s"], 1.25e6);
+    assert_eq!(slow["sim"]["ingress_bytes_per_s"], 1.25e6);
+}
+
+#[test]
+fn fms_is_simulated_with_the_server_as_a_node() {
+    let dir = tempdir("sim", "fms");
+    let fms = [
+        "--backend",
+        "fms",
+        "--fms-push",
+        "dense",
+        "--optimizer",
+        "sgd",
+    ];
+    let (s, _) = sim(&dir, "sim", &fms);
+    let mut args = vec!["run"];
+    args.extend_from_slice(&fms);
+    args.extend_from_slice(SMALL);
+    let m = run_summary(&args, &dir.join("mem.json"));
+    for key in ["objective", "replica_checksums"] {
+        assert_eq!(s[key], m[key], "{key}");
+    }
+    same_bytes(&s, &m, 4 * 30);
+    // The server's NIC sends P full matrices a clock: FMS is slower than SFB here.
+    let (sfb, _) = sim(&dir, "sfb", &["--optimizer", "sgd"]);
+    assert!(num(&s, "wall_s") > num(&sfb, "wall_s"));
+}
+
+#[test]
+fn what_is_not_simulated_is_refused_by_name() {
+    let dir = tempdir("sim", "refused");
+    let cases: &[(&[&str], &str)] = &[
+        (&["--transport", "libp2p"], "give no --transport"),
+        (
+            &["--checkpoint-dir", dir.to_str().unwrap()],
+            "fault.checkpoint_dir is not simulated",
+        ),
+        (&["--jitter", "1ms"], "sim.jitter_s"),
+        (&["--flops", "0"], "sim.flops"),
+        (&["--ingress", "fast"], "ingress \"fast\""),
+    ];
+    for (extra, want) in cases {
+        let out = Command::new(SFB)
+            .arg("sim")
+            .args(SMALL)
+            .args(*extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{extra:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{extra:?}: {err}");
+    }
+    // sim options with another transport (a spec file) are refused too.
+    let spec = dir.join("spec.json");
+    std::fs::write(&spec, r#"{"sim": {"latency_s": 0.001}}"#).unwrap();
+    let out = Command::new(SFB)
+        .args(["run", "--spec", spec.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sim applies to the sim transport"), "{err}");
+}
+
+#[test]
+fn a_calibrated_run_is_replayed_from_the_figures_its_summary_names() {
+    let dir = tempdir("sim", "calibrate");
+    let (cal, _) = sim(&dir, "cal", &["--costs", "calibrate"]);
+    let block = &cal["sim"];
+    assert_eq!(block["calibrated"], true);
+    let fig = |v: &Value| v.as_f64().unwrap().to_string();
+    let costs = &block["costs"];
+    assert!(costs["compute_per_sample"].as_f64().unwrap() > 0.0);
+    let replay = [
+        "--flops".to_string(),
+        fig(&block["flops"]),
+        "--mem-bw".into(),
+        fig(&block["mem_bw"]),
+        "--compute-per-sample".into(),
+        fig(&costs["compute_per_sample"]),
+        "--evaluate-cost".into(),
+        fig(&costs["evaluate"]),
+    ];
+    let replay: Vec<&str> = replay.iter().map(String::as_str).collect();
+    let (again, _) = sim(&dir, "again", &replay);
+    let mut cal = cal.clone();
+    cal["sim"]["calibrated"] = Value::Bool(false);
+    assert_eq!(cal, again);
+}
