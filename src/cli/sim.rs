@@ -55,17 +55,18 @@ pub struct SimArgs {
 }
 
 fn seconds(s: &str) -> Result<f64, String> {
-    let (num, scale) = if let Some(n) = s.strip_suffix("us") {
-        (n, 1e-6)
+    // Divided (not multiplied by 1e-6), so that 50us is exactly the f64 nearest 50e-6.
+    let (num, per_second) = if let Some(n) = s.strip_suffix("us") {
+        (n, 1e6)
     } else if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
+        (n, 1e3)
     } else if let Some(n) = s.strip_suffix('s') {
         (n, 1.0)
     } else {
         (s, 1.0)
     };
     match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v * scale),
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v / per_second),
         _ => Err(format!(
             "{s:?}: expected a non-negative duration such as 50us, 2ms or 0.001"
         )),
