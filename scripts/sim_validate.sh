@@ -1,0 +1,33 @@
+#!/bin/bash
+# The simulator against real processes (README, "Simulating a cluster"): for P = 4 and 8,
+# SFB full broadcast and FMS, one `sfb run --transport libp2p --bandwidth 1gbit` (token
+# bucket, processes on this machine) and one `sfb sim --costs calibrate` of the same run
+# with the processes' setting (ingress unlimited: loopback; --colocate NODES:CORES: all
+# nodes on this host's cores). Prints time per clock, bytes per clock, staleness
+# histogram and checksum agreement per pair. Extra sim flags (e.g. --transport-cpu 360MB)
+# are passed through.
+#
+#   cargo build --release && scripts/sim_validate.sh [OUT_DIR] [sim flags…]
+set -euo pipefail
+S=${SFB:-target/release/sfb}
+OUT=${1:-target/sim-validate}
+shift || true
+CORES=$(nproc)
+mkdir -p "$OUT"
+for P in 4 8; do for B in sfb fms; do
+  C="--peers $P --backend $B --clocks 100 --synthetic classes=256,features=1024,samples=20000 --optimizer sgd --eval-every 50 --bandwidth 1gbit"
+  nodes=$P; [ "$B" = fms ] && nodes=$((P+1))
+  $S run --transport libp2p $C --summary "$OUT/real-$B-$P.json" >/dev/null 2>"$OUT/real-$B-$P.err"
+  $S sim --costs calibrate --ingress unlimited --colocate "$nodes:$CORES" "$@" $C \
+    --summary "$OUT/sim-$B-$P.json" >/dev/null 2>"$OUT/sim-$B-$P.err"
+  python3 - "$OUT/real-$B-$P.json" "$OUT/sim-$B-$P.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2]))
+ms = lambda x: 1e3 * x["wall_s"] / x["clocks"]
+print(f"{r['backend']} P={r['peers']}: ms/clock real {ms(r):.2f} sim {ms(s):.2f} "
+      f"(sim/real {s['wall_s'] / r['wall_s']:.3f}); bytes/clock real {r['bytes_per_clock']:.0f} "
+      f"sim {s['bytes_per_clock']:.0f} ({s['bytes_per_clock'] / r['bytes_per_clock']:.6f}); "
+      f"staleness equal {r['staleness_histogram'] == s['staleness_histogram']}; "
+      f"checksums equal {r['replica_checksums'] == s['replica_checksums']}")
+PY
+done; done
