@@ -134,6 +134,18 @@ fn what_is_not_simulated_is_refused_by_name() {
         (&["--jitter", "1ms"], "sim.jitter_s"),
         (&["--flops", "0"], "sim.flops"),
         (&["--ingress", "fast"], "ingress \"fast\""),
+        (
+            &["--timing-only", "--backend", "fms"],
+            "sim.timing_only needs backend sfb",
+        ),
+        (
+            &["--timing-only", "--model", "sc"],
+            "sim.timing_only needs model mlr",
+        ),
+        (
+            &["--timing-only", "--compress", "rank:2"],
+            "timing-only runs do no arithmetic, and what --compress sends",
+        ),
     ];
     for (extra, want) in cases {
         let out = Command::new(SFB)
@@ -182,4 +194,63 @@ fn a_calibrated_run_is_replayed_from_the_figures_its_summary_names() {
     let mut cal = cal.clone();
     cal["sim"]["calibrated"] = Value::Bool(false);
     assert_eq!(cal, again);
+}
+
+/// Timing only: the same protocol and frames without the arithmetic. Against the same run
+/// with real arithmetic (partial broadcast over the deterministic optimizer's topology,
+/// sparse and dense data): bytes, staleness, compute and apply time agree exactly; the
+/// clock ends earlier by the evaluations it skips, and there is no objective.
+#[test]
+fn timing_only_keeps_the_traffic_and_times_without_the_arithmetic() {
+    let dir = tempdir("sim", "timing-only");
+    for (name, data) in [
+        ("dense", "classes=5,features=40,samples=2000"),
+        ("sparse", "classes=5,features=400,samples=2000,density=0.05"),
+    ] {
+        let run = |tag: &str, extra: &[&str]| {
+            let (summary, metrics) = (
+                dir.join(format!("{name}-{tag}.json")),
+                dir.join(format!("{name}-{tag}.jsonl")),
+            );
+            let mut args = vec!["sim", "--peers", "6", "--out-degree", "2", "--clocks", "20"];
+            args.extend([
+                "--synthetic",
+                data,
+                "--optimizer",
+                "sgd",
+                "--eval-every",
+                "5",
+            ]);
+            args.extend_from_slice(extra);
+            args.extend(["--metrics", metrics.to_str().unwrap()]);
+            let v = run_summary(&args, &summary);
+            (v, std::fs::read_to_string(metrics).unwrap())
+        };
+        let (real, _) = run("real", &[]);
+        let (timing, records) = run("timing", &["--timing-only"]);
+        for key in [
+            "bytes_sent",
+            "staleness_histogram",
+            "compute_s",
+            "apply_s",
+            "samples",
+            "max_staleness",
+        ] {
+            assert_eq!(real[key], timing[key], "{name}: {key}");
+        }
+        assert!(num(&real, "eval_s") > 0.0, "{name}");
+        assert_eq!(num(&timing, "eval_s"), 0.0, "{name}");
+        assert!(timing["objective"].is_null(), "{name}");
+        for line in records.lines() {
+            let r: Value = serde_json::from_str(line).unwrap();
+            assert!(r["objective"].is_null(), "{name}: {line}");
+        }
+        assert_eq!(timing["sim"]["timing_only"], true, "{name}");
+        // BSP: every clock's end moves earlier by at most the evaluations skipped.
+        let (r, t) = (num(&real, "wall_s"), num(&timing, "wall_s"));
+        assert!(
+            t < r && t >= r - num(&real, "eval_s") * 1.0001,
+            "{name}: {t} vs {r}"
+        );
+    }
 }

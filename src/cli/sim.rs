@@ -50,6 +50,12 @@ pub struct SimArgs {
     /// measures for libp2p on this machine). Default: free.
     #[arg(long, value_name = "RATE")]
     pub transport_cpu: Option<sfb_net::bandwidth::Rate>,
+    /// Timing only: nodes send frames of their real sizes but do no arithmetic (no
+    /// compute_sv, applies or evaluation) and hold no replica, for P where real replicas
+    /// do not fit or take too long; times from the cost model, no objective. SFB with
+    /// MLR only.
+    #[arg(long)]
+    pub timing_only: bool,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -114,6 +120,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
         evaluate_s: args.evaluate_cost,
         colocate: args.colocate,
         transport_cpu: args.transport_cpu,
+        timing_only: args.timing_only,
     };
     super::run::run_spec(&spec, args.run.print_spec)
 }

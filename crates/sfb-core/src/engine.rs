@@ -100,6 +100,15 @@ pub struct Config {
     /// back for the next clock. Plain SGD and the factored optimizer only; no checkpoints.
     /// Default: none.
     pub aggregate: Option<usize>,
+    /// Timing only (`sfb sim --timing-only`): the node runs its whole protocol (clocks,
+    /// barriers, sends, relays, records) but does no arithmetic: `compute_sv` becomes
+    /// [`Model::timing_sv`] (factors of the right shapes and sizes, zeros), applies touch
+    /// nothing, there is no evaluation, and the replica holds W's shape only (no J × D
+    /// storage), so a simulator can run more nodes than real replicas would fit in
+    /// memory. What a run then reports is its traffic and, under a cost model, its
+    /// times; not learning. Not with `compress`, `prioritize`, `aggregate` or checkpoints
+    /// (what they send or keep depends on the values). Default: off.
+    pub timing_only: bool,
 }
 
 /// Default [`Config::max_drift`]: 64 clocks, room for a straggler several times slower than
@@ -142,6 +151,7 @@ impl Config {
             relay: None,
             relay_compress: None,
             aggregate: None,
+            timing_only: false,
         }
     }
 
@@ -217,6 +227,20 @@ impl Config {
                      checkpoints with it"
                         .into(),
                 );
+            }
+        }
+        if self.timing_only {
+            let cut = [
+                (self.compress.is_some(), "--compress"),
+                (self.prioritize.is_some(), "--prioritize"),
+                (self.aggregate.is_some(), "--aggregate"),
+                (self.checkpoint_every > 0, "checkpoints"),
+            ];
+            if let Some((_, what)) = cut.iter().find(|c| c.0) {
+                return Err(ConfigError::Sending(format!(
+                    "timing-only runs do no arithmetic, and what {what} sends or keeps                      depends on the values: run it with real arithmetic"
+                ))
+                .into());
             }
         }
         if let Some(p) = &self.prioritize {
@@ -306,6 +330,7 @@ impl Config {
             eval_every: self.eval_every,
             max_drift: self.max_drift,
             checkpoint_every: self.checkpoint_every,
+            timing_only: self.timing_only,
         }
     }
 }
@@ -595,7 +620,11 @@ impl<M: Model> Side<M> for PeerSide {
         let batches: Vec<(Arc<FactorBatch>, bool)> =
             keys.iter().map(|k| self.pending[k].clone()).collect();
         let refs: Vec<&FactorBatch> = batches.iter().map(|b| b.0.as_ref()).collect();
-        let stats = self.stepper.apply(&mut self.replica, &refs, worker.clock)?;
+        let stats = if worker.plan.timing_only {
+            crate::replica::ApplyStats::counted(&refs)
+        } else {
+            self.stepper.apply(&mut self.replica, &refs, worker.clock)?
+        };
         if stats.aggregated_from > 0 {
             worker.metrics.aggregated_applies += 1;
         }
@@ -609,7 +638,9 @@ impl<M: Model> Side<M> for PeerSide {
                 self.forward(worker, batch, worker.clock);
             }
         }
-        worker.model.prox(self.replica.w_mut());
+        if !worker.plan.timing_only {
+            worker.model.prox(self.replica.w_mut());
+        }
         let (j, d) = self.replica.dim();
         let t1 = time.after(Work::Apply {
             pairs: stats.pairs(),
@@ -759,7 +790,12 @@ impl<M: Model> Engine<M> {
     /// [`Error::Config`] from [`Config::validate`]; [`Error::NonFinite`] for a bad `w0`.
     pub fn new(cfg: Config, model: M, w0: Array2<f32>, shard: Shard<M::Sample>) -> Result<Self> {
         cfg.validate()?;
-        let replica = Replica::new(w0)?;
+        let replica = if cfg.timing_only {
+            let (j, d) = w0.dim();
+            Replica::shape_only(j, d)
+        } else {
+            Replica::new(w0)?
+        };
         let worker = Worker::new(
             cfg.id,
             model,
@@ -772,7 +808,13 @@ impl<M: Model> Engine<M> {
         Ok(Self {
             side: PeerSide {
                 stepper: {
-                    let s = Stepper::new(cfg.optimizer.clone(), cfg.lr, cfg.clocks, replica.dim())?;
+                    // A timing-only node never steps: no optimizer state the size of W.
+                    let dim = if cfg.timing_only {
+                        (0, 0)
+                    } else {
+                        replica.dim()
+                    };
+                    let s = Stepper::new(cfg.optimizer.clone(), cfg.lr, cfg.clocks, dim)?;
                     match cfg.aggregate {
                         Some(rank) => s.with_aggregate(rank),
                         None => s,

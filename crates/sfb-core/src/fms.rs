@@ -233,6 +233,8 @@ impl Config {
             // FMS runs only the bounded models, which ignore it.
             max_drift: crate::DEFAULT_MAX_DRIFT,
             checkpoint_every: self.checkpoint_every,
+            // FMS ships dense matrices, which need their values: never timing-only.
+            timing_only: false,
         }
     }
 

@@ -222,6 +222,10 @@ pub struct SimReport {
     /// The modelled cost of each unit of work, seconds (`compute_per_sample`,
     /// `apply_per_pair`, …), derived from the rates and the run's shapes.
     pub costs: BTreeMap<String, f64>,
+    /// Whether the nodes did no arithmetic (`--timing-only`): traffic and times only, no
+    /// learning.
+    #[serde(default)]
+    pub timing_only: bool,
 }
 
 /// The `--summary` JSON of a run (keys fixed by DESIGN.md's CLI contract, plus extras).
@@ -602,7 +606,7 @@ impl std::fmt::Display for Summary {
             writeln!(
                 f,
                 "  simulated {:.4}s ({:.3} ms per clock; {} events): NIC egress {} ingress {}, \
-                 latency {:.0} µs ± {:.0} µs, {:.3e} flop/s{}, {:.3e} B/s",
+                 latency {:.0} µs ± {:.0} µs, {:.3e} flop/s{}, {:.3e} B/s{}",
                 sim.simulated_s,
                 1e3 * sim.simulated_s / s.clocks.max(1) as f64,
                 sim.events,
@@ -617,6 +621,11 @@ impl std::fmt::Display for Summary {
                     ""
                 },
                 sim.mem_bw,
+                if sim.timing_only {
+                    "; timing only (no arithmetic)"
+                } else {
+                    ""
+                },
             )?;
         }
         if s.relayed_batches > 0 || s.update_coverage.is_some_and(|c| c < 1.0) {

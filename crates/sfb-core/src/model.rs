@@ -115,6 +115,28 @@ pub trait Model: Send {
         }
     }
 
+    /// The factors `compute_sv` would write for `batch` into `sv` for a `j × d` W, with
+    /// their shapes and sizes but without the arithmetic (zeros where values would be
+    /// computed): what a timing-only node sends
+    /// ([`Config::timing_only`](crate::Config::timing_only)). Default: one dense pair of
+    /// zeros per sample. A model whose pairs are sparse, or more than one per sample,
+    /// overrides it so its frames have their real sizes.
+    ///
+    /// # Errors
+    /// [`ModelError`] as from `compute_sv`.
+    fn timing_sv(
+        &mut self,
+        (j, d): (usize, usize),
+        batch: &[&Self::Sample],
+        sv: &mut SvList,
+    ) -> Result<(), ModelError> {
+        let (u, v) = (vec![0.0; j], vec![0.0; d]);
+        for _ in batch {
+            sv.push_dense(&u, &v)?;
+        }
+        Ok(())
+    }
+
     /// Projects W after each step's updates are applied (e.g. unit-norm columns). Default:
     /// no-op.
     fn prox(&mut self, w: ArrayViewMut2<'_, f32>) {

@@ -61,6 +61,22 @@ pub struct ApplyStats {
 }
 
 impl ApplyStats {
+    /// What applying `batches` would do, counted without applying them (timing-only
+    /// runs; aggregation aside).
+    pub fn counted(batches: &[&FactorBatch]) -> Self {
+        let mut s = Self {
+            batches: batches.len(),
+            ..Self::default()
+        };
+        for b in batches {
+            match &b.v {
+                VFactors::Dense(_) => s.dense_pairs += b.len(),
+                VFactors::Sparse { .. } => s.sparse_pairs += b.len(),
+            }
+        }
+        s
+    }
+
     /// Pairs applied (the stacked rank `R`).
     pub fn pairs(&self) -> usize {
         self.dense_pairs + self.sparse_pairs
@@ -71,6 +87,9 @@ impl ApplyStats {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Replica {
     w: Array2<f32>,
+    /// `(J, D)`: `w`'s shape, or the shape alone of a [`shape_only`](Self::shape_only)
+    /// replica.
+    dim: (usize, usize),
 }
 
 impl Replica {
@@ -91,19 +110,31 @@ impl Replica {
         } else {
             w.as_standard_layout().into_owned()
         };
-        Ok(Self { w })
+        let dim = w.dim();
+        Ok(Self { w, dim })
     }
 
     /// A `j × d` replica of zeros.
     pub fn zeros(j: usize, d: usize) -> Self {
         Self {
             w: Array2::zeros((j, d)),
+            dim: (j, d),
+        }
+    }
+
+    /// A replica of W's shape `j × d` that holds no entries (a timing-only node's,
+    /// [`Config::timing_only`](crate::Config::timing_only)): [`dim`](Self::dim) is
+    /// `(j, d)`, [`w`](Self::w) is empty, and applying to it fails as a shape mismatch.
+    pub fn shape_only(j: usize, d: usize) -> Self {
+        Self {
+            w: Array2::zeros((0, 0)),
+            dim: (j, d),
         }
     }
 
     /// `(J, D)`.
     pub fn dim(&self) -> (usize, usize) {
-        self.w.dim()
+        self.dim
     }
 
     /// Read view of W.
@@ -241,17 +272,14 @@ impl Replica {
             .collect();
         let chunk = BLOCK_ROWS * d;
         let wslice = self.w.as_slice_mut().expect("replica is standard layout");
-        wslice
-            .par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(blk, wb)| {
-                let (a, n) = (blk * chunk, wb.len());
-                for m in &rows {
-                    for (x, &y) in wb.iter_mut().zip(&m[a..a + n]) {
-                        *x += y;
-                    }
+        for_each_block(wslice, chunk, |blk, wb| {
+            let (a, n) = (blk * chunk, wb.len());
+            for m in &rows {
+                for (x, &y) in wb.iter_mut().zip(&m[a..a + n]) {
+                    *x += y;
                 }
-            });
+            }
+        });
         Ok(())
     }
 
@@ -460,48 +488,58 @@ fn apply_unchecked(
     let ut_flat = &ut[..];
     let ut = ArrayView2::from_shape((j, r), ut_flat).expect("stacked shape");
     let wslice = w.as_slice_mut().expect("replica is standard layout");
-    wslice
-        .par_chunks_mut(BLOCK_ROWS * d)
-        .enumerate()
-        .for_each(|(blk, wb)| {
-            let r0 = blk * BLOCK_ROWS;
-            let rows = wb.len() / d;
-            if small && r > 0 {
-                arch.dispatch(SmallRank {
-                    w: &mut *wb,
-                    d,
-                    r,
-                    ut: &ut_flat[r0 * r..(r0 + rows) * r],
-                    panels: &panels,
-                    vbar: vbar_rows,
-                });
-            }
-            let mut wv = ArrayViewMut2::from_shape((rows, d), wb).expect("block shape");
-            if r > 0 && !small {
-                let lhs = ut.slice(ndarray::s![r0..r0 + rows, ..]);
-                matmul(
-                    wv.view_mut().into_faer(),
-                    Accum::Add,
-                    lhs.into_faer(),
-                    vbar.view().into_faer(),
-                    1.0f32,
-                    Par::Seq,
-                );
-            }
-            for p in &sparse {
-                for row in 0..rows {
-                    let a = p.scale * p.u[r0 + row];
-                    if a == 0.0 {
-                        continue;
-                    }
-                    let wr = wv.row_mut(row).into_slice().expect("contiguous row");
-                    for (&c, &x) in p.indices.iter().zip(p.values) {
-                        wr[c as usize] += a * x;
-                    }
+    for_each_block(wslice, BLOCK_ROWS * d, |blk, wb| {
+        let r0 = blk * BLOCK_ROWS;
+        let rows = wb.len() / d;
+        if small && r > 0 {
+            arch.dispatch(SmallRank {
+                w: &mut *wb,
+                d,
+                r,
+                ut: &ut_flat[r0 * r..(r0 + rows) * r],
+                panels: &panels,
+                vbar: vbar_rows,
+            });
+        }
+        let mut wv = ArrayViewMut2::from_shape((rows, d), wb).expect("block shape");
+        if r > 0 && !small {
+            let lhs = ut.slice(ndarray::s![r0..r0 + rows, ..]);
+            matmul(
+                wv.view_mut().into_faer(),
+                Accum::Add,
+                lhs.into_faer(),
+                vbar.view().into_faer(),
+                1.0f32,
+                Par::Seq,
+            );
+        }
+        for p in &sparse {
+            for row in 0..rows {
+                let a = p.scale * p.u[r0 + row];
+                if a == 0.0 {
+                    continue;
+                }
+                let wr = wv.row_mut(row).into_slice().expect("contiguous row");
+                for (&c, &x) in p.indices.iter().zip(p.values) {
+                    wr[c as usize] += a * x;
                 }
             }
-        });
+        }
+    });
     stats
+}
+
+/// Runs `f(block index, block)` on every `chunk`-long block of `w`: on rayon when there
+/// are several, inline when there is one (handing a single block to the pool only adds a
+/// cross-thread wake-up per call, which dominated the simulator's many small applies).
+fn for_each_block(w: &mut [f32], chunk: usize, f: impl Fn(usize, &mut [f32]) + Sync + Send) {
+    if w.len() <= chunk {
+        f(0, w);
+    } else {
+        w.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(blk, wb)| f(blk, wb));
+    }
 }
 
 /// `S::F32_LANES` of the dispatched instruction set.

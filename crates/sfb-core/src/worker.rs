@@ -44,6 +44,8 @@ pub(crate) struct Plan {
     /// Take the node's state every this many clocks (0: never); see
     /// [`checkpoint`](crate::checkpoint).
     pub(crate) checkpoint_every: u64,
+    /// No arithmetic ([`Config::timing_only`](crate::Config::timing_only)).
+    pub(crate) timing_only: bool,
 }
 
 /// What the nodes a worker waits for have delivered (SFB: its in-neighbours; an FMS
@@ -671,13 +673,17 @@ impl<M: Model> Worker<M> {
         let t0 = time.now();
         let batch = self.shard.next_batch_indexed(self.plan.batch_size);
         self.sv.clear();
-        self.model
-            .compute_sv_indexed(w, &batch, &mut self.sv)
-            .map_err(|source| Error::Model { clock, source })?;
+        let (j, d) = (self.sv.j(), self.sv.d());
+        if self.plan.timing_only {
+            let samples: Vec<&M::Sample> = batch.iter().map(|&(_, s)| s).collect();
+            self.model.timing_sv((j, d), &samples, &mut self.sv)
+        } else {
+            self.model.compute_sv_indexed(w, &batch, &mut self.sv)
+        }
+        .map_err(|source| Error::Model { clock, source })?;
         let pairs = self.sv.len();
         let scale = self.model.scale(clock, self.plan.lr, pairs);
         let fb = self.sv.commit(self.id, clock, scale);
-        let (j, d) = w.dim();
         fb.validate(j, d).map_err(|e| Error::Model {
             clock,
             source: e.into(),
@@ -724,6 +730,9 @@ impl<M: Model> Worker<M> {
         w: ArrayView2<'_, f32>,
         time: &mut dyn TimeSource,
     ) -> Option<Evaluation> {
+        if self.plan.timing_only {
+            return None;
+        }
         let ev = self.evaluator.as_mut()?;
         let t0 = time.now();
         let e = ev.evaluate(w);

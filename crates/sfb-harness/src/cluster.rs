@@ -227,6 +227,11 @@ struct Settings {
     relay: bool,
     relay_compress: Option<usize>,
     aggregate: Option<usize>,
+    /// No arithmetic ([`sfb_core::Config::timing_only`]; the simulator's).
+    timing_only: bool,
+    /// The optimizer's budgets in work, not time ([`sfb_topology::Options::deterministic`];
+    /// the simulator's, whose runs are bitwise reproducible).
+    deterministic_topology: bool,
 }
 
 /// Where and how often the nodes checkpoint, and whether they resume.
@@ -281,6 +286,8 @@ impl Default for Settings {
             relay: false,
             relay_compress: None,
             aggregate: None,
+            timing_only: false,
+            deterministic_topology: false,
         }
     }
 }
@@ -347,6 +354,9 @@ pub struct Builtin {
     /// Streamed data ([`Builder::streamed`]): each peer reads its own part when built.
     streamed: Option<Arc<Streamed>>,
     init_std: f32,
+    /// `problem`'s mean ℓ1 norm, computed once (every peer's default step needs it, and
+    /// a pass over the training set per peer is O(P·N)).
+    mean_l1: std::sync::OnceLock<f64>,
 }
 
 impl Builtin {
@@ -521,7 +531,10 @@ impl Kind for Builtin {
     }
     fn default_lr(&self, method: sfb_core::Method) -> f32 {
         match (&self.problem, &self.streamed) {
-            (Some(p), _) => crate::default_lr_for_data(method, &self.spec, p.mean_l1()),
+            (Some(p), _) => {
+                let l1 = *self.mean_l1.get_or_init(|| p.mean_l1());
+                crate::default_lr_for_data(method, &self.spec, l1)
+            }
             (None, Some(s)) => crate::default_lr_for_data(method, &self.spec, s.mean_l1()),
             (None, None) => crate::default_lr(method),
         }
@@ -860,6 +873,7 @@ impl Builder<NoModel> {
                 problem: None,
                 streamed: None,
                 init_std: 0.0,
+                mean_l1: std::sync::OnceLock::new(),
             },
         }
     }
@@ -890,6 +904,7 @@ impl Builder<Builtin> {
     pub fn data(mut self, problem: Problem) -> Self {
         self.kind.problem = Some(problem);
         self.kind.streamed = None;
+        self.kind.mean_l1 = std::sync::OnceLock::new();
         self
     }
 
@@ -942,6 +957,17 @@ impl Builder<Builtin> {
             });
         };
         let t0 = std::time::Instant::now();
+        if sim.timing_only && fms.is_some() {
+            return Err(Error::Requires {
+                field: "sim.timing_only",
+                requires: "backend sfb",
+                why: "FMS frames are dense J × D matrices, which need their values",
+            });
+        }
+        self.s.timing_only = sim.timing_only;
+        // A bitwise-reproducible run needs a topology that does not depend on how fast
+        // the optimizer ran.
+        self.s.deterministic_topology = true;
         let nnz = if problem.train.is_empty() {
             problem.features as f64
         } else {
@@ -984,7 +1010,7 @@ impl Builder<Builtin> {
         let (summary, records, report) = match fms {
             None => {
                 let engines = self.build_engines()?;
-                let (j, d) = engines.first().map_or((0, 0), |e| e.replica().w().dim());
+                let (j, d) = engines.first().map_or((0, 0), |e| e.replica().dim());
                 let (costs, report) =
                     crate::sim::plan_costs(sim, &self.kind.spec, shapes(j, d), batch, nic);
                 let out_degree = engines
@@ -1006,7 +1032,7 @@ impl Builder<Builtin> {
             }
             Some(push) => {
                 let (server, clients) = self.build_fms(push)?;
-                let (j, d) = server.replica().w().dim();
+                let (j, d) = server.replica().dim();
                 let (costs, report) =
                     crate::sim::plan_costs(sim, &self.kind.spec, shapes(j, d), batch, nic);
                 let info = self.info("fms", 1);
@@ -1129,7 +1155,9 @@ impl<K> Builder<K> {
                 match method {
                     Some(m) => sfb_topology::generate(&m, p, q)?.out_lists(),
                     None => {
-                        let opts = sfb_topology::Options::default().time_limit(time_limit);
+                        let opts = sfb_topology::Options::default()
+                            .time_limit(time_limit)
+                            .deterministic(self.s.deterministic_topology);
                         sfb_topology::optimize(p, q, &opts)?.topology.out_lists()
                     }
                 }
@@ -1205,6 +1233,7 @@ impl<K: Kind> Builder<K> {
             seed: self.s.seed,
         });
         cfg.aggregate = self.s.aggregate;
+        cfg.timing_only = self.s.timing_only;
         if relay && self.s.relay {
             cfg.relay = Some(self.resolved()?.routes()?);
             cfg.relay_compress = self.s.relay_compress;
@@ -1247,6 +1276,10 @@ impl<K: Kind> Builder<K> {
     /// [`Error::Memory`] with both figures; the build errors of peer 0.
     pub fn check_fits(&mut self, nodes: usize) -> Result<()> {
         let engine = self.engine(0, Vec::new(), Vec::new(), false, true)?;
+        if self.s.timing_only {
+            // No replica and no optimizer state: nothing of W's size per node.
+            return Ok(());
+        }
         let (j, d) = engine.replica().dim();
         let state = engine.config().optimizer.state_bytes(j, d) as u128;
         check_fits(nodes, j, d, state, available_memory())

@@ -145,6 +145,12 @@ pub struct SimOptions {
     /// Default: free.
     #[serde(with = "rate_serde")]
     pub transport_cpu: Option<Rate>,
+    /// Timing only: every node runs its protocol and sends frames of their real sizes,
+    /// but does no arithmetic (no `compute_sv`, no applies, no evaluation) and holds no
+    /// replica ([`sfb_core::Config::timing_only`]): for more peers than real replicas fit
+    /// in memory or finish in reasonable time. Times come from the cost model as usual;
+    /// there is no learning to report (no objective). SFB with MLR only. Default: off.
+    pub timing_only: bool,
 }
 
 impl Default for SimOptions {
@@ -161,6 +167,7 @@ impl Default for SimOptions {
             evaluate_s: None,
             colocate: None,
             transport_cpu: None,
+            timing_only: false,
         }
     }
 }
@@ -416,6 +423,7 @@ pub(crate) fn plan_costs(
         mem_bw,
         calibrated,
         costs: named,
+        timing_only: opts.timing_only,
     };
     (costs, report)
 }

@@ -1511,10 +1511,28 @@ impl RunSpec {
                 "every simulated peer lives in this one process",
             ),
         ];
-        match refused.iter().find(|(_, set, _)| *set) {
-            Some(&(field, _, why)) => Err(Error::NotSimulated { field, why }),
-            None => Ok(()),
+        if let Some(&(field, _, why)) = refused.iter().find(|(_, set, _)| *set) {
+            return Err(Error::NotSimulated { field, why });
         }
+        if self.sim.timing_only {
+            if self.backend == Backend::Fms {
+                return Err(Error::Requires {
+                    field: "sim.timing_only",
+                    requires: "backend sfb",
+                    why: "FMS frames are dense J × D matrices, which need their values \
+                          (FMS's arithmetic is O(P·J·D) a clock: run it with real arithmetic)",
+                });
+            }
+            if self.model != ModelChoice::Mlr {
+                return Err(Error::Requires {
+                    field: "sim.timing_only",
+                    requires: "model mlr",
+                    why: "timing-only frames carry MLR's factor shapes (u: J zeros, v: the \
+                          sample's features); other models' shapes depend on their values",
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Checks that the run's output files (`output.metrics`, `output.summary`, the

@@ -82,6 +82,21 @@ impl Model for AnyModel {
         }
     }
 
+    fn timing_sv(
+        &mut self,
+        dim: (usize, usize),
+        batch: &[&Example],
+        sv: &mut SvList,
+    ) -> Result<(), ModelError> {
+        match self {
+            AnyModel::Mlr(m) => m.timing_sv(dim, batch, sv),
+            AnyModel::L2Mlr(m) => m.timing_sv(dim, batch, sv),
+            AnyModel::Dml(m) => m.timing_sv(dim, batch, sv),
+            AnyModel::SparseCoding(m) => m.timing_sv(dim, batch, sv),
+            AnyModel::Saga(m) => m.timing_sv(dim, batch, sv),
+        }
+    }
+
     fn prox(&mut self, w: ArrayViewMut2<'_, f32>) {
         match self {
             AnyModel::Mlr(m) => m.prox(w),

@@ -50,7 +50,7 @@ pub(crate) fn logits(w: ArrayView2<'_, f32>, batch: &[&Example], out: &mut Array
             x.view().into_faer(),
             w.t().into_faer(),
             1.0f32,
-            Par::rayon(0),
+            gemm_par(k * j * d),
         );
         return;
     }
@@ -60,6 +60,17 @@ pub(crate) fn logits(w: ArrayView2<'_, f32>, batch: &[&Example], out: &mut Array
         for c in 0..j {
             out[[i, c]] = e.x.dot(&ws[c * d..(c + 1) * d]);
         }
+    }
+}
+
+/// Threads for a GEMM of `macs` multiply-adds: below ~16M (a few hundred µs) handing it
+/// to the rayon pool costs more in wake-ups than it saves (a mini-batch's logits at
+/// J = D = 128 is 0.3M), so it runs on the calling thread.
+fn gemm_par(macs: usize) -> Par {
+    if macs < 1 << 24 {
+        Par::Seq
+    } else {
+        Par::rayon(0)
     }
 }
 
@@ -118,6 +129,24 @@ impl Model for Mlr {
             match &e.x {
                 Features::Dense(x) => sv.push_dense(u, x)?,
                 Features::Sparse { indices, values } => sv.push_sparse(u, indices, values)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// `u` of zeros (the scores are not computed), `v` the sample's features as
+    /// `compute_sv` sends them: sparse data keeps its sparse frames and their sizes.
+    fn timing_sv(
+        &mut self,
+        (j, _): (usize, usize),
+        batch: &[&Example],
+        sv: &mut SvList,
+    ) -> Result<(), ModelError> {
+        let u = vec![0.0; j];
+        for e in batch {
+            match &e.x {
+                Features::Dense(x) => sv.push_dense(&u, x)?,
+                Features::Sparse { indices, values } => sv.push_sparse(&u, indices, values)?,
             }
         }
         Ok(())

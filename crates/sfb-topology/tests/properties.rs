@@ -223,3 +223,23 @@ fn repair_bypasses_failed_peers_in_a_ring() {
     assert!(repair(&k, &[0, 1, 2, 3, 4]).is_err());
     assert!(repair(&k, &[6]).is_err());
 }
+
+/// A deterministic optimization ignores the clock: a time limit of a nanosecond and one
+/// of an hour give the same graph (at P = 200 the local search runs; at P = 12 the exact
+/// search does), where time-limited runs would differ.
+#[test]
+fn deterministic_budgets_do_not_depend_on_the_clock() {
+    for (p, q) in [(200, 4), (12, 2)] {
+        let run = |limit: Duration| {
+            let opts = Options::default().time_limit(limit).deterministic(true);
+            optimize(p, q, &opts).unwrap()
+        };
+        let (fast, slow) = (run(Duration::from_nanos(1)), run(Duration::from_secs(3600)));
+        assert_eq!(fast.topology, slow.topology, "P={p} Q={q}");
+        assert!(
+            fast.moves > 0 || fast.nodes > 0 || fast.proven_optimal,
+            "P={p} Q={q}"
+        );
+        assert!(fast.cost <= kautz(p, q).unwrap().cost());
+    }
+}

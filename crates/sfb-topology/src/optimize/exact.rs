@@ -33,6 +33,8 @@ pub(crate) struct Exact {
     /// Stop when `best_cost` reaches this (the global lower bound).
     target: u64,
     deadline: Instant,
+    /// Stop after this many nodes (a budget in work: the same result on any machine).
+    max_nodes: u64,
     pub(crate) nodes: u64,
     pub(crate) aborted: bool,
     /// Out-sets of fixed peers as bit masks (P ≤ 64).
@@ -70,6 +72,7 @@ impl Exact {
             best_out: None,
             target,
             deadline,
+            max_nodes: u64::MAX,
             nodes: 0,
             aborted: false,
             mask: vec![0; p],
@@ -89,11 +92,19 @@ impl Exact {
         }
     }
 
+    /// Stops the search after `nodes` nodes (checked every 1024).
+    pub(crate) fn max_nodes(mut self, nodes: u64) -> Self {
+        self.max_nodes = nodes;
+        self
+    }
+
     /// Assigns peer `i`'s out-set; labels `0..seen` are in use.
     fn branch(&mut self, i: usize, seen: usize) {
         let (p, q) = (self.p, self.q);
         self.nodes += 1;
-        if self.nodes.is_multiple_of(1024) && Instant::now() >= self.deadline {
+        if self.nodes.is_multiple_of(1024)
+            && (self.nodes >= self.max_nodes || Instant::now() >= self.deadline)
+        {
             self.aborted = true;
         }
         if self.aborted || self.best_cost <= self.target {

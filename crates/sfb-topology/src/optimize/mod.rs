@@ -28,6 +28,12 @@ pub struct Options {
     /// Optional cap on local-search moves, for reproducible results independent of
     /// machine speed (the time limit still applies). Default `None`.
     pub max_moves: Option<u64>,
+    /// Budgets in work, not time: the constructions' random attempts, the local search's
+    /// moves (unless [`max_moves`](Self::max_moves) is set) and the exact search's nodes
+    /// are capped by counts that depend on P and Q only, and `time_limit` is ignored, so
+    /// the same inputs give the same topology on any machine under any load (what a
+    /// deterministic simulator needs). Default `false`.
+    pub deterministic: bool,
 }
 
 impl Default for Options {
@@ -37,6 +43,7 @@ impl Default for Options {
             seed: 0,
             exact_max_peers: 16,
             max_moves: None,
+            deterministic: false,
         }
     }
 }
@@ -65,6 +72,22 @@ impl Options {
         self.max_moves = moves;
         self
     }
+
+    /// Sets [`deterministic`](Self::deterministic).
+    pub fn deterministic(mut self, on: bool) -> Self {
+        self.deterministic = on;
+        self
+    }
+}
+
+/// Work budgets of a [`deterministic`](Options::deterministic) optimization, as
+/// `(construction attempts, local-search moves, exact-search nodes)`: a few seconds
+/// here at any P (an attempt costs an all-pairs BFS, O(P²Q); a move about O(P²)).
+fn work_budgets(p: usize, q: usize) -> (usize, u64, u64) {
+    let (p, q) = (p.max(1) as f64, q.max(1) as f64);
+    let attempts = (4e9 / (p * p * q)).clamp(1.0, 200.0) as usize;
+    let moves = (2e10 / (p * p)).clamp(100.0, 20_000.0) as u64;
+    (attempts, moves, 200_000)
 }
 
 /// Largest P for the local search, which keeps a P × P distance matrix (64 MiB here).
@@ -113,7 +136,12 @@ pub struct Optimized {
 ///
 /// The Kautz-deletion candidates (random removed sets, best of up to 200) are drawn until
 /// `until`, so large P cannot spend the whole budget here.
-fn constructions(p: usize, q: usize, until: Instant) -> Vec<(&'static str, Topology)> {
+fn constructions(
+    p: usize,
+    q: usize,
+    until: Instant,
+    attempts: usize,
+) -> Vec<(&'static str, Topology)> {
     let mut v = Vec::new();
     if let Ok(t) = generate::kautz(p, q) {
         v.push(("kautz", t));
@@ -133,7 +161,7 @@ fn constructions(p: usize, q: usize, until: Instant) -> Vec<(&'static str, Topol
     if q > 1 && extra > 0 && extra * 8 <= p {
         let mut rng = ChaCha8Rng::seed_from_u64(0x5fb);
         let mut best: Option<(u64, Topology)> = None;
-        for attempt in 0..200 {
+        for attempt in 0..attempts.clamp(1, 200) {
             if attempt > 0 && Instant::now() >= until {
                 break;
             }
@@ -195,12 +223,23 @@ fn constructions(p: usize, q: usize, until: Instant) -> Vec<(&'static str, Topol
 pub fn optimize(peers: usize, out_degree: usize, options: &Options) -> Result<Optimized> {
     check_params(peers, out_degree)?;
     let started = Instant::now();
-    let deadline = started + options.time_limit;
     let (p, q) = (peers, out_degree);
+    // Deterministic: no clock anywhere, only the work budgets (a year is "never").
+    let limit = if options.deterministic {
+        Duration::from_secs(365 * 86_400)
+    } else {
+        options.time_limit
+    };
+    let (attempts, work_moves, work_nodes) = if options.deterministic {
+        work_budgets(p, q)
+    } else {
+        (200, u64::MAX, u64::MAX)
+    };
+    let deadline = started + limit;
     let lb = lower_bound(p, q);
 
     let mut best: Option<(&'static str, Topology, u64)> = None;
-    for (name, t) in constructions(p, q, started + options.time_limit / 5) {
+    for (name, t) in constructions(p, q, started + limit / 5, attempts) {
         let c = t.cost();
         if best.as_ref().is_none_or(|b| c < b.2) {
             best = Some((name, t, c));
@@ -224,17 +263,17 @@ pub fn optimize(peers: usize, out_degree: usize, options: &Options) -> Result<Op
         let exact = p <= options.exact_max_peers.min(exact::MAX_PEERS);
         let ls_deadline = if exact {
             // A short warm-up so the exact search starts from a good incumbent.
-            started + options.time_limit / 10
+            started + limit / 10
         } else {
             deadline
         };
         let mut search = local::Search::new(p, q, topology.flat().to_vec());
         let budget = local::Budget {
             deadline: ls_deadline,
-            max_moves: if exact {
-                Some(options.max_moves.unwrap_or(u64::MAX).min(20_000))
-            } else {
-                options.max_moves
+            max_moves: match (exact, options.max_moves) {
+                (true, m) => Some(m.unwrap_or(work_moves).min(20_000)),
+                (false, Some(m)) => Some(m),
+                (false, None) => (work_moves < u64::MAX).then_some(work_moves),
             },
             target: lb,
         };
@@ -249,7 +288,9 @@ pub fn optimize(peers: usize, out_degree: usize, options: &Options) -> Result<Op
         if cost == lb {
             proof = Proof::MetBound;
         } else if exact {
-            let result = exact::Exact::new(p, q, cost, lb, deadline).run();
+            let result = exact::Exact::new(p, q, cost, lb, deadline)
+                .max_nodes(work_nodes)
+                .run();
             nodes = result.nodes;
             if let Some(out) = result.best_out {
                 topology = Topology::from_flat(p, q, out)?;
