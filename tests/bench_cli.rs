@@ -314,3 +314,47 @@ fn bad_bench_and_demo_options_fail_with_a_reason() {
     let (ok, _, err) = sfb(&["demo", "--peers", "4", "--out-degree", "3"]);
     assert!(!ok && err.contains("--out-degree"), "{err}");
 }
+
+/// `--scenario scale` on the simulator (small: P=16 only, J=D=32): every arm kind runs,
+/// bytes per clock per peer grow with Q (O(Q) for partial, O(P) for full), FMS and the
+/// modelled ring allreduce are reported, and the crossover table and plots are written.
+#[test]
+fn scale_simulates_full_partial_and_fms_and_finds_the_crossover() {
+    let out = dir("scale");
+    let (ok, _, stderr) = sfb(&[
+        "bench",
+        "--scenario",
+        "scale",
+        "--peers",
+        "16",
+        "--size",
+        "32",
+        "--clocks",
+        "10",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let v = json(&out.join("scale.json"));
+    check_arms(
+        &v,
+        &["P=16 SFB full", "P=16 SFB Q=3", "P=16 SFB Q=10", "P=16 FMS"],
+    );
+    let per_peer = |i: usize| {
+        v["arms"][i]["summary"]["bytes_per_clock_per_peer"]
+            .as_f64()
+            .unwrap()
+    };
+    // Factor frames are all the same size: bytes per peer are proportional to Q.
+    let (full, q3, q10) = (per_peer(0), per_peer(1), per_peer(2));
+    assert!((full / q3 - 15.0 / 3.0).abs() < 0.05 * 5.0, "{full} {q3}");
+    assert!((q10 / q3 - 10.0 / 3.0).abs() < 0.05 * 3.4, "{q10} {q3}");
+    for a in v["arms"].as_array().unwrap() {
+        assert_eq!(a["summary"]["transport"], "sim", "{}", a["name"]);
+    }
+    let md = std::fs::read_to_string(out.join("scale.md")).unwrap();
+    assert!(md.contains("ring allreduce (modelled)"), "{md}");
+    assert!(md.contains("the crossover"), "{md}");
+    assert!(is_png(&out.join("scale-bytes-per-peer.png")));
+    assert!(is_png(&out.join("scale-time-per-clock.png")));
+}

@@ -21,8 +21,10 @@ pub struct BenchArgs {
     /// `sfb-bench`).
     #[arg(short = 'o', long)]
     pub out: Option<PathBuf>,
-    /// Transport of the training scenarios' arms (mem has no bandwidth budget).
-    #[arg(long, default_value = "libp2p", value_parser = ["libp2p", "mem"])]
+    /// Transport of the training scenarios' arms (mem has no bandwidth budget; sim runs
+    /// every arm on the simulator, with the network and machine of the sim flags below,
+    /// --bandwidth as the NIC rate). The scale scenario is always simulated.
+    #[arg(long, default_value = "libp2p", value_parser = ["libp2p", "mem", "sim"])]
     pub transport: String,
     /// Training scenarios: peers (default per scenario: fms-vs-sfb 8, q-sweep 12,
     /// staleness 4, scaling up to 8, model-size 4, optimizers 4, adarevision 4).
@@ -80,6 +82,9 @@ pub struct BenchArgs {
     /// Seconds of traffic per budget run (link scenario; at most one year).
     #[arg(long, default_value_t = 2.0)]
     pub budget_secs: f64,
+    /// The simulated network and machine (--transport sim, and the scale scenario).
+    #[command(flatten)]
+    pub sim: super::sim::SimFlags,
 }
 
 impl BenchArgs {

@@ -15,7 +15,16 @@ fn options(args: &BenchArgs) -> Result<Options> {
     Ok(Options {
         transport: match args.transport.as_str() {
             "mem" => sfb_harness::Transport::Mem,
+            "sim" => sfb_harness::Transport::Sim,
             _ => sfb_harness::Transport::Libp2p,
+        },
+        sim: {
+            let mut sim = args.sim.options();
+            if args.scenario == "scale" && args.sim.flops.is_none() {
+                // The scale scenario's cluster: 16-core machines.
+                sim.flops = experiment::SCALE_CORES as f64 * sfb_harness::sim::DEFAULT_FLOPS;
+            }
+            sim
         },
         peers: args.peers,
         size: args.size,

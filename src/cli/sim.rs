@@ -9,6 +9,15 @@ use super::run::{RunArgs, Transport};
 /// `sfb sim` options: every `sfb run` option, plus the simulated network and machine.
 #[derive(Debug, Args)]
 pub struct SimArgs {
+    #[command(flatten)]
+    pub sim: SimFlags,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// The simulated network and machine (`sfb sim`, and `sfb bench --transport sim`).
+#[derive(Debug, Clone, Args)]
+pub struct SimFlags {
     /// Every node's NIC egress rate (e.g. 10gbit, 1.25e9 bytes/s). Default: --bandwidth
     /// if given, else 10gbit.
     #[arg(long, value_name = "RATE")]
@@ -27,12 +36,13 @@ pub struct SimArgs {
     /// shapes; the summary's sim block names them, so passing them back replays the run).
     #[arg(long, default_value = "model", value_parser = cost_model)]
     pub costs: CostModel,
-    /// The modelled machine's GEMM rate, flop/s.
-    #[arg(long, default_value_t = sfb_harness::sim::DEFAULT_FLOPS)]
-    pub flops: f64,
-    /// The modelled machine's memory bandwidth, bytes/s.
-    #[arg(long, default_value_t = sfb_harness::sim::DEFAULT_MEM_BW)]
-    pub mem_bw: f64,
+    /// The modelled machine's GEMM rate, flop/s. Default: 5.7e10 (one core of this
+    /// project's development machine; sfb bench --scenario scale: 16 of them).
+    #[arg(long)]
+    pub flops: Option<f64>,
+    /// The modelled machine's memory bandwidth, bytes/s. Default: 8.3e10.
+    #[arg(long)]
+    pub mem_bw: Option<f64>,
     /// Seconds of compute_sv per sample (replaces the cost model's and the
     /// calibration's figure; a calibrated run's summary names the figure it measured).
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
@@ -56,8 +66,27 @@ pub struct SimArgs {
     /// MLR only.
     #[arg(long)]
     pub timing_only: bool,
-    #[command(flatten)]
-    pub run: RunArgs,
+}
+
+impl SimFlags {
+    /// The simulator's options these flags give.
+    pub fn options(&self) -> SimOptions {
+        let d = SimOptions::default();
+        SimOptions {
+            egress: self.egress,
+            ingress: self.ingress,
+            latency_s: self.latency,
+            jitter_s: self.jitter,
+            costs: self.costs,
+            flops: self.flops.unwrap_or(d.flops),
+            mem_bw: self.mem_bw.unwrap_or(d.mem_bw),
+            compute_per_sample_s: self.compute_per_sample,
+            evaluate_s: self.evaluate_cost,
+            colocate: self.colocate,
+            transport_cpu: self.transport_cpu,
+            timing_only: self.timing_only,
+        }
+    }
 }
 
 fn seconds(s: &str) -> Result<f64, String> {
@@ -108,20 +137,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
     }
     let mut spec = args.run.to_spec();
     spec.transport = sfb_harness::Transport::Sim;
-    spec.sim = SimOptions {
-        egress: args.egress,
-        ingress: args.ingress,
-        latency_s: args.latency,
-        jitter_s: args.jitter,
-        costs: args.costs,
-        flops: args.flops,
-        mem_bw: args.mem_bw,
-        compute_per_sample_s: args.compute_per_sample,
-        evaluate_s: args.evaluate_cost,
-        colocate: args.colocate,
-        transport_cpu: args.transport_cpu,
-        timing_only: args.timing_only,
-    };
+    spec.sim = args.sim.options();
     super::run::run_spec(&spec, args.run.print_spec)
 }
 

@@ -314,15 +314,14 @@ impl Counts {
     /// The virtual-time [`Costs`] of these counts at `flops` and `mem_bw`, for a run
     /// that evaluates `eval_samples` samples each time.
     pub fn costs(&self, flops: f64, mem_bw: f64, s: Shapes) -> Costs {
-        let secs = |x: f64| Duration::from_secs_f64(x.max(0.0));
         let per_sample = self.sample_flops / flops + self.sample_bytes / mem_bw;
         Costs {
-            compute_per_clock: Duration::ZERO,
-            compute_per_sample: secs(per_sample),
-            apply_per_call: secs(self.call_bytes / mem_bw),
-            apply_per_pair: secs(self.pair_flops / flops),
-            per_element: secs(8.0 / mem_bw + 1.0 / flops),
-            evaluate: secs(per_sample * s.eval_samples as f64),
+            compute_per_clock: 0.0,
+            compute_per_sample: per_sample,
+            apply_per_call: self.call_bytes / mem_bw,
+            apply_per_pair: self.pair_flops / flops,
+            per_element: 8.0 / mem_bw + 1.0 / flops,
+            evaluate: per_sample * s.eval_samples as f64,
         }
     }
 }
@@ -370,7 +369,6 @@ pub(crate) fn plan_costs(
     batch: usize,
     nic: Nic,
 ) -> (Costs, SimReport) {
-    let secs = Duration::from_secs_f64;
     let (flops, mem_bw, calibrated) = match opts.costs {
         CostModel::Model => (opts.flops, opts.mem_bw, false),
         CostModel::Calibrate => {
@@ -382,10 +380,10 @@ pub(crate) fn plan_costs(
     let counts = Counts::of(model, shapes);
     let mut costs = counts.costs(flops, mem_bw, shapes);
     if let Some(c) = opts.compute_per_sample_s {
-        costs.compute_per_sample = secs(c);
+        costs.compute_per_sample = c;
     }
     if let Some(e) = opts.evaluate_s {
-        costs.evaluate = secs(e);
+        costs.evaluate = e;
     }
     if opts.colocate.is_some() {
         let share = opts.share();
@@ -397,7 +395,7 @@ pub(crate) fn plan_costs(
             &mut costs.per_element,
             &mut costs.evaluate,
         ] {
-            *c = c.mul_f64(share);
+            *c *= share;
         }
     }
     let named: BTreeMap<String, f64> = [
@@ -408,7 +406,7 @@ pub(crate) fn plan_costs(
         ("evaluate", costs.evaluate),
     ]
     .into_iter()
-    .map(|(k, v)| (k.to_string(), v.as_secs_f64()))
+    .map(|(k, v)| (k.to_string(), v))
     .collect();
     let report = SimReport {
         simulated_s: 0.0,
@@ -517,8 +515,12 @@ mod tests {
         );
         assert_eq!(dense.pair_flops, 2.0 * 10.0 * 1000.0);
         let costs = c.costs(1e9, 1e10, s);
-        assert_eq!(costs.apply_per_pair, Duration::from_nanos(1000));
-        assert_eq!(costs.apply_per_call, Duration::from_nanos(8000));
+        assert_eq!(costs.apply_per_pair, 1e-6);
+        assert_eq!(costs.apply_per_call, 8e-6);
+        // Below a nanosecond per element, and still charged (a Duration would round it
+        // to nothing).
+        let fast = c.costs(DEFAULT_FLOPS, DEFAULT_MEM_BW, s).per_element;
+        assert!(fast > 0.0 && fast < 1e-9, "{fast}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Arms: a run description with a name and an environment, and its `sfb run` command.
 
+use crate::Transport;
 use crate::spec::{
     Backend, ConsistencySpec, DataSource, ModelChoice, Push, RunSpec, TopologyMethod,
 };
@@ -37,7 +38,12 @@ impl Arm {
     /// `spec_file` the name [`Report::write`](super::Report::write) writes the spec to.
     pub fn command(&self) -> String {
         let mut words: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        words.extend(["sfb".into(), "run".into()]);
+        let command = if self.spec.transport == Transport::Sim {
+            "sim"
+        } else {
+            "run"
+        };
+        words.extend(["sfb".into(), command.into()]);
         match run_args(&self.spec) {
             Some(args) => words.extend(args),
             None => words.extend(["--spec".into(), self.spec_file()]),
@@ -153,7 +159,10 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     if t.init_std != dt.init_std {
         put("init-std", t.init_std.to_string());
     }
-    put("transport", spec.transport.name().into());
+    if spec.transport != Transport::Sim {
+        // `sfb sim` is the sim transport's command.
+        put("transport", spec.transport.name().into());
+    }
     put("peers", spec.peers.to_string());
     put("clocks", t.clocks.to_string());
     put("eval-every", t.eval_every.to_string());
@@ -225,7 +234,55 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     if matches!(spec.data, DataSource::Files { stream: true, .. }) {
         a.push("--stream".into());
     }
+    if spec.transport == Transport::Sim {
+        sim_args(&spec.sim, &mut a);
+    }
     Some(a)
+}
+
+/// The `sfb sim` flags of `s` that differ from their defaults.
+fn sim_args(s: &crate::sim::SimOptions, a: &mut Vec<String>) {
+    let d = crate::sim::SimOptions::default();
+    let mut put = |flag: &str, value: String| {
+        a.push(format!("--{flag}"));
+        a.push(value);
+    };
+    if let Some(r) = s.egress {
+        put("egress", rate_text(r.0));
+    }
+    if s.ingress != d.ingress {
+        put("ingress", s.ingress.to_string());
+    }
+    if s.latency_s != d.latency_s {
+        put("latency", s.latency_s.to_string());
+    }
+    if s.jitter_s != d.jitter_s {
+        put("jitter", s.jitter_s.to_string());
+    }
+    if s.costs != d.costs {
+        put("costs", "calibrate".into());
+    }
+    if s.flops != d.flops {
+        put("flops", format!("{:e}", s.flops));
+    }
+    if s.mem_bw != d.mem_bw {
+        put("mem-bw", format!("{:e}", s.mem_bw));
+    }
+    if let Some(c) = s.compute_per_sample_s {
+        put("compute-per-sample", c.to_string());
+    }
+    if let Some(c) = s.evaluate_s {
+        put("evaluate-cost", c.to_string());
+    }
+    if let Some((n, c)) = s.colocate {
+        put("colocate", format!("{n}:{c}"));
+    }
+    if let Some(r) = s.transport_cpu {
+        put("transport-cpu", rate_text(r.0));
+    }
+    if s.timing_only {
+        a.push("--timing-only".into());
+    }
 }
 
 /// A rate in bytes/s as `sfb run --bandwidth` reads it back exactly: bits with a unit

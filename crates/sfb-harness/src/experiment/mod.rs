@@ -38,7 +38,9 @@ mod prioritization;
 mod report;
 mod runner;
 mod saga;
+mod scale;
 mod scenarios;
+mod stragglers;
 
 pub use arm::{Arm, run_args};
 pub use budget::{BUDGET_CHECK, BudgetCheck, budget_check};
@@ -50,10 +52,12 @@ pub use prioritization::prioritization;
 pub use report::{ArmReport, Machine, Report, human_bytes, invocation};
 pub use runner::{Exec, Observer, Quiet, Runner};
 pub use saga::saga;
+pub use scale::{SCALE_CORES, SCALE_PEERS, scale};
 pub use scenarios::{
     Demo, Options, SCENARIOS, demo, fms_vs_sfb, mlr, model_size, q_sweep, run_arms, scaling,
     scenario, staleness,
 };
+pub use stragglers::{COMPUTE_PER_SAMPLE_S, stragglers};
 
 use std::path::PathBuf;
 

@@ -25,6 +25,8 @@ pub const SCENARIOS: &[&str] = &[
     "saga",
     "compression",
     "prioritization",
+    "scale",
+    "stragglers",
 ];
 
 /// Options of the training scenarios (`None`: the scenario's default).
@@ -45,7 +47,11 @@ pub struct Options {
     /// staleness: the straggler's extra milliseconds per step (40).
     pub straggler_ms: Option<u64>,
     /// Bandwidth budget per node over libp2p, e.g. `1gbit` (the default); `none` for none.
+    /// With the sim transport: every node's NIC rate.
     pub bandwidth: Option<String>,
+    /// The simulated network and machine of arms on the sim transport (and of the scale
+    /// scenario, always simulated).
+    pub sim: crate::sim::SimOptions,
 }
 
 impl Default for Options {
@@ -59,6 +65,7 @@ impl Default for Options {
             target_frac: None,
             straggler_ms: None,
             bandwidth: None,
+            sim: crate::sim::SimOptions::default(),
         }
     }
 }
@@ -69,9 +76,9 @@ impl Options {
         self.bandwidth.as_deref().unwrap_or("1gbit")
     }
 
-    fn rate(&self) -> Result<Option<Rate>> {
+    pub(super) fn rate(&self) -> Result<Option<Rate>> {
         let bw = self.bandwidth();
-        if self.transport != Transport::Libp2p || bw.is_empty() || bw == "none" {
+        if self.transport == Transport::Mem || bw.is_empty() || bw == "none" {
             return Ok(None);
         }
         bw.parse().map(Some).map_err(|e: String| Error::Option {
@@ -95,6 +102,9 @@ impl Options {
     ) -> Result<RunSpec> {
         spec.transport = self.transport;
         spec.net.bandwidth = self.rate()?;
+        if self.transport == Transport::Sim {
+            spec.sim = self.sim.clone();
+        }
         spec.peers = peers;
         spec.train.clocks = clocks;
         spec.train.eval_every = eval_every;
@@ -141,12 +151,24 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
         "saga" => super::saga(opts, runner)?,
         "compression" => compression(opts, runner)?,
         "prioritization" => super::prioritization(opts, runner)?,
+        "scale" => super::scale(opts, runner)?,
+        "stragglers" => super::stragglers(opts, runner)?,
         other => return Err(Error::UnknownScenario(other.into())),
     };
-    report.notes.push(
-        "All peers (and the FMS server) share this machine's cores; the bandwidth budget is per node (--bandwidth, token bucket on each node's sends). Compute-bound parts are therefore slower than on a cluster with a machine per peer, communication-bound parts are not."
-            .into(),
-    );
+    let simulated = matches!(name, "scale" | "stragglers");
+    if opts.transport != Transport::Sim && !simulated {
+        report.notes.push(
+            "All peers (and the FMS server) share this machine's cores; the bandwidth budget is per node (--bandwidth, token bucket on each node's sends). Compute-bound parts are therefore slower than on a cluster with a machine per peer, communication-bound parts are not."
+                .into(),
+        );
+    } else if !simulated {
+        report.notes.push(format!(
+            "Simulated (--transport sim): every arm ran on the discrete-event simulator, a NIC of {} per node and a machine of {:.2e} flop/s and {:.2e} B/s per node; times are simulated seconds.",
+            opts.bandwidth(),
+            opts.sim.flops,
+            opts.sim.mem_bw
+        ));
+    }
     Ok(report)
 }
 
@@ -519,7 +541,7 @@ fn breakdown(report: &Report, rate: Option<Rate>, j: usize, d: usize, p: usize) 
     m
 }
 
-fn line(
+pub(super) fn line(
     title: String,
     x_label: &str,
     y_label: &str,

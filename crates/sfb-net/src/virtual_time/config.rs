@@ -105,31 +105,36 @@ impl Nic {
 /// The modelled cost of each piece of [`Work`] a node reports through
 /// [`TimeSource::after`](sfb_core::TimeSource::after). Straggler delay is added on top of
 /// `Compute` (see [`Config::stragglers`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Costs are seconds as `f64` (a cost per element or per pair can be well below the
+/// nanosecond a [`Duration`] resolves); a piece of work's total is rounded to the
+/// nanosecond once, in [`Costs::of`].
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Costs {
-    /// Per `compute_sv` call (one clock's mini-batch). Default: 100 µs.
-    pub compute_per_clock: Duration,
-    /// Per sample of the mini-batch. Default: 10 µs.
-    pub compute_per_sample: Duration,
-    /// Per batched apply (kernel launch and `prox`). Default: 10 µs.
-    pub apply_per_call: Duration,
-    /// Per rank-one pair applied. Default: 1 µs.
-    pub apply_per_pair: Duration,
-    /// Per element of a dense `J × D` matrix added, built or validated (FMS). Default: 1 ns.
-    pub per_element: Duration,
-    /// Per evaluation on held-out data. Default: 100 µs.
-    pub evaluate: Duration,
+    /// Seconds per `compute_sv` call (one clock's mini-batch). Default: 100 µs.
+    pub compute_per_clock: f64,
+    /// Seconds per sample of the mini-batch. Default: 10 µs.
+    pub compute_per_sample: f64,
+    /// Seconds per batched apply (kernel launch and `prox`). Default: 10 µs.
+    pub apply_per_call: f64,
+    /// Seconds per rank-one pair applied. Default: 1 µs.
+    pub apply_per_pair: f64,
+    /// Seconds per element of a dense `J × D` matrix added, built or validated (FMS).
+    /// Default: 1 ns.
+    pub per_element: f64,
+    /// Seconds per evaluation on held-out data. Default: 100 µs.
+    pub evaluate: f64,
 }
 
 impl Default for Costs {
     fn default() -> Self {
         Self {
-            compute_per_clock: Duration::from_micros(100),
-            compute_per_sample: Duration::from_micros(10),
-            apply_per_call: Duration::from_micros(10),
-            apply_per_pair: Duration::from_micros(1),
-            per_element: Duration::from_nanos(1),
-            evaluate: Duration::from_micros(100),
+            compute_per_clock: 100e-6,
+            compute_per_sample: 10e-6,
+            apply_per_call: 10e-6,
+            apply_per_pair: 1e-6,
+            per_element: 1e-9,
+            evaluate: 100e-6,
         }
     }
 }
@@ -139,31 +144,35 @@ impl Costs {
     /// clocks).
     pub fn free() -> Self {
         Self {
-            compute_per_clock: Duration::ZERO,
-            compute_per_sample: Duration::ZERO,
-            apply_per_call: Duration::ZERO,
-            apply_per_pair: Duration::ZERO,
-            per_element: Duration::ZERO,
-            evaluate: Duration::ZERO,
+            compute_per_clock: 0.0,
+            compute_per_sample: 0.0,
+            apply_per_call: 0.0,
+            apply_per_pair: 0.0,
+            per_element: 0.0,
+            evaluate: 0.0,
         }
     }
 
     /// The modelled cost of `work` (without straggler delay). Kinds of work this version
     /// does not know cost nothing.
     pub fn of(&self, work: Work) -> Duration {
-        let times = |d: Duration, n: usize| d.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
-        match work {
+        let secs = match work {
             Work::Compute { samples, .. } => {
-                self.compute_per_clock + times(self.compute_per_sample, samples)
+                self.compute_per_clock + self.compute_per_sample * samples as f64
             }
-            Work::Apply { pairs, .. } => self.apply_per_call + times(self.apply_per_pair, pairs),
-            Work::Dense { matrices, j, d } => times(
-                self.per_element,
-                matrices.saturating_mul(j).saturating_mul(d),
-            ),
-            Work::CheckW { j, d } => times(self.per_element, j.saturating_mul(d)),
+            Work::Apply { pairs, .. } => self.apply_per_call + self.apply_per_pair * pairs as f64,
+            Work::Dense { matrices, j, d } => {
+                self.per_element * matrices as f64 * j as f64 * d as f64
+            }
+            Work::CheckW { j, d } => self.per_element * j as f64 * d as f64,
             Work::Evaluate => self.evaluate,
-            _ => Duration::ZERO,
+            _ => 0.0,
+        };
+        // At most a year: a bad cost must not overflow the clock.
+        if secs.is_finite() && secs > 0.0 {
+            Duration::from_secs_f64(secs.min(365.0 * 86_400.0))
+        } else {
+            Duration::ZERO
         }
     }
 }

@@ -336,6 +336,14 @@ enum Kind {
     Wake,
     /// The head frame of the link from the node at this index arrives.
     Arrive { from: usize },
+    /// The first bit of a frame of `bytes` from `from` reaches this node's ingress NIC,
+    /// whose last bit cannot arrive before `tail` (the sender's serialization): the
+    /// ingress queue takes frames in the order their heads arrive, as a switch port does.
+    Head {
+        from: usize,
+        bytes: usize,
+        tail: Duration,
+    },
 }
 
 #[derive(Debug)]
@@ -558,6 +566,21 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                     self.slots[ev.node].inbox.push_back((sender, msg));
                     self.wake(ev.node, ev.at);
                 }
+                Kind::Head { from, bytes, tail } => {
+                    let j = ev.node;
+                    let nic = self.cfg.nic;
+                    let rx_start = ev.at.max(self.slots[j].ingress_free);
+                    let rx_end = (rx_start + Nic::serialize(bytes, nic.ingress)).max(tail);
+                    self.slots[j].ingress_free = rx_end;
+                    let link = self
+                        .links
+                        .get_mut(&(from, j))
+                        .expect("a link for every frame's head");
+                    // FIFO per link: never before the previous frame.
+                    link.last_arrival = link.last_arrival.max(rx_end);
+                    let arrival = link.last_arrival;
+                    self.schedule(arrival, j, Kind::Arrive { from });
+                }
                 Kind::Wake => {
                     self.slots[ev.node].wake_pending = false;
                     self.step(ev.node, ev.at)?;
@@ -712,15 +735,25 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         let start = at.max(self.slots[i].egress_free);
         let out = start + Nic::serialize(bytes, nic.egress);
         self.slots[i].egress_free = out;
-        let rx_start = (start + delay).max(self.slots[j].ingress_free);
-        let rx_end = (rx_start + Nic::serialize(bytes, nic.ingress)).max(out + delay);
+        link.queue.push_back(msg);
         if nic.ingress.is_some() {
-            self.slots[j].ingress_free = rx_end;
+            // The receiver's ingress is reserved when the head gets there, in the order
+            // heads arrive (not the order frames were sent).
+            let tail = out + delay;
+            self.schedule(
+                start + delay,
+                j,
+                Kind::Head {
+                    from: i,
+                    bytes,
+                    tail,
+                },
+            );
+            return Ok(());
         }
         // FIFO per link: never before the previous frame.
-        link.last_arrival = link.last_arrival.max(rx_end);
+        link.last_arrival = link.last_arrival.max(out + delay);
         let arrival = link.last_arrival;
-        link.queue.push_back(msg);
         self.schedule(arrival, j, Kind::Arrive { from: i });
         Ok(())
     }

@@ -87,7 +87,7 @@ fn work_budgets(p: usize, q: usize) -> (usize, u64, u64) {
     let (p, q) = (p.max(1) as f64, q.max(1) as f64);
     let attempts = (4e9 / (p * p * q)).clamp(1.0, 200.0) as usize;
     let moves = (2e10 / (p * p)).clamp(100.0, 20_000.0) as u64;
-    (attempts, moves, 200_000)
+    (attempts, moves, 50_000)
 }
 
 /// Largest P for the local search, which keeps a P × P distance matrix (64 MiB here).

@@ -1,0 +1,337 @@
+//! `sfb bench --scenario scale` (issue 14): SFB full broadcast, partial broadcast at
+//! Q = 3 and Q = 10, and FMS at P ∈ {16, 64, 256, 1024} on the simulator — a cluster of
+//! [`SCALE_CORES`]-core machines on 10 Gbit/s links unless the flags say otherwise — with
+//! ring allreduce of the dense gradient modelled alongside.
+//!
+//! Every arm runs real engines on the discrete-event simulator. Arms whose arithmetic
+//! would take too long here (full broadcast at large P: every peer applies (P − 1)·K
+//! pairs a clock) run timing-only ([`crate::sim::SimOptions::timing_only`]): the same
+//! protocol and frames, so bytes and times are measured, but no learning, so no time to
+//! target. The report says which arm ran how.
+
+use std::fmt::Write as _;
+
+use sfb_plot::Series;
+
+use super::scenarios::{Options, line, mlr};
+use super::{Arm, Error, Report, Result, Runner, human_bytes, run_arms};
+use crate::spec::{Backend, RunSpec, Transport};
+
+/// Cores of the scale scenario's modelled machines (its default `--flops` is this many
+/// times [`crate::sim::DEFAULT_FLOPS`]).
+pub const SCALE_CORES: usize = 16;
+
+/// The cluster sizes of the scale scenario.
+pub const SCALE_PEERS: &[usize] = &[16, 64, 256, 1024];
+
+/// Flops of arithmetic (applies) above which an arm runs timing-only: about a minute of
+/// this machine's GEMM rate.
+const REAL_ARITHMETIC_FLOPS: f64 = 3e12;
+
+/// The partial-broadcast out-degrees of the scenario.
+const QS: [usize; 2] = [3, 10];
+
+/// One arm of the scenario and what it stands for.
+struct Planned {
+    arm: Arm,
+    p: usize,
+    kind: Kind,
+    timing_only: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Full,
+    Partial(usize),
+    Fms,
+}
+
+impl Kind {
+    fn label(self) -> String {
+        match self {
+            Kind::Full => "SFB full".into(),
+            Kind::Partial(q) => format!("SFB Q={q}"),
+            Kind::Fms => "FMS".into(),
+        }
+    }
+}
+
+/// `--scenario scale`. `--peers` caps P (default 1024), `--size` is J = D (default 128),
+/// `--clocks` the clocks per arm (default 60), `--bandwidth` every NIC's rate (default
+/// 10gbit); the sim flags describe the rest of the machine.
+///
+/// # Errors
+/// [`Error::Option`] for a cap below 16 or a bad rate; the first arm that fails.
+pub fn scale(opts: &Options, runner: &Runner) -> Result<Report> {
+    let cap = opts.peers.unwrap_or(1024);
+    let ps: Vec<usize> = SCALE_PEERS.iter().copied().filter(|&p| p <= cap).collect();
+    if ps.is_empty() {
+        return Err(Error::Option {
+            option: "peers",
+            expected: "at least 16 (the scenario's P run over 16, 64, 256, 1024 up to it)",
+            got: cap.to_string(),
+        });
+    }
+    let n = opts.size.unwrap_or(128);
+    let clocks = opts.clocks.unwrap_or(60);
+    let k = 16usize;
+    let mut o = opts.clone();
+    o.transport = Transport::Sim;
+    o.bandwidth = Some(opts.bandwidth.clone().unwrap_or_else(|| "10gbit".into()));
+    let link = o.bandwidth().to_string();
+    let mut report = Report::new(
+        "scale",
+        &format!(
+            "simulated: P ∈ {ps:?}, MLR J=D={n}, K={k}, BSP, {link} NICs, {:.2e} flop/s machines: SFB full vs Q=3 vs Q=10 vs FMS vs ring allreduce (modelled)",
+            o.sim.flops
+        ),
+    );
+    let mut rules = Vec::new();
+    let mut planned: Vec<Planned> = Vec::new();
+    for &p in &ps {
+        // Enough samples that no peer's shard is a handful (64 each), and a held-out set.
+        let base = o.common(mlr(n, n, (64 * p).max(24_000), 500), p, clocks, 5)?;
+        let mut kinds = vec![Kind::Full];
+        kinds.extend(QS.iter().filter(|&&q| q + 1 < p).map(|&q| Kind::Partial(q)));
+        kinds.push(Kind::Fms);
+        let mut arms: Vec<Planned> = kinds
+            .into_iter()
+            .map(|kind| arm(&base, p, n, k, clocks, kind))
+            .collect();
+        // The reference of this P's target: its first arm that learns.
+        let reference = arms.iter().position(|a| !a.timing_only).unwrap_or(0);
+        let mut sub = Report::new("scale", "");
+        let just: Vec<Arm> = arms.iter().map(|a| a.arm.clone()).collect();
+        run_arms(runner, &mut sub, &just, reference, opts.frac(0.5))?;
+        rules.push(format!(
+            "P={p}: {} from \"{}\"",
+            sub.target_objective
+                .map_or("none".into(), |t| format!("{t:.4}")),
+            just[reference].name
+        ));
+        report.arms.extend(sub.arms);
+        planned.append(&mut arms);
+    }
+    report.target_rule = format!(
+        "one target per P: the held-out objective its first learning arm (SFB full where its arithmetic runs, else Q=10) reached at the first evaluation at or after {:.0}% of its clocks ({})",
+        opts.frac(0.5) * 100.0,
+        rules.join("; ")
+    );
+    summarize(&mut report, &planned, &ps, n, k, &o);
+    Ok(report)
+}
+
+/// The arm of `kind` at `p` peers, timing-only when its arithmetic is too much for here.
+fn arm(base: &RunSpec, p: usize, n: usize, k: usize, clocks: u64, kind: Kind) -> Planned {
+    let mut spec = base.clone();
+    let applied_per_clock = match kind {
+        Kind::Full => p * p,
+        Kind::Partial(q) => p * (q + 1),
+        // The server's dense adds and the clients' U·Vᵀ: about P rank-K products.
+        Kind::Fms => p,
+    };
+    let flops = applied_per_clock as f64 * k as f64 * 2.0 * (n * n) as f64 * clocks as f64;
+    let timing_only = kind != Kind::Fms && flops > REAL_ARITHMETIC_FLOPS;
+    match kind {
+        Kind::Full => spec.topology.out_degree = None,
+        Kind::Partial(q) => spec.topology.out_degree = Some(q),
+        Kind::Fms => spec.backend = Backend::Fms,
+    }
+    spec.sim.timing_only = timing_only;
+    let name = format!(
+        "P={p} {}{}",
+        kind.label(),
+        if timing_only { " (timing only)" } else { "" }
+    );
+    Planned {
+        arm: Arm::new(name, spec),
+        p,
+        kind,
+        timing_only,
+    }
+}
+
+/// Simulated seconds per clock of a run, its evaluations excluded (timing-only runs have
+/// none; under BSP every node evaluates at the same clocks).
+fn per_clock(s: &sfb_core::metrics::Summary) -> f64 {
+    (s.wall_s - s.eval_s).max(0.0) / s.clocks.max(1) as f64
+}
+
+/// Ring allreduce of the dense J × D gradient at `p` nodes (BSP, one allreduce a clock):
+/// `(bytes sent per node, seconds per clock)`. A clock is `compute_sv` on K samples, the
+/// dense gradient `U·Vᵀ` (2·K·J·D flops), reduce-scatter and all-gather (2(P − 1) steps,
+/// each a link delay plus J·D·4/P bytes at the NIC rate, the reduce adds a pass over a
+/// chunk), and the step on W (a pass over W). Same counts and rates as the simulator.
+fn ring(p: usize, n: usize, k: usize, o: &Options) -> (f64, f64) {
+    let link = o
+        .sim
+        .nic(o.rate().ok().flatten(), sfb_core::wire::Dtype::F32)
+        .egress
+        .unwrap_or(crate::sim::DEFAULT_LINK);
+    let shapes = crate::sim::Shapes {
+        j: n,
+        d: n,
+        nnz: n as f64,
+        sparse_v: false,
+        eval_samples: 0,
+    };
+    let c = crate::sim::Counts::of(&sfb_models::ModelSpec::Mlr, shapes);
+    let (f, bw) = (o.sim.flops, o.sim.mem_bw);
+    let jd = (n * n) as f64;
+    let steps = 2.0 * (p as f64 - 1.0);
+    let chunk = jd * 4.0 / p as f64;
+    let bytes = steps * chunk;
+    let compute = k as f64 * (c.sample_flops / f + c.sample_bytes / bw) + 2.0 * k as f64 * jd / f;
+    let comm = steps * (o.sim.latency_s + chunk / link + 3.0 * chunk / bw);
+    let step = c.call_bytes / bw;
+    (bytes, compute + comm + step)
+}
+
+/// The scale tables, crossover and plots.
+fn summarize(
+    report: &mut Report,
+    planned: &[Planned],
+    ps: &[usize],
+    n: usize,
+    k: usize,
+    o: &Options,
+) {
+    let mut rows = String::from(
+        "| P | arm | arithmetic | bytes/clock per peer | ms per clock | time to target (s) |\n|---:|---|---|---:|---:|---:|\n",
+    );
+    let find = |p: usize, kind: Kind| {
+        planned
+            .iter()
+            .zip(&report.arms)
+            .find(|(pl, _)| pl.p == p && pl.kind == kind)
+    };
+    for (pl, a) in planned.iter().zip(&report.arms) {
+        let _ = writeln!(
+            rows,
+            "| {} | {} | {} | {} | {:.3} | {} |",
+            pl.p,
+            pl.kind.label(),
+            if pl.timing_only {
+                "timing only"
+            } else {
+                "real"
+            },
+            human_bytes(a.summary.bytes_per_clock_per_peer),
+            1e3 * per_clock(&a.summary),
+            a.time_to_target_s.map_or("-".into(), |t| format!("{t:.4}"))
+        );
+    }
+    for &p in ps {
+        let (bytes, secs) = ring(p, n, k, o);
+        let _ = writeln!(
+            rows,
+            "| {p} | ring allreduce (modelled) | - | {} | {:.3} | - |",
+            human_bytes(bytes),
+            1e3 * secs
+        );
+    }
+    report.sections.push(("Per clock at scale".into(), rows));
+
+    // Where partial broadcast overtakes full broadcast, per clock and to the target.
+    let mut cross = String::from(
+        "| P | full ms/clock | Q=3 ms/clock | Q=10 ms/clock | faster per clock | sooner to target |\n|---:|---:|---:|---:|---|---|\n",
+    );
+    let mut first_per_clock = None;
+    for &p in ps {
+        let t = |kind| find(p, kind).map(|(_, a)| per_clock(&a.summary));
+        let ttt = |kind| find(p, kind).and_then(|(_, a)| a.time_to_target_s);
+        let full = t(Kind::Full);
+        let best_partial = QS
+            .iter()
+            .filter_map(|&q| t(Kind::Partial(q)).map(|x| (q, x)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        let faster = match (full, best_partial) {
+            (Some(f), Some((q, x))) if x < f => {
+                first_per_clock.get_or_insert(p);
+                format!("Q={q} ({:.2}× full)", f / x)
+            }
+            (Some(_), Some(_)) => "full".into(),
+            _ => "-".into(),
+        };
+        let sooner = {
+            let mut c: Vec<(String, f64)> = [Kind::Full, Kind::Partial(3), Kind::Partial(10)]
+                .into_iter()
+                .filter_map(|kind| ttt(kind).map(|x| (kind.label(), x)))
+                .collect();
+            c.sort_by(|a, b| a.1.total_cmp(&b.1));
+            c.first().map_or("-".into(), |(l, _)| l.clone())
+        };
+        let ms = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.3}", 1e3 * x));
+        let _ = writeln!(
+            cross,
+            "| {p} | {} | {} | {} | {faster} | {sooner} |",
+            ms(full),
+            ms(t(Kind::Partial(3))),
+            ms(t(Kind::Partial(10)))
+        );
+    }
+    report
+        .sections
+        .push(("Full vs partial broadcast: the crossover".into(), cross));
+    report.notes.push(match first_per_clock {
+        Some(p) => format!(
+            "Per clock, partial broadcast is faster than full broadcast from P={p} on (of the P run); whether it also reaches the target sooner is in the crossover table (fewer updates reach each replica per clock)."
+        ),
+        None => "Per clock, full broadcast was never slower than partial broadcast at the P run.".into(),
+    });
+    report.notes.push(format!(
+        "Simulated (sfb sim): real engines on the discrete-event simulator, times in simulated seconds from the cost model ({:.2e} flop/s, {:.2e} B/s memory, {} NICs, {} µs links); arms marked timing only did the protocol and sent every frame at its real size without the arithmetic (their bytes and times are measured, their learning is not).",
+        o.sim.flops,
+        o.sim.mem_bw,
+        o.bandwidth(),
+        o.sim.latency_s * 1e6
+    ));
+
+    let series = |f: &dyn Fn(&Planned, &super::ArmReport) -> f64,
+                  ring_of: &dyn Fn(usize) -> f64| {
+        let mut v: Vec<Series> = [Kind::Full, Kind::Partial(3), Kind::Partial(10), Kind::Fms]
+            .into_iter()
+            .map(|kind| Series {
+                name: kind.label(),
+                points: planned
+                    .iter()
+                    .zip(&report.arms)
+                    .filter(|(pl, _)| pl.kind == kind)
+                    .map(|(pl, a)| (pl.p as f64, f(pl, a)))
+                    .collect(),
+            })
+            .collect();
+        v.push(Series {
+            name: "ring allreduce (modelled)".into(),
+            points: ps.iter().map(|&p| (p as f64, ring_of(p))).collect(),
+        });
+        v
+    };
+    let bytes = series(&|_, a| a.summary.bytes_per_clock_per_peer, &|p| {
+        ring(p, n, k, o).0
+    });
+    let times = series(&|_, a| 1e3 * per_clock(&a.summary), &|p| {
+        1e3 * ring(p, n, k, o).1
+    });
+    let charts: [(&str, &str, &str, Vec<Series>); 2] = [
+        (
+            "scale-bytes-per-peer.png",
+            "bytes per clock per peer vs P",
+            "bytes per clock per peer",
+            bytes,
+        ),
+        (
+            "scale-time-per-clock.png",
+            "time per clock vs P",
+            "ms per clock (simulated)",
+            times,
+        ),
+    ];
+    for (file, caption, y, s) in charts {
+        report.add_chart(
+            file,
+            caption,
+            line(format!("scale: {caption}"), "peers P", y, s, true, None),
+        );
+    }
+}
