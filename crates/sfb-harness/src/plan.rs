@@ -9,8 +9,8 @@
 //! calibration and `--colocate` share), frames are [`wire::encoded_len_with`] of real
 //! messages at the plan's shapes, and the network is the simulator's [`Nic`] (egress and
 //! ingress FIFOs, cut-through, the link delay in between, transport CPU per frame). What
-//! the plan adds is the closed form of one steady-state BSP clock on that model (see
-//! [`sfb_clock`], [`fms_clock`], [`ring_clock`]), so it answers at any P in microseconds
+//! the plan adds is the closed form of one steady-state BSP clock on that model (the
+//! private `sfb_clock`, `fms_clock` and `ring_clock` document each), so it answers at any P in microseconds
 //! where the simulator runs every engine. Model: MLR on dense features (the counts of
 //! [`ModelSpec::Mlr`](sfb_models::ModelSpec::Mlr) with `nnz = D`); evaluation time is not
 //! part of a clock.
