@@ -22,6 +22,9 @@ enum Command {
     /// network (NIC rates, link delay) and machine (GEMM rate, memory bandwidth);
     /// deterministic, in simulated seconds.
     Sim(Box<cli::sim::SimArgs>),
+    /// Predict the time per clock of SFB full and partial broadcast, FMS and a ring
+    /// allreduce at given shapes, cluster size, link and machine, and recommend one.
+    Plan(Box<cli::plan::PlanArgs>),
     /// Run one peer of a cluster file until its clocks are done.
     Peer(Box<cli::p2p::PeerArgs>),
     /// Q-out partial-broadcast topologies: optimize, construct, analyse, repair.
@@ -47,6 +50,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(a) => cli::demo::run(a),
         Command::Run(a) => cli::run::run(a),
         Command::Sim(a) => cli::sim::run(a),
+        Command::Plan(a) => cli::plan::run(a),
         Command::Peer(a) => cli::p2p::peer(a),
         Command::Server(a) => cli::p2p::server(a),
         Command::Cluster(c) => cli::p2p::cluster(c),

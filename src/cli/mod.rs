@@ -9,6 +9,7 @@ pub mod experiment;
 pub mod fms;
 pub mod netns;
 pub mod p2p;
+pub mod plan;
 pub mod run;
 pub mod sim;
 pub mod topology;

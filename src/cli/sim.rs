@@ -89,7 +89,7 @@ impl SimFlags {
     }
 }
 
-fn seconds(s: &str) -> Result<f64, String> {
+pub(crate) fn seconds(s: &str) -> Result<f64, String> {
     // Divided (not multiplied by 1e-6), so that 50us is exactly the f64 nearest 50e-6.
     let (num, per_second) = if let Some(n) = s.strip_suffix("us") {
         (n, 1e6)
@@ -108,7 +108,7 @@ fn seconds(s: &str) -> Result<f64, String> {
     }
 }
 
-fn colocate(s: &str) -> Result<(usize, usize), String> {
+pub(crate) fn colocate(s: &str) -> Result<(usize, usize), String> {
     let parsed = s
         .split_once(':')
         .and_then(|(n, c)| Some((n.parse().ok()?, c.parse().ok()?)));

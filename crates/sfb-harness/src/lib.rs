@@ -13,6 +13,8 @@
 //! - [`run`]: a whole [`RunSpec`] in one call, in memory or over libp2p as local
 //!   processes ([`launch`]: the launcher and the child side of `sfb peer --spec`);
 //! - [`netns`]: per-node network namespaces with kernel-shaped links (`--netns`, root);
+//! - [`plan`]: the predicted time per clock of SFB full and partial broadcast, FMS and a
+//!   ring allreduce on [`sim`]'s cost and network model, in closed form (`sfb plan`);
 //! - [`experiment`]: paired arms, learning curves, time to target, reports (JSON, CSV,
 //!   Markdown, PNG) and the scenarios of `sfb demo` and `sfb bench`.
 //!
@@ -79,6 +81,7 @@ mod error;
 pub mod experiment;
 pub mod launch;
 pub mod netns;
+pub mod plan;
 pub mod preflight;
 pub mod records;
 mod run;

@@ -346,7 +346,7 @@ pub fn calibrate(j: usize, d: usize, r: usize) -> (f64, f64) {
 
 /// Units per second of `work` (which does `units` each call): the best of 3 timings of
 /// at least 50 ms each.
-fn best_rate(units: f64, mut work: impl FnMut()) -> f64 {
+pub(crate) fn best_rate(units: f64, mut work: impl FnMut()) -> f64 {
     let mut best = 0.0f64;
     for _ in 0..3 {
         let t0 = Instant::now();

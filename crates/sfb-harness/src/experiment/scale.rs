@@ -157,34 +157,26 @@ fn per_clock(s: &sfb_core::metrics::Summary) -> f64 {
     (s.wall_s - s.eval_s).max(0.0) / s.clocks.max(1) as f64
 }
 
-/// Ring allreduce of the dense J × D gradient at `p` nodes (BSP, one allreduce a clock):
-/// `(bytes sent per node, seconds per clock)`. A clock is `compute_sv` on K samples, the
-/// dense gradient `U·Vᵀ` (2·K·J·D flops), reduce-scatter and all-gather (2(P − 1) steps,
-/// each a link delay plus J·D·4/P bytes at the NIC rate, the reduce adds a pass over a
-/// chunk), and the step on W (a pass over W). Same counts and rates as the simulator.
+/// Ring allreduce of the dense J × D gradient at `p` nodes, as [`crate::plan`] prices it
+/// on the simulator's model: `(bytes sent per node, seconds per clock)`.
 fn ring(p: usize, n: usize, k: usize, o: &Options) -> (f64, f64) {
-    let link = o
-        .sim
-        .nic(o.rate().ok().flatten(), sfb_core::wire::Dtype::F32)
-        .egress
-        .unwrap_or(crate::sim::DEFAULT_LINK);
-    let shapes = crate::sim::Shapes {
+    let mut sim = o.sim.clone();
+    sim.egress = sim.egress.or(o.rate().ok().flatten());
+    let setup = crate::plan::Setup {
+        peers: p,
         j: n,
         d: n,
-        nnz: n as f64,
-        sparse_v: false,
-        eval_samples: 0,
+        batch: k,
+        sim,
+        ..crate::plan::Setup::default()
     };
-    let c = crate::sim::Counts::of(&sfb_models::ModelSpec::Mlr, shapes);
-    let (f, bw) = (o.sim.flops, o.sim.mem_bw);
-    let jd = (n * n) as f64;
-    let steps = 2.0 * (p as f64 - 1.0);
-    let chunk = jd * 4.0 / p as f64;
-    let bytes = steps * chunk;
-    let compute = k as f64 * (c.sample_flops / f + c.sample_bytes / bw) + 2.0 * k as f64 * jd / f;
-    let comm = steps * (o.sim.latency_s + chunk / link + 3.0 * chunk / bw);
-    let step = c.call_bytes / bw;
-    (bytes, compute + comm + step)
+    crate::plan::plan(&setup)
+        .ok()
+        .and_then(|plan| {
+            plan.estimate(crate::plan::Strategy::RingAllreduce)
+                .map(|e| (e.bytes_sent as f64, e.clock_s))
+        })
+        .unwrap_or((f64::NAN, f64::NAN))
 }
 
 /// The scale tables, crossover and plots.

@@ -1,0 +1,1079 @@
+//! `sfb plan`: the predicted time per clock of each way to synchronize one J × D matrix
+//! over P nodes under BSP — SFB full broadcast, SFB partial broadcast at the best Q, the
+//! FMS parameter server (factor push and dense push), and a ring allreduce of the dense
+//! gradient — and which is fastest (Poseidon's idea: choose SFB or a parameter server per
+//! matrix by predicted cost).
+//!
+//! The prices are the simulator's ([`crate::sim`]): work costs [`Costs::of`] of the
+//! costs `sfb sim` would run with (the same [`Counts`](crate::sim::Counts), rates,
+//! calibration and `--colocate` share), frames are [`wire::encoded_len_with`] of real
+//! messages at the plan's shapes, and the network is the simulator's [`Nic`] (egress and
+//! ingress FIFOs, cut-through, the link delay in between, transport CPU per frame). What
+//! the plan adds is the closed form of one steady-state BSP clock on that model (the
+//! private `sfb_clock`, `fms_clock` and `ring_clock` document each), so it answers at any P in microseconds
+//! where the simulator runs every engine. Model: MLR on dense features (the counts of
+//! [`ModelSpec::Mlr`](sfb_models::ModelSpec::Mlr) with `nnz = D`); evaluation time is not
+//! part of a clock.
+//!
+//! # Example
+//! ```
+//! use sfb_harness::plan::{Setup, Strategy, plan};
+//! let setup = Setup { peers: 8, j: 1024, d: 1024, batch: 16, ..Setup::default() };
+//! let p = plan(&setup)?;
+//! let full = p.estimate(Strategy::SfbFull).unwrap();
+//! // Full broadcast sends K(J + D) floats to each of the P − 1 others.
+//! assert!(full.bytes_sent >= 7 * 16 * 2048 * 4);
+//! println!("{p}");
+//! # Ok::<(), sfb_harness::Error>(())
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ndarray::Array2;
+use serde::Serialize;
+use sfb_core::wire::{self, Dtype, Message};
+use sfb_core::{FactorBatch, PeerId, VFactors, Work};
+use sfb_net::virtual_time::{Costs, Nic};
+
+use crate::sim::{Counts, Shapes, SimOptions};
+use crate::{Error, Result};
+
+/// What to plan for: the matrix, the mini-batch, the cluster and its network and machine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Setup {
+    /// Nodes P (SFB peers, FMS clients, ring members). Default 8.
+    pub peers: usize,
+    /// Rows J of W. Default 1024.
+    pub j: usize,
+    /// Columns D of W. Default 1024.
+    pub d: usize,
+    /// Mini-batch K per node per clock. Default 16.
+    pub batch: usize,
+    /// The network and machine, exactly as `sfb sim` takes them: `egress` (default 10
+    /// Gbit/s), `ingress`, `latency_s`, `costs` (`model` or `calibrate`: measure the GEMM
+    /// and copy rates here at J, D, K), `flops`, `mem_bw`, `compute_per_sample_s`,
+    /// `colocate`, `transport_cpu`. `jitter_s` and `evaluate_s` play no part.
+    pub sim: SimOptions,
+    /// Out-degrees Q to price explicitly, besides the best one. Default none.
+    pub qs: Vec<usize>,
+    /// Whether `sim`'s rates were measured here ([`calibrate`] sets it). Default false.
+    pub calibrated: bool,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Self {
+            peers: 8,
+            j: 1024,
+            d: 1024,
+            batch: 16,
+            sim: SimOptions::default(),
+            qs: Vec::new(),
+            calibrated: false,
+        }
+    }
+}
+
+impl Setup {
+    /// Checks the setup before anything is priced.
+    ///
+    /// # Errors
+    /// [`Error::OutOfRange`] naming the field (`peers`, `j`, `d`, `batch`, `q`, or a
+    /// `sim.*` field).
+    pub fn validate(&self) -> Result<()> {
+        for (field, v) in [
+            ("peers", self.peers),
+            ("j", self.j),
+            ("d", self.d),
+            ("batch", self.batch),
+        ] {
+            if v == 0 {
+                return Err(Error::OutOfRange {
+                    field,
+                    expected: "at least 1",
+                    got: 0.0,
+                });
+            }
+        }
+        if let Some(&q) = self.qs.iter().find(|&&q| q == 0 || q >= self.peers) {
+            return Err(Error::OutOfRange {
+                field: "q",
+                expected: "in 1..=peers-1",
+                got: q as f64,
+            });
+        }
+        if let Some(r) = self.sim.egress
+            && !(r.0.is_finite() && r.0 > 0.0)
+        {
+            return Err(Error::OutOfRange {
+                field: "sim.egress",
+                expected: "a positive rate",
+                got: r.0,
+            });
+        }
+        self.sim.validate()
+    }
+}
+
+/// A way to keep P replicas of W in step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Strategy {
+    /// SFB, every peer sends its K pairs to the P − 1 others.
+    SfbFull,
+    /// SFB, every peer sends its K pairs to Q out-neighbours.
+    SfbPartial,
+    /// Parameter server: clients push their K pairs, the server applies them and sends W
+    /// to every client (`sfb run --backend fms`, the default push).
+    FmsFactors,
+    /// Parameter server: clients push a dense ΔW (J × D), the server adds the P of them
+    /// and sends W to every client (`--fms-push dense`, the paper's FMS).
+    FmsDense,
+    /// Ring allreduce of the dense gradient (reduce-scatter then allgather, 2(P − 1)
+    /// steps of J·D/P floats). Not a backend of sfb: priced for comparison only.
+    RingAllreduce,
+}
+
+impl Strategy {
+    /// The name printed and serialized.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::SfbFull => "sfb-full",
+            Strategy::SfbPartial => "sfb-partial",
+            Strategy::FmsFactors => "fms-factors",
+            Strategy::FmsDense => "fms-dense",
+            Strategy::RingAllreduce => "ring-allreduce",
+        }
+    }
+
+    /// Whether every replica gets every update each clock (partial broadcast's do not).
+    pub fn consistent(self) -> bool {
+        self != Strategy::SfbPartial
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The predicted cost of one BSP clock of one strategy, and its terms. Bytes are exact
+/// encoded frame sizes; times are seconds on the simulator's model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// SFB: out-degree Q (P − 1 for full broadcast).
+    pub q: Option<usize>,
+    /// Bytes of one frame a node (an FMS client, a ring member) sends.
+    pub frame_bytes: u64,
+    /// Bytes a node sends per clock.
+    pub bytes_sent: u64,
+    /// Bytes a node receives per clock.
+    pub bytes_received: u64,
+    /// FMS: bytes the server sends per clock (P copies of W).
+    pub server_bytes_sent: Option<u64>,
+    /// FMS: bytes the server receives per clock.
+    pub server_bytes_received: Option<u64>,
+    /// Serialization at the busiest egress NIC (FMS: the server's) per clock.
+    pub egress_s: f64,
+    /// Serialization at the busiest ingress NIC per clock.
+    pub ingress_s: f64,
+    /// Transport CPU on the critical path (frames sent and taken by the busiest node).
+    pub transport_cpu_s: f64,
+    /// Link delays on the critical path (one per hop: SFB 1, FMS 2, ring 2(P − 1)).
+    pub latency_s: f64,
+    /// `compute_sv` of the K samples (plus building the dense ΔW where one is sent).
+    pub compute_s: f64,
+    /// Flops of reconstruction and apply on the critical path, as the cost model counts
+    /// them (SFB: (Q + 1)·K pairs of 2·J·D; FMS factors: the server's P·K pairs; dense:
+    /// one flop per element of each dense matrix added or built).
+    pub apply_flops: f64,
+    /// Time of reconstruction and apply on the critical path (including the pass over W
+    /// and, for FMS clients, checking the W received).
+    pub apply_s: f64,
+    /// Predicted time per clock.
+    pub clock_s: f64,
+    /// What bounds the clock: `compute`, `network` or `transport cpu`.
+    pub bound: &'static str,
+}
+
+/// The exact frame sizes at the plan's shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Frames {
+    /// One peer's K pairs (`Message::Factors`).
+    pub factors: u64,
+    /// W from the FMS server (`Message::Params`).
+    pub params: u64,
+    /// A dense ΔW (`Message::Delta`).
+    pub delta: u64,
+    /// One ring step: ⌈J/P⌉ rows of ΔW framed as a `Message::Delta`.
+    pub ring_chunk: u64,
+}
+
+/// A plan: the inputs as priced, every estimate, and the recommendation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// Nodes P.
+    pub peers: usize,
+    /// Rows J.
+    pub j: usize,
+    /// Columns D.
+    pub d: usize,
+    /// Mini-batch K.
+    pub batch: usize,
+    /// NIC egress rate, bytes/s (absent: unlimited).
+    pub egress_bytes_per_s: Option<f64>,
+    /// NIC ingress rate, bytes/s (absent: unlimited).
+    pub ingress_bytes_per_s: Option<f64>,
+    /// One-way link delay, seconds.
+    pub latency_s: f64,
+    /// Transport CPU per node, bytes/s of its share of the host (absent: free).
+    pub transport_cpu_bytes_per_s: Option<f64>,
+    /// How much slower every node's work is on a shared host (`colocate`).
+    pub host_share: f64,
+    /// GEMM rate used, flop/s.
+    pub flops: f64,
+    /// Memory bandwidth used, bytes/s.
+    pub mem_bw: f64,
+    /// Whether the rates were measured here.
+    pub calibrated: bool,
+    /// Seconds of `compute_sv` per sample, as priced (after the host share).
+    pub compute_per_sample_s: f64,
+    /// Exact frame sizes.
+    pub frames: Frames,
+    /// SFB full, SFB partial at the best Q, FMS (factors, dense), ring; then the Q asked
+    /// for.
+    pub estimates: Vec<Estimate>,
+    /// The Q in 1..P − 1 with the least time per clock (ties: the largest such Q).
+    pub best_q: Option<usize>,
+    /// The largest Q whose clock is within 10% of Q = 1's: how much broadcast is nearly
+    /// free per clock.
+    pub q_within_10pct: Option<usize>,
+    /// The fastest per clock.
+    pub recommended: Strategy,
+    /// Its Q, for SFB.
+    pub recommended_q: Option<usize>,
+    /// The fastest per clock among the strategies that keep every replica up to date.
+    pub fastest_consistent: Strategy,
+    /// What the figures do and do not say.
+    pub notes: Vec<String>,
+}
+
+impl Plan {
+    /// The first estimate of `strategy` (for `SfbPartial`: the one at the best Q).
+    pub fn estimate(&self, strategy: Strategy) -> Option<&Estimate> {
+        self.estimates.iter().find(|e| e.strategy == strategy)
+    }
+}
+
+/// The prices of one setup: work costs, NIC, frame sizes.
+#[derive(Debug, Clone, Copy)]
+struct Prices {
+    p: usize,
+    j: usize,
+    d: usize,
+    k: usize,
+    costs: Costs,
+    nic: Nic,
+    latency: f64,
+    pair_flops: f64,
+    frames: Frames,
+}
+
+impl Prices {
+    fn work(&self, work: Work) -> f64 {
+        self.costs.of(work).as_secs_f64()
+    }
+    fn compute(&self) -> f64 {
+        self.work(Work::Compute {
+            peer: PeerId(0),
+            clock: 0,
+            samples: self.k,
+            started: Duration::ZERO,
+        })
+    }
+    fn apply(&self, pairs: usize) -> f64 {
+        self.work(Work::Apply {
+            pairs,
+            j: self.j,
+            d: self.d,
+        })
+    }
+    fn dense(&self, matrices: usize, rows: usize) -> f64 {
+        self.work(Work::Dense {
+            matrices,
+            j: rows,
+            d: self.d,
+        })
+    }
+    fn check_w(&self) -> f64 {
+        self.work(Work::CheckW {
+            j: self.j,
+            d: self.d,
+        })
+    }
+    /// Seconds to move `bytes` at `rate` (zero when unlimited).
+    fn at(bytes: u64, rate: Option<f64>) -> f64 {
+        rate.map_or(0.0, |r| bytes as f64 / r)
+    }
+    /// Transport CPU of one frame at one end.
+    fn cpu(&self, bytes: u64) -> f64 {
+        Self::at(bytes, self.nic.cpu)
+    }
+    /// A frame's time on the wire: cut-through, so the slower of egress and ingress.
+    fn wire(&self, bytes: u64) -> f64 {
+        Self::at(bytes, self.nic.egress).max(Self::at(bytes, self.nic.ingress))
+    }
+}
+
+/// The bound of a clock: which of its parts is largest.
+fn bound(compute: f64, network: f64, cpu: f64) -> &'static str {
+    if cpu >= network && cpu >= compute {
+        "transport cpu"
+    } else if network >= compute {
+        "network"
+    } else {
+        "compute"
+    }
+}
+
+/// Seconds from the end of a node's compute until it has taken the last of `n` frames of
+/// `f` bytes, when it sends `n` such frames and each of `n` others sends it one, all
+/// starting together (SFB under BSP: every peer computes, then sends its batch to its Q
+/// out-neighbours, whose circulant order staggers the frames so each ingress takes one
+/// at a time). Three stages per frame: the sender's transport CPU `x`, the wire `w`
+/// (cut-through: the slower NIC), the receiver's transport CPU `y`, which can only start
+/// once the node's own sends are done. The last frame is taken at the latest of: the
+/// node's CPU doing all its sends and takes (`n·x + n·y`); the first frame arriving and
+/// the takes after it (`x + w + δ + n·y`); the last frame arriving through the pipeline
+/// (`x + w + (n − 1)·max(x, w) + δ + y`).
+fn exchange(pr: &Prices, n: usize, f: u64) -> f64 {
+    if n == 0 {
+        return 0.0;
+    }
+    let (x, w, y, delta, n) = (pr.cpu(f), pr.wire(f), pr.cpu(f), pr.latency, n as f64);
+    (n * x + n * y)
+        .max(x + w + delta + n * y)
+        .max(x + w + (n - 1.0) * x.max(w) + delta + y)
+}
+
+/// One BSP clock of an SFB peer with out- and in-degree `q`: `compute_sv` of K samples,
+/// the exchange of its batch ([`exchange`]), then one apply of its own and the `q`
+/// batches received ((q + 1)·K pairs and a pass over W).
+fn sfb_clock(pr: &Prices, q: usize) -> Estimate {
+    let f = pr.frames.factors;
+    let compute = pr.compute();
+    let net = exchange(pr, q, f);
+    let pairs = (q + 1) * pr.k;
+    let apply = pr.apply(pairs);
+    let bytes = q as u64 * f;
+    let cpu = 2.0 * q as f64 * pr.cpu(f);
+    Estimate {
+        strategy: if q + 1 == pr.p {
+            Strategy::SfbFull
+        } else {
+            Strategy::SfbPartial
+        },
+        q: Some(q),
+        frame_bytes: f,
+        bytes_sent: bytes,
+        bytes_received: bytes,
+        server_bytes_sent: None,
+        server_bytes_received: None,
+        egress_s: Prices::at(bytes, pr.nic.egress),
+        ingress_s: Prices::at(bytes, pr.nic.ingress),
+        transport_cpu_s: cpu,
+        latency_s: if q > 0 { pr.latency } else { 0.0 },
+        compute_s: compute,
+        apply_flops: pairs as f64 * pr.pair_flops,
+        apply_s: apply,
+        clock_s: compute + net + apply,
+        bound: bound(compute + apply, net - cpu.min(net), cpu),
+    }
+}
+
+/// One BSP clock of FMS with P clients. The server sends W (`b` bytes) to clients 0..P−1
+/// in order through its egress; client `c` has it at `a_c = x_b + w_b + δ + c·max(x_b,
+/// w_b)`, takes it (`y_b`), checks it, computes (and for dense push builds ΔW), sends its
+/// update (`u` bytes, `x_u`), which reaches the server `w_u + δ` later, one at a time
+/// through its ingress (`u/ingress` apart at least). The server takes the P updates
+/// (`y_u` each, after its own sends), applies them (factors: P·K pairs; dense: P dense
+/// additions) and starts the next clock's sends. The clock is that cycle: the latest of
+/// the server's CPU (`P·x_b + P·y_u`), the first update arriving then the takes after it,
+/// and the last update arriving; plus the server's apply.
+fn fms_clock(pr: &Prices, dense: bool) -> Estimate {
+    let p = pr.p as f64;
+    let b = pr.frames.params;
+    let u = if dense {
+        pr.frames.delta
+    } else {
+        pr.frames.factors
+    };
+    let (xb, wb, yb) = (pr.cpu(b), pr.wire(b), pr.cpu(b));
+    let (xu, wu, yu) = (pr.cpu(u), pr.wire(u), pr.cpu(u));
+    let delta = pr.latency;
+    let compute = pr.compute() + if dense { pr.dense(1, pr.j) } else { 0.0 };
+    let check = pr.check_w();
+    let client = yb + check + compute + xu;
+    let first_w = xb + wb + delta;
+    let last_w = first_w + (p - 1.0) * xb.max(wb);
+    let first_up = first_w + client + wu + delta;
+    let last_up =
+        (last_w + client + wu + delta).max(first_up + (p - 1.0) * Prices::at(u, pr.nic.ingress));
+    let taken = (p * xb + p * yu).max(first_up + p * yu).max(last_up + yu);
+    let (server_apply, flops) = if dense {
+        (pr.dense(pr.p, pr.j), p * (pr.j * pr.d) as f64)
+    } else {
+        (pr.apply(pr.p * pr.k), p * pr.k as f64 * pr.pair_flops)
+    };
+    let cpu = p * (xb + yu);
+    let net = taken - compute - check;
+    Estimate {
+        strategy: if dense {
+            Strategy::FmsDense
+        } else {
+            Strategy::FmsFactors
+        },
+        q: None,
+        frame_bytes: u,
+        bytes_sent: u,
+        bytes_received: b,
+        server_bytes_sent: Some(pr.p as u64 * b),
+        server_bytes_received: Some(pr.p as u64 * u),
+        egress_s: Prices::at(pr.p as u64 * b, pr.nic.egress),
+        ingress_s: Prices::at(pr.p as u64 * u, pr.nic.ingress),
+        transport_cpu_s: cpu,
+        latency_s: 2.0 * delta,
+        compute_s: compute,
+        apply_flops: flops + if dense { (pr.j * pr.d) as f64 } else { 0.0 },
+        apply_s: server_apply + check,
+        clock_s: taken + server_apply,
+        bound: bound(compute + check + server_apply, net - cpu.min(net), cpu),
+    }
+}
+
+/// One BSP clock of a ring allreduce of the dense gradient: each node computes its K
+/// pairs, builds ΔW, then 2(P − 1) synchronous steps each send one chunk of ⌈J/P⌉ rows to
+/// the next node and take one from the previous (`x + w + δ + y` a step); the P − 1
+/// reduce-scatter steps also add the chunk received; finally ΔW is added to W.
+fn ring_clock(pr: &Prices) -> Estimate {
+    let c = pr.frames.ring_chunk;
+    let steps = 2 * (pr.p - 1);
+    let rows = pr.j.div_ceil(pr.p);
+    let step = pr.cpu(c) + pr.wire(c) + pr.latency + pr.cpu(c);
+    let compute = pr.compute() + pr.dense(1, pr.j);
+    let reduce = (pr.p - 1) as f64 * pr.dense(1, rows);
+    let apply = pr.dense(1, pr.j);
+    let net = steps as f64 * step;
+    let bytes = steps as u64 * c;
+    let cpu = 2.0 * steps as f64 * pr.cpu(c);
+    Estimate {
+        strategy: Strategy::RingAllreduce,
+        q: None,
+        frame_bytes: c,
+        bytes_sent: bytes,
+        bytes_received: bytes,
+        server_bytes_sent: None,
+        server_bytes_received: None,
+        egress_s: Prices::at(bytes, pr.nic.egress),
+        ingress_s: Prices::at(bytes, pr.nic.ingress),
+        transport_cpu_s: cpu,
+        latency_s: steps as f64 * pr.latency,
+        compute_s: compute,
+        apply_flops: ((pr.p - 1) * rows * pr.d + 2 * pr.j * pr.d) as f64,
+        apply_s: reduce + apply,
+        clock_s: compute + net + reduce + apply,
+        bound: bound(compute + reduce + apply, net - cpu.min(net), cpu),
+    }
+}
+
+/// Exact frame sizes of real messages at the shapes (f32 factors). The matrices are
+/// zeroed allocations the size of W (calloc'd, so untouched pages cost no memory).
+fn frames(j: usize, d: usize, k: usize, p: usize) -> Frames {
+    let batch = FactorBatch {
+        origin: PeerId(0),
+        clock: 1000,
+        scale: -0.01,
+        j,
+        d,
+        u: vec![0.0; k * j],
+        v: VFactors::Dense(vec![0.0; k * d]),
+    };
+    let len = |m: &Message| wire::encoded_len_with(m, Dtype::F32) as u64;
+    let factors = len(&Message::Factors {
+        batch: Arc::new(batch),
+        mean_iter_us: 100_000,
+    });
+    let delta_of = |rows: usize| Message::Delta {
+        origin: PeerId(0),
+        clock: 1000,
+        mean_iter_us: 100_000,
+        delta: Arc::new(Array2::zeros((rows, d))),
+    };
+    let w = Arc::new(Array2::zeros((j, d)));
+    Frames {
+        factors,
+        params: len(&Message::Params { clock: 1000, w }),
+        delta: len(&delta_of(j)),
+        ring_chunk: len(&delta_of(j.div_ceil(p))),
+    }
+}
+
+/// Prices every strategy for `setup` and recommends the fastest per clock.
+///
+/// # Arguments
+/// `setup`: the shapes, cluster and network and machine. With `setup.sim.costs =
+/// calibrate` the GEMM and copy rates are measured here first ([`crate::sim::calibrate`]
+/// at J, D, K; about a second); `compute_sv` per sample is the cost model's unless
+/// `setup.sim.compute_per_sample_s` is given ([`calibrate_compute`] measures it).
+///
+/// # Returns
+/// A [`Plan`]: the priced inputs, an [`Estimate`] per strategy and the recommendation.
+///
+/// # Errors
+/// [`Setup::validate`]'s.
+///
+/// # Complexity
+/// O(P) closed forms (every Q in 1..P − 1), plus building one factor batch and zeroed
+/// J × D matrices for their exact frame sizes.
+pub fn plan(setup: &Setup) -> Result<Plan> {
+    setup.validate()?;
+    let (p, j, d, k) = (setup.peers, setup.j, setup.d, setup.batch);
+    let model = sfb_models::ModelSpec::Mlr;
+    let shapes = Shapes {
+        j,
+        d,
+        nnz: d as f64,
+        sparse_v: false,
+        eval_samples: 0,
+    };
+    let nic = setup.sim.nic(None, Dtype::F32);
+    let (costs, report) = crate::sim::plan_costs(&setup.sim, &model, shapes, k, nic);
+    let counts = Counts::of(&model, shapes);
+    let pr = Prices {
+        p,
+        j,
+        d,
+        k,
+        costs,
+        nic,
+        latency: setup.sim.latency_s,
+        pair_flops: counts.pair_flops,
+        frames: frames(j, d, k, p),
+    };
+    let partial: Vec<Estimate> = (1..p.saturating_sub(1))
+        .map(|q| sfb_clock(&pr, q))
+        .collect();
+    // The least time; ties (to a part in 10⁹) go to the larger Q.
+    let best = partial.iter().fold(None::<&Estimate>, |b, e| match b {
+        Some(b) if b.clock_s < e.clock_s * (1.0 - 1e-9) => Some(b),
+        _ => Some(e),
+    });
+    let q_within_10pct = partial.first().map(|one| {
+        partial
+            .iter()
+            .filter(|e| e.clock_s <= 1.1 * one.clock_s)
+            .filter_map(|e| e.q)
+            .max()
+            .unwrap_or(1)
+    });
+    let mut estimates = vec![sfb_clock(&pr, p - 1)];
+    estimates.extend(best.cloned());
+    estimates.push(fms_clock(&pr, false));
+    estimates.push(fms_clock(&pr, true));
+    estimates.push(ring_clock(&pr));
+    for &q in &setup.qs {
+        estimates.push(sfb_clock(&pr, q));
+    }
+    let fastest = |only_consistent: bool| {
+        estimates
+            .iter()
+            .filter(|e| !only_consistent || e.strategy.consistent())
+            .min_by(|a, b| a.clock_s.total_cmp(&b.clock_s))
+            .expect("full broadcast is always priced")
+    };
+    let rec = fastest(false);
+    let (recommended, recommended_q) = (rec.strategy, rec.q);
+    let fastest_consistent = fastest(true).strategy;
+    let mut notes = vec![
+        "per clock only: partial broadcast's replicas see other peers' updates late or \
+         only through later factors, so it may need more clocks to reach the same \
+         objective; its time per clock says nothing about convergence per clock"
+            .to_string(),
+        "BSP steady state on sfb sim's model (NIC FIFOs, cut-through, link delay, \
+         transport CPU, work priced by its cost model); evaluation excluded"
+            .to_string(),
+        "ring allreduce is not a backend of sfb: priced on the same model for comparison, \
+         not simulated"
+            .to_string(),
+    ];
+    if p == 1 {
+        notes.push("one node: nothing to synchronize".to_string());
+    }
+    Ok(Plan {
+        peers: p,
+        j,
+        d,
+        batch: k,
+        egress_bytes_per_s: nic.egress,
+        ingress_bytes_per_s: nic.ingress,
+        latency_s: setup.sim.latency_s,
+        transport_cpu_bytes_per_s: nic.cpu,
+        host_share: setup.sim.share(),
+        flops: report.flops,
+        mem_bw: report.mem_bw,
+        calibrated: report.calibrated || setup.calibrated,
+        compute_per_sample_s: costs.compute_per_sample,
+        frames: pr.frames,
+        estimates,
+        best_q: best.and_then(|e| e.q),
+        q_within_10pct,
+        recommended,
+        recommended_q,
+        fastest_consistent,
+        notes,
+    })
+}
+
+/// Measures this machine at the setup's shapes and puts the rates in `setup.sim` (cost
+/// model `model`, so the plan is priced by them and `sfb sim --flops F --mem-bw B
+/// --compute-per-sample S` replays them): the GEMM rate is that of sfb's own apply
+/// kernel ([`Replica::apply`](sfb_core::Replica::apply), on one thread) at full
+/// broadcast's stacked rank P·K, the memory bandwidth is [`crate::sim::calibrate`]'s copy
+/// of W, and `compute_sv` per sample is [`calibrate_compute`]'s (unless
+/// `setup.sim.compute_per_sample_s` is given). `sfb sim --costs calibrate` instead times
+/// ndarray's GEMM at rank K, which is slower than the apply kernel at the ranks SFB and
+/// the FMS server apply (at J = D = 4096 on this machine 2.4e10 vs 4e10 flop/s).
+///
+/// # Errors
+/// [`calibrate_compute`]'s.
+pub fn calibrate(setup: &mut Setup) -> Result<()> {
+    let (j, d, k) = (setup.j.max(1), setup.d.max(1), setup.batch.max(1));
+    let (_, mem_bw) = crate::sim::calibrate(j, d, k);
+    setup.sim.flops = calibrate_apply(j, d, setup.peers.max(1) * k);
+    setup.sim.mem_bw = mem_bw;
+    setup.sim.costs = crate::sim::CostModel::Model;
+    if setup.sim.compute_per_sample_s.is_none() {
+        setup.sim.compute_per_sample_s = Some(calibrate_compute(j, d, k)?);
+    }
+    setup.calibrated = true;
+    tracing::info!(
+        "calibrated here: apply kernel {:.3e} flop/s at rank {}, copy {:.3e} B/s, compute_sv \
+         {:.3e} s per sample",
+        setup.sim.flops,
+        setup.peers * k,
+        mem_bw,
+        setup.sim.compute_per_sample_s.unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// Flop/s of sfb's apply kernel ([`Replica::apply`](sfb_core::Replica::apply)) on one
+/// thread, applying one batch of `pairs` dense pairs to a J × D replica (2·J·D flops a
+/// pair): the best of 3 timings of at least 50 ms.
+pub fn calibrate_apply(j: usize, d: usize, pairs: usize) -> f64 {
+    let (j, d, pairs) = (j.max(1), d.max(1), pairs.max(1));
+    let batch = FactorBatch {
+        origin: PeerId(0),
+        clock: 0,
+        scale: -1e-3,
+        j,
+        d,
+        u: (0..pairs * j)
+            .map(|i| ((i * 7) % 11) as f32 * 0.01)
+            .collect(),
+        v: VFactors::Dense(
+            (0..pairs * d)
+                .map(|i| ((i * 5) % 13) as f32 * 0.01)
+                .collect(),
+        ),
+    };
+    let mut replica = sfb_core::Replica::zeros(j, d);
+    let mut work = || {
+        // Shapes are right by construction, values finite: the apply cannot fail.
+        let _ = replica.apply(&[&batch]);
+    };
+    let units = 2.0 * (j * d * pairs) as f64;
+    match rayon::ThreadPoolBuilder::new().num_threads(1).build() {
+        Ok(pool) => pool.install(|| crate::sim::best_rate(units, &mut work)),
+        Err(_) => crate::sim::best_rate(units, work),
+    }
+}
+
+/// Seconds of MLR `compute_sv` per sample on this machine at J × D with batches of
+/// `batch` dense samples, on one thread (like [`calibrate_apply`]: `colocate` divides
+/// one core's rate): the best of 3 timings of at least 50 ms of
+/// [`Mlr::compute_sv`](sfb_models::mlr::Mlr) (logits GEMM, softmax, the K pairs).
+///
+/// # Errors
+/// The model's (none for these shapes).
+pub fn calibrate_compute(j: usize, d: usize, batch: usize) -> Result<f64> {
+    use sfb_core::Model;
+    let (j, d, k) = (j.max(1), d.max(1), batch.max(1));
+    let samples: Vec<sfb_models::Example> = (0..k)
+        .map(|i| sfb_models::Example {
+            x: sfb_models::Features::Dense(
+                (0..d).map(|c| ((c * 3 + i) % 7) as f32 * 0.1).collect(),
+            ),
+            y: (i % j) as u32,
+            id: i as u32,
+        })
+        .collect();
+    let refs: Vec<&sfb_models::Example> = samples.iter().collect();
+    let w = Array2::<f32>::from_shape_fn((j, d), |(a, b)| ((a * 5 + b) % 13) as f32 * 1e-3);
+    let mut model = sfb_models::mlr::Mlr::new(j, d);
+    let mut sv = sfb_core::SvList::new(j, d);
+    let mut failed = None;
+    let mut work = || {
+        sv.clear();
+        if let Err(e) = model.compute_sv(w.view(), &refs, &mut sv) {
+            failed = Some(e);
+        }
+    };
+    let rate = match rayon::ThreadPoolBuilder::new().num_threads(1).build() {
+        Ok(pool) => pool.install(|| crate::sim::best_rate(k as f64, &mut work)),
+        Err(_) => crate::sim::best_rate(k as f64, &mut work),
+    };
+    match failed {
+        Some(source) => Err(Error::Core(sfb_core::Error::Model { clock: 0, source })),
+        None => Ok(1.0 / rate),
+    }
+}
+
+/// Seconds as a short figure with a unit.
+fn time(s: f64) -> String {
+    if s == 0.0 {
+        "0".into()
+    } else if s >= 1.0 {
+        format!("{s:.3} s")
+    } else if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{:.3} µs", s * 1e6)
+    }
+}
+
+/// Bytes as a short figure with a binary unit.
+fn bytes(b: u64) -> String {
+    let b = b as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", b / (1u64 << 30) as f64)
+    } else if b >= (1u64 << 20) as f64 {
+        format!("{:.2} MiB", b / (1u64 << 20) as f64)
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{b} B")
+    }
+}
+
+fn rate(r: Option<f64>) -> String {
+    r.map_or("unlimited".into(), |r| {
+        format!("{:.3} Gbit/s ({:.1} MB/s)", r * 8e-9, r * 1e-6)
+    })
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "plan: P={} J={} D={} K={}; NIC egress {}, ingress {}, latency {}; transport \
+             CPU {}; host share ×{}",
+            self.peers,
+            self.j,
+            self.d,
+            self.batch,
+            rate(self.egress_bytes_per_s),
+            rate(self.ingress_bytes_per_s),
+            time(self.latency_s),
+            self.transport_cpu_bytes_per_s
+                .map_or("free".into(), |r| format!("{:.1} MB/s per node", r * 1e-6)),
+            self.host_share,
+        )?;
+        writeln!(
+            f,
+            "machine: {:.3e} flop/s, {:.3e} B/s memory ({}), compute_sv {} per sample",
+            self.flops,
+            self.mem_bw,
+            if self.calibrated {
+                "measured here"
+            } else {
+                "given"
+            },
+            time(self.compute_per_sample_s),
+        )?;
+        writeln!(
+            f,
+            "frames: factors {} B, W {} B, ΔW {} B, ring chunk {} B",
+            self.frames.factors, self.frames.params, self.frames.delta, self.frames.ring_chunk
+        )?;
+        writeln!(f)?;
+        let header = [
+            "strategy",
+            "Q",
+            "sent/node",
+            "recv/node",
+            "server sent/recv",
+            "egress",
+            "ingress",
+            "latency",
+            "transport CPU",
+            "compute_sv",
+            "apply GFLOP",
+            "apply",
+            "per clock",
+            "bound",
+        ];
+        let rows: Vec<Vec<String>> = self
+            .estimates
+            .iter()
+            .map(|e| {
+                vec![
+                    e.strategy.to_string(),
+                    e.q.map_or("-".into(), |q| q.to_string()),
+                    bytes(e.bytes_sent),
+                    bytes(e.bytes_received),
+                    match (e.server_bytes_sent, e.server_bytes_received) {
+                        (Some(s), Some(r)) => format!("{} / {}", bytes(s), bytes(r)),
+                        _ => "-".into(),
+                    },
+                    time(e.egress_s),
+                    time(e.ingress_s),
+                    time(e.latency_s),
+                    time(e.transport_cpu_s),
+                    time(e.compute_s),
+                    format!("{:.3}", e.apply_flops * 1e-9),
+                    time(e.apply_s),
+                    time(e.clock_s),
+                    e.bound.to_string(),
+                ]
+            })
+            .collect();
+        let widths: Vec<usize> = (0..header.len())
+            .map(|c| {
+                rows.iter()
+                    .map(|r| r[c].chars().count())
+                    .chain([header[c].chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |f: &mut fmt::Formatter<'_>, cells: &[&str]| {
+            let cells: Vec<String> = cells
+                .iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(i, (c, &w))| {
+                    if i == 0 || i == header.len() - 1 {
+                        format!("{c:<w$}")
+                    } else {
+                        format!("{c:>w$}")
+                    }
+                })
+                .collect();
+            writeln!(f, "{}", cells.join("  ").trim_end())
+        };
+        line(f, &header)?;
+        for r in &rows {
+            let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+            line(f, &cells)?;
+        }
+        writeln!(f)?;
+        if let (Some(best), Some(free)) = (self.best_q, self.q_within_10pct) {
+            let within = if free > 1 {
+                format!("up to Q={free} a clock costs at most 10% more than at Q=1")
+            } else {
+                "every Q above 1 costs more than 10% over Q=1".to_string()
+            };
+            writeln!(
+                f,
+                "partial broadcast: fastest per clock at Q={best}; {within}"
+            )?;
+        }
+        let q = self
+            .recommended_q
+            .map_or(String::new(), |q| format!(" (Q={q})"));
+        writeln!(
+            f,
+            "recommended: {}{q}, the fastest per clock",
+            self.recommended
+        )?;
+        if self.fastest_consistent != self.recommended {
+            writeln!(
+                f,
+                "fastest with every update reaching every replica each clock: {}",
+                self.fastest_consistent
+            )?;
+        }
+        for n in &self.notes {
+            writeln!(f, "note: {n}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sfb_net::bandwidth::Rate;
+
+    /// 1 Gbit/s both ways, 1 ms delay, unit-friendly rates: 1e9 flop/s, 1e9 B/s.
+    fn setup(p: usize) -> Setup {
+        Setup {
+            peers: p,
+            j: 100,
+            d: 200,
+            batch: 10,
+            sim: SimOptions {
+                egress: Some(Rate(1.25e8)),
+                latency_s: 1e-3,
+                flops: 1e9,
+                mem_bw: 1e9,
+                ..SimOptions::default()
+            },
+            qs: vec![],
+            calibrated: false,
+        }
+    }
+
+    #[test]
+    fn frames_are_the_wire_sizes() {
+        let f = frames(100, 200, 10, 4);
+        // K(J + D) f32 plus a small header; W and ΔW J·D f32 plus a header.
+        assert!((12_000..12_040).contains(&f.factors), "{f:?}");
+        assert!((80_000..80_040).contains(&f.params), "{f:?}");
+        assert!((80_000..80_040).contains(&f.delta), "{f:?}");
+        assert!((20_000..20_040).contains(&f.ring_chunk), "{f:?}");
+    }
+
+    #[test]
+    fn sfb_full_broadcast_by_hand() {
+        let p = plan(&setup(4)).unwrap();
+        let e = p.estimate(Strategy::SfbFull).unwrap();
+        let f = p.frames.factors as f64;
+        // compute_sv: K·(2·J·D + 20·J) flops / 1e9 + K·4·(J + D) bytes / 1e9.
+        let compute = 10.0 * (2.0 * 100.0 * 200.0 + 2000.0) / 1e9 + 10.0 * 4.0 * 300.0 / 1e9;
+        // Apply: 4·K pairs of 2·J·D flops, plus a pass over W (8·J·D bytes).
+        let apply = 40.0 * 2.0 * 100.0 * 200.0 / 1e9 + 8.0 * 100.0 * 200.0 / 1e9;
+        // Network, no transport CPU: the 3 frames through the NIC, then the delay.
+        let net = 3.0 * f / 1.25e8 + 1e-3;
+        assert_eq!(e.q, Some(3));
+        assert_eq!(e.bytes_sent, 3 * p.frames.factors);
+        assert!(
+            (e.compute_s - compute).abs() < 2e-9,
+            "{} {compute}",
+            e.compute_s
+        );
+        assert!((e.apply_s - apply).abs() < 2e-9, "{} {apply}", e.apply_s);
+        assert!((e.clock_s - (compute + net + apply)).abs() < 1e-8, "{e:?}");
+        assert_eq!(e.apply_flops, 40.0 * 40_000.0);
+        assert_eq!(e.bound, "compute");
+    }
+
+    #[test]
+    fn fms_by_hand() {
+        let p = plan(&setup(4)).unwrap();
+        let e = p.estimate(Strategy::FmsFactors).unwrap();
+        let (b, u) = (p.frames.params as f64, p.frames.factors as f64);
+        let bw = 1.25e8;
+        // The server's 4 copies of W leave one after another; the last client gets its
+        // copy after 4 of them and the delay, checks it (one pass: J·D·(8/1e9 + 1/1e9)
+        // rounded to whole ns per element: 9 ns), computes, pushes its factors (u/bw and
+        // the delay back); the server applies 4·K pairs.
+        let check = 100.0 * 200.0 * 9e-9;
+        let compute = 10.0 * (2.0 * 100.0 * 200.0 + 2000.0) / 1e9 + 10.0 * 4.0 * 300.0 / 1e9;
+        let apply = 40.0 * 2.0 * 100.0 * 200.0 / 1e9 + 8.0 * 100.0 * 200.0 / 1e9;
+        let expect = 4.0 * b / bw + 1e-3 + check + compute + u / bw + 1e-3 + apply;
+        assert!((e.clock_s - expect).abs() < 1e-8, "{} {expect}", e.clock_s);
+        assert_eq!(e.server_bytes_sent, Some(4 * p.frames.params));
+        assert_eq!(e.latency_s, 2e-3);
+    }
+
+    #[test]
+    fn ring_by_hand() {
+        let p = plan(&setup(4)).unwrap();
+        let e = p.estimate(Strategy::RingAllreduce).unwrap();
+        let c = p.frames.ring_chunk as f64;
+        // 6 steps of a 25-row chunk plus the delay each.
+        let net = 6.0 * (c / 1.25e8 + 1e-3);
+        assert_eq!(e.bytes_sent, 6 * p.frames.ring_chunk);
+        assert!(
+            (e.clock_s - e.compute_s - e.apply_s - net).abs() < 1e-9,
+            "{e:?}"
+        );
+        assert_eq!(e.latency_s, 6e-3);
+    }
+
+    #[test]
+    fn transport_cpu_serializes_sends_and_takes() {
+        let mut s = setup(4);
+        // Transport CPU far slower than the NIC: each frame costs f/cpu at both ends and
+        // the node's CPU does 3 sends then 3 takes.
+        s.sim.transport_cpu = Some(Rate(1e6));
+        let p = plan(&s).unwrap();
+        let e = p.estimate(Strategy::SfbFull).unwrap();
+        let x = p.frames.factors as f64 / 1e6;
+        assert!(
+            (e.clock_s - e.compute_s - e.apply_s - 6.0 * x).abs() < 1e-9,
+            "{e:?}"
+        );
+        assert_eq!(e.bound, "transport cpu");
+    }
+
+    #[test]
+    fn best_q_is_priced_and_recommended_honestly() {
+        let mut s = setup(16);
+        s.qs = vec![2, 5];
+        let p = plan(&s).unwrap();
+        // Fewer pairs and frames always cost less per clock on this model: Q = 1.
+        assert_eq!(p.best_q, Some(1));
+        let qs: Vec<_> = p
+            .estimates
+            .iter()
+            .filter(|e| e.strategy == Strategy::SfbPartial)
+            .map(|e| e.q)
+            .collect();
+        assert_eq!(qs, [Some(1), Some(2), Some(5)]);
+        let fastest = p
+            .estimates
+            .iter()
+            .map(|e| e.clock_s)
+            .fold(f64::INFINITY, f64::min);
+        let rec = p
+            .estimates
+            .iter()
+            .find(|e| e.strategy == p.recommended && e.q == p.recommended_q)
+            .unwrap();
+        assert_eq!(rec.clock_s, fastest);
+        assert!(p.fastest_consistent.consistent());
+        let text = p.to_string();
+        assert!(text.contains("says nothing about convergence"), "{text}");
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["estimates"][0]["strategy"], "sfb-full");
+    }
+
+    #[test]
+    fn bad_setups_name_their_field() {
+        let mut s = setup(4);
+        s.qs = vec![4];
+        assert!(plan(&s).unwrap_err().to_string().contains('q'));
+        let s = Setup { j: 0, ..setup(4) };
+        assert!(plan(&s).unwrap_err().to_string().starts_with("j "));
+        let mut s = setup(4);
+        s.sim.flops = -1.0;
+        assert!(plan(&s).unwrap_err().to_string().contains("sim.flops"));
+    }
+
+    #[test]
+    fn one_node_has_nothing_to_send() {
+        let p = plan(&setup(1)).unwrap();
+        let e = p.estimate(Strategy::SfbFull).unwrap();
+        assert_eq!(e.bytes_sent, 0);
+        assert_eq!(p.best_q, None);
+    }
+}
