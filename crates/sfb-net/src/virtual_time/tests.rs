@@ -331,6 +331,36 @@ fn an_ingress_nic_takes_in_one_frame_after_the_other() {
 }
 
 #[test]
+fn an_ingress_nic_takes_frames_in_the_order_their_heads_arrive() {
+    // Peer 0's step starts first but computes 10 ms longer (a straggler), so the driver
+    // handles its sends before peer 1's although peer 1's frame reaches peer 2 first: the
+    // ingress serves peer 1's frame first, then peer 0's, with no idle gap.
+    let mut log = FirstFrames::default();
+    Network::new(engines(3, Consistency::Bsp, 2))
+        .costs(Costs::free())
+        .latency(Latency::fixed(MS))
+        .stragglers(Stragglers::Fixed {
+            peer: PeerId(0),
+            delay: 10 * MS,
+        })
+        .nic(Nic {
+            ingress: Some(1000.0),
+            ..Nic::default()
+        })
+        .run_with(&mut log)
+        .unwrap();
+    let (late, early) = (
+        log.0[&(PeerId(0), PeerId(2))],
+        log.0[&(PeerId(1), PeerId(2))],
+    );
+    let frame = Duration::from_millis(early.1 as u64);
+    assert!(frame > 10 * MS, "the frames must overlap: {frame:?}");
+    assert_eq!(early.0, MS + frame);
+    // Peer 0's frame is a byte longer (its mean iteration time takes a longer varint).
+    assert_eq!(late.0, MS + frame + Duration::from_millis(late.1 as u64));
+}
+
+#[test]
 fn a_nic_rate_must_be_positive() {
     let e = Network::new(engines(2, Consistency::Bsp, 1))
         .nic(Nic::symmetric(0.0))
