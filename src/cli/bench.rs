@@ -13,8 +13,10 @@ use super::train::cli_error;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Scenario to run: kernel, link, fms-vs-sfb, q-sweep, staleness, scaling, model-size,
-    /// optimizers, adarevision, saga, compression, prioritization, budget-check (root only: token bucket vs kernel tbf shaping; skipped elsewhere), or
-    /// `all` (kernel and the training scenarios, in that order).
+    /// optimizers, adarevision, saga, compression, prioritization, scale and stragglers
+    /// (both simulated: sfb sim at up to 1024 and 256 peers), budget-check (root only:
+    /// token bucket vs kernel tbf shaping; skipped elsewhere), or `all` (kernel and the
+    /// training scenarios, in that order).
     #[arg(long, default_value = "kernel")]
     pub scenario: String,
     /// Directory for JSON/CSV/Markdown/PNG results (training scenarios default to

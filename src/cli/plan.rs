@@ -7,7 +7,7 @@ use sfb_harness::plan::Setup;
 use sfb_harness::sim::{CostModel, Ingress, SimOptions};
 use sfb_net::bandwidth::Rate;
 
-use super::sim::{colocate, seconds};
+use sfb_harness::sim::{colocate, seconds};
 
 /// `sfb plan` options.
 #[derive(Debug, Args)]

@@ -2,7 +2,7 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use sfb_harness::sim::{CostModel, Ingress, SimOptions};
+use sfb_harness::sim::{self, CostModel, Ingress, SimOptions};
 
 use super::run::{RunArgs, Transport};
 
@@ -26,15 +26,15 @@ pub struct SimFlags {
     #[arg(long, default_value = "same")]
     pub ingress: Ingress,
     /// One-way link delay (s, ms or us suffix; a bare number is seconds).
-    #[arg(long, default_value = "50us", value_parser = seconds)]
+    #[arg(long, default_value = "50us", value_parser = sim::seconds)]
     pub latency: f64,
     /// Each frame's delay is uniform in latency ± jitter, seeded per link.
-    #[arg(long, default_value = "0", value_parser = seconds)]
+    #[arg(long, default_value = "0", value_parser = sim::seconds)]
     pub jitter: f64,
     /// How work is priced: model (flop and byte counts at --flops and --mem-bw;
     /// deterministic) or calibrate (measure this machine's rates first, at the run's
     /// shapes; the summary's sim block names them, so passing them back replays the run).
-    #[arg(long, default_value = "model", value_parser = cost_model)]
+    #[arg(long, default_value = "model", value_parser = sim::cost_model)]
     pub costs: CostModel,
     /// The modelled machine's GEMM rate, flop/s. Default: 5.7e10 (one core of this
     /// project's development machine; sfb bench --scenario scale: 16 of them).
@@ -45,15 +45,15 @@ pub struct SimFlags {
     pub mem_bw: Option<f64>,
     /// Seconds of compute_sv per sample (replaces the cost model's and the
     /// calibration's figure; a calibrated run's summary names the figure it measured).
-    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = sim::seconds)]
     pub compute_per_sample: Option<f64>,
     /// Seconds of one evaluation on the held-out data (likewise).
-    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = sim::seconds)]
     pub evaluate_cost: Option<f64>,
     /// NODES:CORES: that many nodes share one host of that many cores, so every node's
     /// work takes max(1, NODES/CORES) times as long (a crude fair share; for comparing
     /// with processes on one machine, e.g. P:2 here). Default: a host per node.
-    #[arg(long, value_name = "NODES:CORES", value_parser = colocate)]
+    #[arg(long, value_name = "NODES:CORES", value_parser = sim::colocate)]
     pub colocate: Option<(usize, usize)>,
     /// CPU the transport spends per byte at each end (encryption, framing, decoding), as
     /// a rate of one core, e.g. 360MB (what sfb bench --scenario link's framed arm
@@ -89,45 +89,6 @@ impl SimFlags {
     }
 }
 
-pub(crate) fn seconds(s: &str) -> Result<f64, String> {
-    // Divided (not multiplied by 1e-6), so that 50us is exactly the f64 nearest 50e-6.
-    let (num, per_second) = if let Some(n) = s.strip_suffix("us") {
-        (n, 1e6)
-    } else if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        (s, 1.0)
-    };
-    match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v / per_second),
-        _ => Err(format!(
-            "{s:?}: expected a non-negative duration such as 50us, 2ms or 0.001"
-        )),
-    }
-}
-
-pub(crate) fn colocate(s: &str) -> Result<(usize, usize), String> {
-    let parsed = s
-        .split_once(':')
-        .and_then(|(n, c)| Some((n.parse().ok()?, c.parse().ok()?)));
-    match parsed {
-        Some((n, c)) if n > 0 && c > 0 => Ok((n, c)),
-        _ => Err(format!(
-            "{s:?}: expected NODES:CORES, both at least 1 (e.g. 8:2)"
-        )),
-    }
-}
-
-fn cost_model(s: &str) -> Result<CostModel, String> {
-    match s {
-        "model" => Ok(CostModel::Model),
-        "calibrate" => Ok(CostModel::Calibrate),
-        _ => Err(format!("{s:?}: expected model or calibrate")),
-    }
-}
-
 pub fn run(args: &SimArgs) -> Result<()> {
     if args.run.transport != Transport::Mem || args.run.spec.is_some() {
         bail!(
@@ -139,15 +100,4 @@ pub fn run(args: &SimArgs) -> Result<()> {
     spec.transport = sfb_harness::Transport::Sim;
     spec.sim = args.sim.options();
     super::run::run_spec(&spec, args.run.print_spec)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn durations_take_units() {
-        assert_eq!(super::seconds("50us").unwrap(), 50e-6);
-        assert_eq!(super::seconds("2ms").unwrap(), 2e-3);
-        assert_eq!(super::seconds("0.5").unwrap(), 0.5);
-        assert!(super::seconds("-1ms").unwrap_err().contains("non-negative"));
-    }
 }

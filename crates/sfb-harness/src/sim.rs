@@ -107,6 +107,58 @@ impl<'de> Deserialize<'de> for Ingress {
     }
 }
 
+/// A duration as `sfb sim` and `sfb plan` take it: a number of seconds, or with a unit
+/// (`50us`, `2ms`, `0.5s`).
+///
+/// # Errors
+/// A message naming the text, for a negative, non-finite or unreadable duration.
+pub fn seconds(s: &str) -> std::result::Result<f64, String> {
+    // Divided (not multiplied by 1e-6), so that 50us is exactly the f64 nearest 50e-6.
+    let (num, per_second) = if let Some(n) = s.strip_suffix("us") {
+        (n, 1e6)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (s, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v / per_second),
+        _ => Err(format!(
+            "{s:?}: expected a non-negative duration such as 50us, 2ms or 0.001"
+        )),
+    }
+}
+
+/// `NODES:CORES` ([`SimOptions::colocate`]), both at least 1.
+///
+/// # Errors
+/// A message naming the text.
+pub fn colocate(s: &str) -> std::result::Result<(usize, usize), String> {
+    let parsed = s
+        .split_once(':')
+        .and_then(|(n, c)| Some((n.parse().ok()?, c.parse().ok()?)));
+    match parsed {
+        Some((n, c)) if n > 0 && c > 0 => Ok((n, c)),
+        _ => Err(format!(
+            "{s:?}: expected NODES:CORES, both at least 1 (e.g. 8:2)"
+        )),
+    }
+}
+
+/// `model` or `calibrate` ([`CostModel`]).
+///
+/// # Errors
+/// A message naming the text.
+pub fn cost_model(s: &str) -> std::result::Result<CostModel, String> {
+    match s {
+        "model" => Ok(CostModel::Model),
+        "calibrate" => Ok(CostModel::Calibrate),
+        _ => Err(format!("{s:?}: expected model or calibrate")),
+    }
+}
+
 /// What `sfb sim` models (the spec's `sim`; used with transport `sim` only).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -468,6 +520,22 @@ pub fn calibrate_compute(spec: &crate::RunSpec) -> Result<(f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_take_units_and_the_other_values_parse() {
+        assert_eq!(seconds("50us").unwrap(), 50e-6);
+        assert_eq!(seconds("2ms").unwrap(), 2e-3);
+        assert_eq!(seconds("0.5").unwrap(), 0.5);
+        assert!(seconds("-1ms").unwrap_err().contains("non-negative"));
+        assert_eq!(colocate("8:2").unwrap(), (8, 2));
+        assert!(colocate("8:0").unwrap_err().contains("NODES:CORES"));
+        assert_eq!(cost_model("calibrate").unwrap(), CostModel::Calibrate);
+        assert!(
+            cost_model("guess")
+                .unwrap_err()
+                .contains("model or calibrate")
+        );
+    }
 
     #[test]
     fn ingress_parses_and_prints_back() {

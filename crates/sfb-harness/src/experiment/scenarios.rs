@@ -585,9 +585,22 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
         Arm::new(format!("Q={q}{}", if relay { " relay" } else { "" }), s)
     };
     // Full broadcast first: it is the reference. Then partial broadcast without relay,
-    // and with it (Q = P − 1 relays nothing).
-    let mut arms: Vec<Arm> = (1..p).rev().map(|q| arm(q, false)).collect();
-    arms.extend((1..p.saturating_sub(1)).map(|q| arm(q, true)));
+    // and with it (Q = P − 1 relays nothing). Above 16 peers (the simulator's scale):
+    // Q = 1, 2, 4, 8, … and P − 1, without relay (every relayed replica applies all
+    // P·K pairs a clock, full broadcast's work, at every Q).
+    let qs: Vec<usize> = if p <= 16 {
+        (1..p).collect()
+    } else {
+        let mut v: Vec<usize> = std::iter::successors(Some(1usize), |q| Some(q * 2))
+            .take_while(|&q| q < p - 1)
+            .collect();
+        v.push(p - 1);
+        v
+    };
+    let mut arms: Vec<Arm> = qs.iter().rev().map(|&q| arm(q, false)).collect();
+    if p <= 16 {
+        arms.extend((1..p.saturating_sub(1)).map(|q| arm(q, true)));
+    }
     run_arms(runner, &mut report, &arms, 0, opts.frac(0.25))?;
     if let Some(note) = learned_note(&report, n) {
         report.notes.push(note);
