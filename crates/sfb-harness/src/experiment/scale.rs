@@ -7,7 +7,8 @@
 //! would take too long here (full broadcast at large P: every peer applies (P − 1)·K
 //! pairs a clock) run timing-only ([`crate::sim::SimOptions::timing_only`]): the same
 //! protocol and frames, so bytes and times are measured, but no learning, so no time to
-//! target. The report says which arm ran how.
+//! target; they run 10 clocks (a steady per-clock time needs no more). The report says
+//! which arm ran how.
 
 use std::fmt::Write as _;
 
@@ -27,6 +28,9 @@ pub const SCALE_PEERS: &[usize] = &[16, 64, 256, 1024];
 /// Flops of arithmetic (applies) above which an arm runs timing-only: about a minute of
 /// this machine's GEMM rate.
 const REAL_ARITHMETIC_FLOPS: f64 = 3e12;
+
+/// Clocks of a timing-only arm (at most the scenario's).
+const TIMING_ONLY_CLOCKS: u64 = 10;
 
 /// The partial-broadcast out-degrees of the scenario.
 const QS: [usize; 2] = [3, 10];
@@ -138,6 +142,12 @@ fn arm(base: &RunSpec, p: usize, n: usize, k: usize, clocks: u64, kind: Kind) ->
         Kind::Fms => spec.backend = Backend::Fms,
     }
     spec.sim.timing_only = timing_only;
+    if timing_only {
+        // Nothing to learn: enough clocks for a steady per-clock time. (Full broadcast
+        // at P = 1024 is P² frames a clock, and each frame costs its receiver O(P) in the
+        // engine's barrier bookkeeping: 10 clocks take minutes here.)
+        spec.train.clocks = clocks.min(TIMING_ONLY_CLOCKS);
+    }
     let name = format!(
         "P={p} {}{}",
         kind.label(),
