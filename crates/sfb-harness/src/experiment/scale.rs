@@ -163,7 +163,7 @@ fn arm(base: &RunSpec, p: usize, n: usize, k: usize, clocks: u64, kind: Kind) ->
 
 /// Simulated seconds per clock of a run, its evaluations excluded (timing-only runs have
 /// none; under BSP every node evaluates at the same clocks).
-fn per_clock(s: &sfb_core::metrics::Summary) -> f64 {
+pub(super) fn per_clock(s: &sfb_core::metrics::Summary) -> f64 {
     (s.wall_s - s.eval_s).max(0.0) / s.clocks.max(1) as f64
 }
 

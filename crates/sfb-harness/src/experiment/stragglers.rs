@@ -98,8 +98,7 @@ pub fn stragglers(opts: &Options, runner: &Runner) -> Result<Report> {
     );
     let (mut cats, mut controlled, mut production) = (Vec::new(), Vec::new(), Vec::new());
     let find = |name: &str| report.arms.iter().find(|a| a.name == name);
-    let per_clock =
-        |s: &sfb_core::metrics::Summary| 1e3 * (s.wall_s - s.eval_s) / s.clocks.max(1) as f64;
+    let per_clock = |s: &sfb_core::metrics::Summary| 1e3 * super::scale::per_clock(s);
     for (model, _) in &models {
         let c = find(&format!("{model}, controlled"));
         let pr = find(&format!("{model}, production"));
