@@ -77,6 +77,7 @@ fn planned(cpu: bool, nodes: usize) -> Plan {
         sim: sim_options(cpu, nodes),
         qs: vec![3],
         calibrated: false,
+        calibration_workers: 0,
     })
     .unwrap()
 }

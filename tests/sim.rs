@@ -196,6 +196,30 @@ fn a_calibrated_run_is_replayed_from_the_figures_its_summary_names() {
     assert_eq!(cal, again);
 }
 
+/// Calibrating for co-located nodes times the kernels with that many running at once and
+/// stores per-core rates, so a node's priced work is the share times them.
+#[test]
+fn a_colocated_calibration_prices_work_by_the_share() {
+    let dir = tempdir("sim", "calibrate-colocated");
+    let (cal, _) = sim(&dir, "cal", &["--costs", "calibrate", "--colocate", "4:2"]);
+    let block = &cal["sim"];
+    assert_eq!(block["calibrated"], true);
+    assert_eq!(block["host_share"].as_f64(), Some(2.0));
+    let flops = block["flops"].as_f64().unwrap();
+    let per_pair = block["costs"]["apply_per_pair"].as_f64().unwrap();
+    assert!(flops > 0.0 && per_pair > 0.0, "{block}");
+    // The apply of a pair is priced at the share over the stored per-core rate: its flops
+    // (from the model-priced run's figures) over that rate, twice.
+    let (model, _) = sim(&dir, "model", &[]);
+    let pair_flops = model["sim"]["costs"]["apply_per_pair"].as_f64().unwrap()
+        * model["sim"]["flops"].as_f64().unwrap();
+    let expected = pair_flops / flops * 2.0;
+    assert!(
+        (per_pair - expected).abs() <= 1e-9 * expected.max(1e-12),
+        "{per_pair} vs {expected}: {block}"
+    );
+}
+
 /// Timing only: the same protocol and frames without the arithmetic. Against the same run
 /// with real arithmetic (partial broadcast over the deterministic optimizer's topology,
 /// sparse and dense data): bytes, staleness, compute and apply time agree exactly; the

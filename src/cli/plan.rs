@@ -50,8 +50,11 @@ pub struct PlanArgs {
     /// Measure this machine first (replacing --flops and --mem-bw): sfb's apply kernel
     /// on one thread at rank P·K, the copy rate of W, and MLR's compute_sv per sample (a
     /// one-peer run on synthetic data of these shapes; unless --compute-per-sample is
-    /// given). A few seconds at J = D = 4096. The plan prints the rates: pass them to
-    /// sfb sim as --flops, --mem-bw, --compute-per-sample to simulate the same machine.
+    /// given). A few seconds at J = D = 4096. With --colocate each is timed with as many
+    /// kernels running at once as the co-located nodes (alone a kernel has the caches and
+    /// memory bus to itself, which underprices them). The plan prints the rates: pass them
+    /// to sfb sim as --flops, --mem-bw, --compute-per-sample (with the same --colocate)
+    /// to simulate the same machine.
     #[arg(long)]
     pub calibrate: bool,
     /// Seconds of compute_sv per sample (replaces the cost model's and the
@@ -59,7 +62,8 @@ pub struct PlanArgs {
     #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     pub compute_per_sample: Option<f64>,
     /// NODES:CORES: that many nodes share one host of that many cores, so every node's
-    /// work takes max(1, NODES/CORES) times as long (as sfb sim).
+    /// work takes max(1, NODES/CORES) times as long (as sfb sim; with --calibrate, see
+    /// there).
     #[arg(long, value_name = "NODES:CORES", value_parser = colocate)]
     pub colocate: Option<(usize, usize)>,
     /// CPU the transport spends per byte at each end, as a rate of one core (e.g. 360MB,
@@ -122,6 +126,7 @@ impl PlanArgs {
             },
             qs: self.q.clone(),
             calibrated: false,
+            calibration_workers: 0,
         })
     }
 }

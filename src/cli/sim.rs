@@ -51,8 +51,10 @@ pub struct SimFlags {
     #[arg(long, value_name = "SECONDS", value_parser = sim::seconds)]
     pub evaluate_cost: Option<f64>,
     /// NODES:CORES: that many nodes share one host of that many cores, so every node's
-    /// work takes max(1, NODES/CORES) times as long (a crude fair share; for comparing
-    /// with processes on one machine, e.g. P:2 here). Default: a host per node.
+    /// work takes max(1, NODES/CORES) times as long (for comparing with processes on one
+    /// machine, e.g. P:2 here). With --costs calibrate the rates are then measured with
+    /// that many kernels running at once on this host (caches and memory bus shared, as
+    /// co-located processes share them). Default: a host per node.
     #[arg(long, value_name = "NODES:CORES", value_parser = sim::colocate)]
     pub colocate: Option<(usize, usize)>,
     /// CPU the transport spends per byte at each end (encryption, framing, decoding), as

@@ -60,6 +60,9 @@ pub struct Setup {
     pub qs: Vec<usize>,
     /// Whether `sim`'s rates were measured here ([`calibrate`] sets it). Default false.
     pub calibrated: bool,
+    /// How many kernels [`calibrate`] ran at once (1: alone; more under `colocate`, see
+    /// [`calibration_workers`]). Default 0 (not calibrated).
+    pub calibration_workers: usize,
 }
 
 impl Default for Setup {
@@ -72,6 +75,7 @@ impl Default for Setup {
             sim: SimOptions::default(),
             qs: Vec::new(),
             calibrated: false,
+            calibration_workers: 0,
         }
     }
 }
@@ -242,6 +246,9 @@ pub struct Plan {
     pub mem_bw: f64,
     /// Whether the rates were measured here.
     pub calibrated: bool,
+    /// How many kernels ran at once when they were measured (0: not measured here; more
+    /// than 1: as co-located nodes, the rates then being per-core equivalents).
+    pub calibration_workers: usize,
     /// Seconds of `compute_sv` per sample, as priced (after the host share).
     pub compute_per_sample_s: f64,
     /// Exact frame sizes.
@@ -628,6 +635,7 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
         flops: report.flops,
         mem_bw: report.mem_bw,
         calibrated: report.calibrated || setup.calibrated,
+        calibration_workers: setup.calibration_workers,
         compute_per_sample_s: costs.compute_per_sample,
         frames: pr.frames,
         estimates,
@@ -644,40 +652,95 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
 /// model `model`, so the plan is priced by them and `sfb sim --flops F --mem-bw B
 /// --compute-per-sample S` replays them): the GEMM rate is that of sfb's own apply
 /// kernel ([`Replica::apply`](sfb_core::Replica::apply), on one thread) at full
-/// broadcast's stacked rank P·K, the memory bandwidth is [`crate::sim::calibrate`]'s copy
-/// of W, and `compute_sv` per sample is [`calibrate_compute`]'s (unless
-/// `setup.sim.compute_per_sample_s` is given). `sfb sim --costs calibrate` instead times
-/// ndarray's GEMM at rank K, which is slower than the apply kernel at the ranks SFB and
-/// the FMS server apply (at J = D = 4096 on this machine 2.4e10 vs 4e10 flop/s).
+/// broadcast's stacked rank P·K, the memory bandwidth is the copy of W, and `compute_sv`
+/// per sample is MLR's (unless `setup.sim.compute_per_sample_s` is given). `sfb sim
+/// --costs calibrate` instead times ndarray's GEMM at rank K, which is slower than the
+/// apply kernel at the ranks SFB and the FMS server apply (at J = D = 4096 on this machine
+/// 2.4e10 vs 4e10 flop/s).
+///
+/// **Co-located nodes** (`colocate` NODES:CORES): alone, a kernel has the host's caches
+/// and memory bus to itself, and NODES/CORES times its time underprices NODES processes
+/// taking turns on CORES cores (measured here at J = D = 4096, 8 nodes on 2 cores: the
+/// apply ran at 6.8e9 flop/s a node against 5.3e10 alone, 7.8× slower where the share
+/// says 4×). So under `colocate` each kernel is timed with [`calibration_workers`]
+/// copies running at once on this host, each on its own data and one thread, and the
+/// rates are stored as per-core equivalents (a node's measured rate times the share), so
+/// that the plan's and the simulator's `× share` gives back exactly the time measured.
 ///
 /// # Errors
 /// [`calibrate_compute`]'s.
 pub fn calibrate(setup: &mut Setup) -> Result<()> {
     let (j, d, k) = (setup.j.max(1), setup.d.max(1), setup.batch.max(1));
-    let (_, mem_bw) = crate::sim::calibrate(j, d, k);
-    setup.sim.flops = calibrate_apply(j, d, setup.peers.max(1) * k);
+    let workers = calibration_workers(setup.sim.colocate);
+    let share = setup.sim.share();
+    let pairs = setup.peers.max(1) * k;
+    let (flops, mem_bw, per_sample) = if workers > 1 {
+        let flops = crate::sim::contended_rate(workers, 2.0 * (j * d * pairs) as f64, || {
+            apply_work(j, d, pairs)
+        });
+        let mem_bw = crate::sim::contended_rate(workers, 8.0 * (j * d) as f64, || {
+            crate::sim::copy_work(j, d)
+        });
+        let per_sample = match setup.sim.compute_per_sample_s {
+            Some(_) => None,
+            None => {
+                // Fails here, on one thread, if it fails at all.
+                ComputeWork::new(j, d, k).step()?;
+                let rate = crate::sim::contended_rate(workers, k as f64, || {
+                    let mut c = ComputeWork::new(j, d, k);
+                    move || {
+                        // Checked above for these shapes.
+                        let _ = c.step();
+                    }
+                });
+                Some(1.0 / rate)
+            }
+        };
+        (flops * share, mem_bw * share, per_sample.map(|t| t / share))
+    } else {
+        let (_, mem_bw) = crate::sim::calibrate(j, d, k);
+        let per_sample = match setup.sim.compute_per_sample_s {
+            Some(_) => None,
+            None => Some(calibrate_compute(j, d, k)?),
+        };
+        (calibrate_apply(j, d, pairs), mem_bw, per_sample)
+    };
+    setup.sim.flops = flops;
     setup.sim.mem_bw = mem_bw;
     setup.sim.costs = crate::sim::CostModel::Model;
-    if setup.sim.compute_per_sample_s.is_none() {
-        setup.sim.compute_per_sample_s = Some(calibrate_compute(j, d, k)?);
+    if per_sample.is_some() {
+        setup.sim.compute_per_sample_s = per_sample;
     }
     setup.calibrated = true;
+    setup.calibration_workers = workers;
     tracing::info!(
-        "calibrated here: apply kernel {:.3e} flop/s at rank {}, copy {:.3e} B/s, compute_sv \
-         {:.3e} s per sample",
+        "calibrated here ({workers} at once): apply kernel {:.3e} flop/s at rank {}, copy \
+         {:.3e} B/s, compute_sv {:.3e} s per sample",
         setup.sim.flops,
-        setup.peers * k,
+        pairs,
         mem_bw,
         setup.sim.compute_per_sample_s.unwrap_or_default()
     );
     Ok(())
 }
 
-/// Flop/s of sfb's apply kernel ([`Replica::apply`](sfb_core::Replica::apply)) on one
-/// thread, applying one batch of `pairs` dense pairs to a J × D replica (2·J·D flops a
-/// pair): the best of 3 timings of at least 50 ms.
-pub fn calibrate_apply(j: usize, d: usize, pairs: usize) -> f64 {
-    let (j, d, pairs) = (j.max(1), d.max(1), pairs.max(1));
+/// How many kernels [`calibrate`] runs at once for `colocate` NODES:CORES: NODES per
+/// CORES cores over all of this host's cores (8:2 on a 2-core host: 8; 16:16 on it: 2;
+/// at least 1, at most 64), so this host is as oversubscribed as the planned one; 1
+/// without `colocate`.
+pub fn calibration_workers(colocate: Option<(usize, usize)>) -> usize {
+    let here = std::thread::available_parallelism().map_or(1, usize::from);
+    workers_for(colocate, here)
+}
+
+fn workers_for(colocate: Option<(usize, usize)>, here: usize) -> usize {
+    colocate.map_or(1, |(nodes, cores)| {
+        (nodes * here).div_ceil(cores.max(1)).clamp(1, 64)
+    })
+}
+
+/// One call: apply a batch of `pairs` dense pairs to a J × D replica (2·J·D flops a pair).
+fn apply_work(j: usize, d: usize, pairs: usize) -> impl FnMut() {
     let batch = FactorBatch {
         origin: PeerId(0),
         clock: 0,
@@ -694,10 +757,56 @@ pub fn calibrate_apply(j: usize, d: usize, pairs: usize) -> f64 {
         ),
     };
     let mut replica = sfb_core::Replica::zeros(j, d);
-    let mut work = || {
+    move || {
         // Shapes are right by construction, values finite: the apply cannot fail.
         let _ = replica.apply(&[&batch]);
-    };
+    }
+}
+
+/// MLR's `compute_sv` on a batch of `k` dense samples against a fixed J × D W.
+struct ComputeWork {
+    samples: Vec<sfb_models::Example>,
+    w: Array2<f32>,
+    model: sfb_models::mlr::Mlr,
+    sv: sfb_core::SvList,
+}
+
+impl ComputeWork {
+    fn new(j: usize, d: usize, k: usize) -> Self {
+        let samples = (0..k)
+            .map(|i| sfb_models::Example {
+                x: sfb_models::Features::Dense(
+                    (0..d).map(|c| ((c * 3 + i) % 7) as f32 * 0.1).collect(),
+                ),
+                y: (i % j) as u32,
+                id: i as u32,
+            })
+            .collect();
+        Self {
+            samples,
+            w: Array2::<f32>::from_shape_fn((j, d), |(a, b)| ((a * 5 + b) % 13) as f32 * 1e-3),
+            model: sfb_models::mlr::Mlr::new(j, d),
+            sv: sfb_core::SvList::new(j, d),
+        }
+    }
+
+    /// One `compute_sv` over the batch.
+    fn step(&mut self) -> Result<()> {
+        use sfb_core::Model;
+        let refs: Vec<&sfb_models::Example> = self.samples.iter().collect();
+        self.sv.clear();
+        self.model
+            .compute_sv(self.w.view(), &refs, &mut self.sv)
+            .map_err(|source| Error::Core(sfb_core::Error::Model { clock: 0, source }))
+    }
+}
+
+/// Flop/s of sfb's apply kernel ([`Replica::apply`](sfb_core::Replica::apply)) on one
+/// thread, alone, applying one batch of `pairs` dense pairs to a J × D replica (2·J·D
+/// flops a pair): the best of 3 timings of at least 50 ms.
+pub fn calibrate_apply(j: usize, d: usize, pairs: usize) -> f64 {
+    let (j, d, pairs) = (j.max(1), d.max(1), pairs.max(1));
+    let mut work = apply_work(j, d, pairs);
     let units = 2.0 * (j * d * pairs) as f64;
     match rayon::ThreadPoolBuilder::new().num_threads(1).build() {
         Ok(pool) => pool.install(|| crate::sim::best_rate(units, &mut work)),
@@ -706,43 +815,24 @@ pub fn calibrate_apply(j: usize, d: usize, pairs: usize) -> f64 {
 }
 
 /// Seconds of MLR `compute_sv` per sample on this machine at J × D with batches of
-/// `batch` dense samples, on one thread (like [`calibrate_apply`]: `colocate` divides
-/// one core's rate): the best of 3 timings of at least 50 ms of
-/// [`Mlr::compute_sv`](sfb_models::mlr::Mlr) (logits GEMM, softmax, the K pairs).
+/// `batch` dense samples, on one thread, alone (like [`calibrate_apply`]): the best of 3
+/// timings of at least 50 ms of [`Mlr::compute_sv`](sfb_models::mlr::Mlr) (logits GEMM,
+/// softmax, the K pairs).
 ///
 /// # Errors
 /// The model's (none for these shapes).
 pub fn calibrate_compute(j: usize, d: usize, batch: usize) -> Result<f64> {
-    use sfb_core::Model;
     let (j, d, k) = (j.max(1), d.max(1), batch.max(1));
-    let samples: Vec<sfb_models::Example> = (0..k)
-        .map(|i| sfb_models::Example {
-            x: sfb_models::Features::Dense(
-                (0..d).map(|c| ((c * 3 + i) % 7) as f32 * 0.1).collect(),
-            ),
-            y: (i % j) as u32,
-            id: i as u32,
-        })
-        .collect();
-    let refs: Vec<&sfb_models::Example> = samples.iter().collect();
-    let w = Array2::<f32>::from_shape_fn((j, d), |(a, b)| ((a * 5 + b) % 13) as f32 * 1e-3);
-    let mut model = sfb_models::mlr::Mlr::new(j, d);
-    let mut sv = sfb_core::SvList::new(j, d);
-    let mut failed = None;
+    let mut c = ComputeWork::new(j, d, k);
+    c.step()?;
     let mut work = || {
-        sv.clear();
-        if let Err(e) = model.compute_sv(w.view(), &refs, &mut sv) {
-            failed = Some(e);
-        }
+        let _ = c.step();
     };
     let rate = match rayon::ThreadPoolBuilder::new().num_threads(1).build() {
         Ok(pool) => pool.install(|| crate::sim::best_rate(k as f64, &mut work)),
         Err(_) => crate::sim::best_rate(k as f64, &mut work),
     };
-    match failed {
-        Some(source) => Err(Error::Core(sfb_core::Error::Model { clock: 0, source })),
-        None => Ok(1.0 / rate),
-    }
+    Ok(1.0 / rate)
 }
 
 /// Seconds as a short figure with a unit.
@@ -800,10 +890,14 @@ impl fmt::Display for Plan {
             "machine: {:.3e} flop/s, {:.3e} B/s memory ({}), compute_sv {} per sample",
             self.flops,
             self.mem_bw,
-            if self.calibrated {
-                "measured here"
-            } else {
-                "given"
+            match (self.calibrated, self.calibration_workers) {
+                (false, _) => "given".to_string(),
+                (true, 0 | 1) => "measured here".to_string(),
+                (true, n) => format!(
+                    "measured here with {n} kernels running at once, as co-located nodes \
+                     would: per-core rates before the ×{} share",
+                    self.host_share
+                ),
             },
             time(self.compute_per_sample_s),
         )?;
@@ -938,7 +1032,34 @@ mod tests {
             },
             qs: vec![],
             calibrated: false,
+            calibration_workers: 0,
         }
+    }
+
+    #[test]
+    fn co_located_calibration_oversubscribes_this_host_alike() {
+        assert_eq!(workers_for(None, 2), 1);
+        assert_eq!(workers_for(Some((8, 2)), 2), 8);
+        assert_eq!(workers_for(Some((9, 2)), 2), 9);
+        assert_eq!(workers_for(Some((16, 16)), 2), 2);
+        assert_eq!(workers_for(Some((8, 2)), 16), 64);
+        assert_eq!(workers_for(Some((1, 4)), 2), 1);
+    }
+
+    #[test]
+    fn kernels_timed_together_give_one_kernels_rate() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let calls = AtomicUsize::new(0);
+        let rate = crate::sim::contended_rate(3, 1.0, || {
+            || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        // About 1000 calls a second for a 1 ms sleep (slower under load, never faster).
+        assert!(rate > 10.0 && rate <= 1000.0, "{rate}");
+        // Each kernel: one untimed call, at least 2 timed and 200 ms of them.
+        assert!(calls.load(Ordering::SeqCst) >= 3 * 3, "{calls:?}");
     }
 
     #[test]

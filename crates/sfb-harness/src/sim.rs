@@ -396,6 +396,82 @@ pub fn calibrate(j: usize, d: usize, r: usize) -> (f64, f64) {
     (flops, mem_bw)
 }
 
+/// Units per second of one of `n` kernels running at once, each on its own thread with a
+/// one-thread kernel pool and its own work from `make`: every kernel runs once untimed,
+/// then all start together, each times at least 2 calls and 200 ms, and each keeps
+/// calling (untimed) until every one has its figure, so every timing saw all `n` busy.
+/// The median of the `n` rates.
+pub(crate) fn contended_rate<W: FnMut()>(n: usize, units: f64, make: impl Fn() -> W + Sync) -> f64 {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let n = n.max(1);
+    let start = std::sync::Barrier::new(n);
+    let done = AtomicUsize::new(0);
+    let kernel = || {
+        let mut work = make();
+        work();
+        start.wait();
+        let t0 = std::time::Instant::now();
+        let mut calls = 0u64;
+        while calls < 2 || t0.elapsed() < std::time::Duration::from_millis(200) {
+            work();
+            calls += 1;
+        }
+        let rate = units * calls as f64 / t0.elapsed().as_secs_f64();
+        done.fetch_add(1, Ordering::SeqCst);
+        while done.load(Ordering::SeqCst) < n {
+            work();
+        }
+        rate
+    };
+    let mut rates: Vec<f64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|_| {
+                s.spawn(
+                    || match rayon::ThreadPoolBuilder::new().num_threads(1).build() {
+                        Ok(pool) => pool.install(kernel),
+                        Err(_) => kernel(),
+                    },
+                )
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(f64::NAN))
+            .collect()
+    });
+    rates.retain(|r| r.is_finite());
+    rates.sort_by(f64::total_cmp);
+    rates.get(rates.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// One call: copy a J × D matrix (8·J·D bytes moved).
+pub(crate) fn copy_work(j: usize, d: usize) -> impl FnMut() {
+    let src = Array2::<f32>::from_elem((j, d), 0.5);
+    let mut dst = Array2::<f32>::zeros((j, d));
+    move || {
+        dst.assign(&src);
+        std::hint::black_box(&dst);
+    }
+}
+
+/// This machine's rates as [`calibrate`]'s, but for `workers` co-located nodes: each
+/// kernel timed with `workers` copies running at once ([`contended_rate`]), the figure
+/// one node gets while the others work too.
+pub fn calibrate_colocated(j: usize, d: usize, r: usize, workers: usize) -> (f64, f64) {
+    let (j, d, r) = (j.max(1), d.max(1), r.max(1));
+    let flops = contended_rate(workers, 2.0 * (j * r * d) as f64, || {
+        let u = Array2::<f32>::from_shape_fn((j, r), |(a, b)| ((a * 7 + b * 3) % 11) as f32 * 0.01);
+        let v = Array2::<f32>::from_shape_fn((r, d), |(a, b)| ((a * 5 + b) % 13) as f32 * 0.01);
+        let mut w = Array2::<f32>::zeros((j, d));
+        move || {
+            ndarray::linalg::general_mat_mul(-0.001, &u, &v, 1.0, &mut w);
+            std::hint::black_box(&w);
+        }
+    });
+    let mem_bw = contended_rate(workers, 8.0 * (j * d) as f64, || copy_work(j, d));
+    (flops, mem_bw)
+}
+
 /// Units per second of `work` (which does `units` each call): the best of 3 timings of
 /// at least 50 ms each.
 pub(crate) fn best_rate(units: f64, mut work: impl FnMut()) -> f64 {
@@ -424,8 +500,15 @@ pub(crate) fn plan_costs(
     let (flops, mem_bw, calibrated) = match opts.costs {
         CostModel::Model => (opts.flops, opts.mem_bw, false),
         CostModel::Calibrate => {
-            let (f, b) = calibrate(shapes.j, shapes.d, batch);
-            tracing::info!("calibrated here: {f:.3e} flop/s, {b:.3e} bytes/s");
+            let workers = crate::plan::calibration_workers(opts.colocate);
+            let (f, b) = if workers > 1 {
+                // Per-core equivalents: the share below gives back the time measured.
+                let (f, b) = calibrate_colocated(shapes.j, shapes.d, batch, workers);
+                (f * opts.share(), b * opts.share())
+            } else {
+                calibrate(shapes.j, shapes.d, batch)
+            };
+            tracing::info!("calibrated here ({workers} at once): {f:.3e} flop/s, {b:.3e} bytes/s");
             (f, b, true)
         }
     };
@@ -485,6 +568,50 @@ pub(crate) fn plan_costs(
 /// # Errors
 /// The run's.
 pub fn calibrate_compute(spec: &crate::RunSpec) -> Result<(f64, f64)> {
+    let workers = crate::plan::calibration_workers(spec.sim.colocate);
+    if workers > 1 {
+        return calibrate_compute_colocated(spec, workers);
+    }
+    calibrate_compute_alone(spec)
+}
+
+/// [`calibrate_compute`] for `workers` co-located nodes: that many one-peer runs at once
+/// (started together; the median of their figures), returned as per-core equivalents
+/// (divided by the share, which the cost model multiplies back). Runs that finish early
+/// leave the last ones less contended, so this errs low, not high.
+fn calibrate_compute_colocated(spec: &crate::RunSpec, workers: usize) -> Result<(f64, f64)> {
+    let start = std::sync::Barrier::new(workers);
+    let runs: Vec<Result<(f64, f64)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    calibrate_compute_alone(spec)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let mut samples = Vec::with_capacity(workers);
+    let mut evals = Vec::with_capacity(workers);
+    for r in runs {
+        let (a, b) = r?;
+        samples.push(a);
+        evals.push(b);
+    }
+    let median = |mut xs: Vec<f64>| {
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    let share = spec.sim.share();
+    Ok((median(samples) / share, median(evals) / share))
+}
+
+/// One one-peer run, alone (module docs of [`calibrate_compute`]).
+fn calibrate_compute_alone(spec: &crate::RunSpec) -> Result<(f64, f64)> {
     let mut one = spec.clone();
     one.peers = 1;
     one.transport = crate::Transport::Mem;
