@@ -673,6 +673,7 @@ impl<M: Model> Side<M> for PeerSide {
             worker.metrics.held_back_pairs = stats.backlog as u64;
             worker.metrics.lost_sq += stats.lost_sq;
             worker.metrics.computed_sq += stats.computed_sq;
+            worker.metrics.top_sq += stats.top_sq;
         }
         if self.wire == wire::Dtype::F16 {
             wire::round_to_f16(&mut fb);

@@ -71,6 +71,10 @@ pub struct PeerMetrics {
     /// `‖·‖_F²` of what it lost bounding what it held back (`--prioritize`).
     #[serde(default)]
     pub lost_sq: f64,
+    /// `‖·‖_F²` of each batch's budget-many largest pairs, summed (`--prioritize`;
+    /// [`PriorityStats::top_sq`](crate::prioritize::PriorityStats::top_sq)).
+    #[serde(default)]
+    pub top_sq: f64,
     /// Other peers' batches this peer forwarded, one per arc (`--relay`).
     #[serde(default)]
     pub relayed_sent: u64,
@@ -308,6 +312,12 @@ pub struct Summary {
     /// `Σ lost / Σ computed` over peers. Absent when zero.
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub lost_update_energy: f64,
+    /// Share of the updates' squared Frobenius norm in each batch's budget-many largest
+    /// pairs (`--prioritize`), `Σ top / Σ computed` over peers: near the budget's share
+    /// when the pairs' norms are alike (ordering by magnitude has nothing to choose by),
+    /// near 1 when a few pairs carry the update. Absent without `--prioritize`.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub top_pair_energy: f64,
     /// Share of all the run's batches (`P` peers × clocks) the replica that saw the
     /// fewest applied, own included: 1 with full broadcast or relay, `(Q+1)/P` with
     /// partial broadcast. Absent for FMS runs and partial summaries.
@@ -436,6 +446,11 @@ impl Summary {
                 let lost: f64 = reports.iter().map(|r| r.metrics.lost_sq).sum();
                 let computed: f64 = reports.iter().map(|r| r.metrics.computed_sq).sum();
                 if computed > 0.0 { lost / computed } else { 0.0 }
+            },
+            top_pair_energy: {
+                let top: f64 = reports.iter().map(|r| r.metrics.top_sq).sum();
+                let computed: f64 = reports.iter().map(|r| r.metrics.computed_sq).sum();
+                if computed > 0.0 { top / computed } else { 0.0 }
             },
             update_coverage,
             relayed_batches: reports.iter().map(|r| r.metrics.relayed_sent).sum(),

@@ -139,6 +139,12 @@ pub struct PriorityStats {
     pub lost_sq: f64,
     /// `‖·‖_F²` of the batch's own pairs (what the peer computed this clock).
     pub computed_sq: f64,
+    /// `‖·‖_F²` of the batch's budget-many largest pairs: the most of this clock's update
+    /// a selection could send with nothing held back. Its share of
+    /// [`computed_sq`](Self::computed_sq) is what ordering by magnitude can gain: a random
+    /// choice sends about the budget's share, so equal pair norms leave nothing to choose
+    /// by (the `top_pair_energy` of a run's summary).
+    pub top_sq: f64,
 }
 
 /// One held pair: its own scale and the order it was computed in.
@@ -356,7 +362,10 @@ impl Prioritizer {
             ..PriorityStats::default()
         };
         if fb.scale.is_finite() {
-            stats.computed_sq = (0..k).map(|p| pair_sq(&fb, p)).sum();
+            let mut sq: Vec<f64> = (0..k).map(|p| pair_sq(&fb, p)).collect();
+            stats.computed_sq = sq.iter().sum();
+            sq.sort_by(|a, b| b.total_cmp(a));
+            stats.top_sq = sq.iter().take(allow).sum();
         }
         if fb.scale == 0.0 || !fb.scale.is_finite() || (self.backlog.is_empty() && k <= allow) {
             // Within the budget with nothing waiting (or nothing to rescale to): as it is.
@@ -662,6 +671,34 @@ mod tests {
         let (out, _) = p.select(batch(5, 6, &norms, 1, 4), w.view());
         assert_eq!(out.u_row(0), fb.u_row(2));
         assert_eq!(out.u_row(1), fb.u_row(3));
+    }
+
+    /// `top_sq` is the energy of the batch's budget-many largest pairs, whatever the policy
+    /// and the backlog: all of it within the budget, its share otherwise.
+    #[test]
+    fn top_sq_is_the_energy_of_the_budgets_largest_pairs() {
+        let w = Array2::<f32>::zeros((5, 6));
+        let norms = [1.0, 8.0, 0.5, 4.0];
+        let fb = batch(5, 6, &norms, 0, 3);
+        let sq: Vec<f64> = (0..4).map(|p| pair_sq(&fb, p)).collect();
+        let total: f64 = sq.iter().sum();
+        for policy in Policy::ALL {
+            let (_, all) = prio(policy, Budget::Pairs(4)).select(fb.clone(), w.view());
+            assert_eq!(all.top_sq, all.computed_sq, "{policy:?}");
+            let mut p = prio(policy, Budget::Pairs(2));
+            let (_, two) = p.select(fb.clone(), w.view());
+            assert!((two.computed_sq - total).abs() <= 1e-12 * total);
+            assert!(
+                (two.top_sq - (sq[1] + sq[3])).abs() <= 1e-12 * total,
+                "{policy:?}"
+            );
+            // With a backlog the batch's own pairs still decide.
+            let (_, next) = p.select(fb.clone(), w.view());
+            assert!(
+                (next.top_sq - two.top_sq).abs() <= 1e-12 * total,
+                "{policy:?}"
+            );
+        }
     }
 
     /// Relative: a pair landing where W is large counts for less than the same pair
