@@ -68,8 +68,9 @@ use crate::{Error, Result};
 /// Magic bytes at the start of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"SFBCKPT\n";
 
-/// The file format version this build writes and reads.
-pub const FORMAT: u32 = 2;
+/// The file format version this build writes and reads (3: a node's metrics carry the
+/// prioritizer's largest-pair energy, so a version-2 node state does not decode).
+pub const FORMAT: u32 = 3;
 
 /// What run a checkpoint belongs to; a resumed run refuses a file whose meta differs from
 /// its own (the node's own checks then cover shape, topology, optimizer and data).
@@ -562,9 +563,9 @@ mod tests {
         let mut long = bytes.clone();
         long.push(0);
         assert!(refuse(&long).contains("trailing bytes"));
-        let mut v1 = bytes.clone();
-        v1[8] = 1;
-        assert!(refuse(&v1).contains("format version 1, this sfb reads version 2"));
+        let mut v2 = bytes.clone();
+        v2[8] = 2;
+        assert!(refuse(&v2).contains("format version 2, this sfb reads version 3"));
         // Another run's files.
         let other = |meta: Meta| Store::open(dir.path(), 2, meta).unwrap().encode(&state(5));
         let e = refuse(&other(Meta::new("sfb", "dml", 2, 7)));
