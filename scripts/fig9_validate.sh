@@ -2,8 +2,8 @@
 # The paper's Fig. 9 (the Q sweep) on the simulator against real processes (README,
 # "Simulating a cluster"): `sfb bench --scenario q-sweep` over libp2p (P = 12 processes on
 # this machine, 1 Gbit/s token buckets), then the same scenario on the simulator with
-# this machine's setting (--costs calibrate, ingress unlimited: loopback; --colocate
-# 12:CORES: every node on this host's cores), and per arm the ratio of simulated to
+# this machine's setting (calibrated once, then the same rates for every arm; ingress
+# unlimited: loopback; --colocate 12:CORES: every node on this host's cores), and per arm the ratio of simulated to
 # real time per clock (evaluations excluded). Extra flags go to both benches.
 #
 #   cargo build --release && scripts/fig9_validate.sh [OUT_DIR] [bench flags…]
@@ -14,7 +14,21 @@ shift || true
 P=12
 mkdir -p "$OUT"
 $S bench --scenario q-sweep --peers $P "$@" -o "$OUT/real" >"$OUT/real.log" 2>&1
-$S bench --scenario q-sweep --peers $P --transport sim --costs calibrate --ingress unlimited \
+# Calibrate once (full broadcast's shapes; kernels timed together as the P processes run)
+# and price every arm with the same rates, so arms of equal work get equal prices.
+$S sim --peers $P --costs calibrate --ingress unlimited --colocate "$P:$(nproc)" --clocks 5 \
+  --model mlr --synthetic 'classes=1024,features=1024,samples=24000,test=500,rank=16,blobs=0.3' \
+  --batch 16 --bandwidth 1gbit --summary "$OUT/calibration.json" >/dev/null 2>"$OUT/calibration.log"
+read -r flops mem_bw per_sample per_eval < <(python3 - "$OUT/calibration.json" <<'PY'
+import json, sys
+b = json.load(open(sys.argv[1]))["sim"]
+share = b["host_share"]
+# The summary's costs are priced (after the share); the flags take them before it.
+print(b["flops"], b["mem_bw"], b["costs"]["compute_per_sample"] / share, b["costs"]["evaluate"] / share)
+PY
+)
+$S bench --scenario q-sweep --peers $P --transport sim --flops "$flops" --mem-bw "$mem_bw" \
+  --compute-per-sample "$per_sample" --evaluate-cost "$per_eval" --ingress unlimited \
   --colocate "$P:$(nproc)" "$@" -o "$OUT/sim" >"$OUT/sim.log" 2>&1
 python3 - "$OUT/real/q-sweep.json" "$OUT/sim/q-sweep.json" <<'PY'
 import json, sys
