@@ -698,7 +698,7 @@ pub fn calibrate(setup: &mut Setup) -> Result<()> {
         };
         (flops * share, mem_bw * share, per_sample.map(|t| t / share))
     } else {
-        let (_, mem_bw) = crate::sim::calibrate(j, d, k);
+        let mem_bw = crate::sim::copy_rate(j, d);
         let per_sample = match setup.sim.compute_per_sample_s {
             Some(_) => None,
             None => Some(calibrate_compute(j, d, k)?),

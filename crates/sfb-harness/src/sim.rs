@@ -383,65 +383,36 @@ impl Counts {
 /// is copying W. Each is timed over at least 50 ms and the best of 3 taken.
 pub fn calibrate(j: usize, d: usize, r: usize) -> (f64, f64) {
     let (j, d, r) = (j.max(1), d.max(1), r.max(1));
-    let u = Array2::<f32>::from_shape_fn((j, r), |(a, b)| ((a * 7 + b * 3) % 11) as f32 * 0.01);
-    let v = Array2::<f32>::from_shape_fn((r, d), |(a, b)| ((a * 5 + b) % 13) as f32 * 0.01);
-    let mut w = Array2::<f32>::zeros((j, d));
-    let flops = best_rate(2.0 * (j * r * d) as f64, || {
-        ndarray::linalg::general_mat_mul(-0.001, &u, &v, 1.0, &mut w);
-    });
-    let src = Array2::<f32>::from_elem((j, d), 0.5);
-    let mut dst = Array2::<f32>::zeros((j, d));
-    let mem_bw = best_rate(8.0 * (j * d) as f64, || dst.assign(&src));
-    std::hint::black_box((&w, &dst));
+    let flops = best_rate(2.0 * (j * r * d) as f64, gemm_work(j, d, r));
+    (flops, copy_rate(j, d))
+}
+
+/// Bytes/s of copying a J × D matrix on this machine, alone (as [`calibrate`]).
+pub(crate) fn copy_rate(j: usize, d: usize) -> f64 {
+    let (j, d) = (j.max(1), d.max(1));
+    best_rate(8.0 * (j * d) as f64, copy_work(j, d))
+}
+
+/// This machine's rates as [`calibrate`]'s, but for `workers` co-located nodes: each
+/// kernel timed with `workers` copies running at once ([`contended_rate`]), the figure
+/// one node gets while the others work too.
+pub fn calibrate_colocated(j: usize, d: usize, r: usize, workers: usize) -> (f64, f64) {
+    let (j, d, r) = (j.max(1), d.max(1), r.max(1));
+    let flops = contended_rate(workers, 2.0 * (j * r * d) as f64, || gemm_work(j, d, r));
+    let mem_bw = contended_rate(workers, 8.0 * (j * d) as f64, || copy_work(j, d));
     (flops, mem_bw)
 }
 
-/// Units per second of one of `n` kernels running at once, each on its own thread with a
-/// one-thread kernel pool and its own work from `make`: every kernel runs once untimed,
-/// then all start together, each times at least 2 calls and 200 ms, and each keeps
-/// calling (untimed) until every one has its figure, so every timing saw all `n` busy.
-/// The median of the `n` rates.
-pub(crate) fn contended_rate<W: FnMut()>(n: usize, units: f64, make: impl Fn() -> W + Sync) -> f64 {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let n = n.max(1);
-    let start = std::sync::Barrier::new(n);
-    let done = AtomicUsize::new(0);
-    let kernel = || {
-        let mut work = make();
-        work();
-        start.wait();
-        let t0 = std::time::Instant::now();
-        let mut calls = 0u64;
-        while calls < 2 || t0.elapsed() < std::time::Duration::from_millis(200) {
-            work();
-            calls += 1;
-        }
-        let rate = units * calls as f64 / t0.elapsed().as_secs_f64();
-        done.fetch_add(1, Ordering::SeqCst);
-        while done.load(Ordering::SeqCst) < n {
-            work();
-        }
-        rate
-    };
-    let mut rates: Vec<f64> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|_| {
-                s.spawn(
-                    || match rayon::ThreadPoolBuilder::new().num_threads(1).build() {
-                        Ok(pool) => pool.install(kernel),
-                        Err(_) => kernel(),
-                    },
-                )
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or(f64::NAN))
-            .collect()
-    });
-    rates.retain(|r| r.is_finite());
-    rates.sort_by(f64::total_cmp);
-    rates.get(rates.len() / 2).copied().unwrap_or(f64::NAN)
+/// One call: ndarray's GEMM of a rank-`r` batch accumulated into a J × D matrix
+/// (2·J·r·D flops).
+fn gemm_work(j: usize, d: usize, r: usize) -> impl FnMut() {
+    let u = Array2::<f32>::from_shape_fn((j, r), |(a, b)| ((a * 7 + b * 3) % 11) as f32 * 0.01);
+    let v = Array2::<f32>::from_shape_fn((r, d), |(a, b)| ((a * 5 + b) % 13) as f32 * 0.01);
+    let mut w = Array2::<f32>::zeros((j, d));
+    move || {
+        ndarray::linalg::general_mat_mul(-0.001, &u, &v, 1.0, &mut w);
+        std::hint::black_box(&w);
+    }
 }
 
 /// One call: copy a J × D matrix (8·J·D bytes moved).
@@ -454,22 +425,74 @@ pub(crate) fn copy_work(j: usize, d: usize) -> impl FnMut() {
     }
 }
 
-/// This machine's rates as [`calibrate`]'s, but for `workers` co-located nodes: each
-/// kernel timed with `workers` copies running at once ([`contended_rate`]), the figure
-/// one node gets while the others work too.
-pub fn calibrate_colocated(j: usize, d: usize, r: usize, workers: usize) -> (f64, f64) {
-    let (j, d, r) = (j.max(1), d.max(1), r.max(1));
-    let flops = contended_rate(workers, 2.0 * (j * r * d) as f64, || {
-        let u = Array2::<f32>::from_shape_fn((j, r), |(a, b)| ((a * 7 + b * 3) % 11) as f32 * 0.01);
-        let v = Array2::<f32>::from_shape_fn((r, d), |(a, b)| ((a * 5 + b) % 13) as f32 * 0.01);
-        let mut w = Array2::<f32>::zeros((j, d));
-        move || {
-            ndarray::linalg::general_mat_mul(-0.001, &u, &v, 1.0, &mut w);
-            std::hint::black_box(&w);
+/// Units per second of one of `n` kernels running at once, each on its own thread with a
+/// one-thread kernel pool and its own work from `make`: every kernel runs once untimed,
+/// then all start together, each times at least 2 calls and 200 ms, and each keeps
+/// calling (untimed) until every one has its figure, so every timing saw all `n` busy.
+/// The median of the `n` rates. A kernel that panics releases the others (they stop
+/// waiting for it) and its panic is raised here once all have stopped.
+pub(crate) fn contended_rate<W: FnMut()>(n: usize, units: f64, make: impl Fn() -> W + Sync) -> f64 {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let n = n.max(1);
+    let (ready, done, failed) = (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicBool::new(false),
+    );
+    // Until `count` reaches `n` or a kernel failed.
+    let wait_for = |count: &AtomicUsize, mut work: Option<&mut W>| {
+        while count.load(Ordering::SeqCst) < n && !failed.load(Ordering::SeqCst) {
+            match work.as_mut() {
+                Some(w) => w(),
+                None => std::thread::yield_now(),
+            }
         }
+    };
+    let kernel = || {
+        let mut work = make();
+        work();
+        ready.fetch_add(1, Ordering::SeqCst);
+        wait_for(&ready, None);
+        let t0 = Instant::now();
+        let mut calls = 0u64;
+        while calls < 2 || t0.elapsed() < Duration::from_millis(200) {
+            work();
+            calls += 1;
+        }
+        let rate = units * calls as f64 / t0.elapsed().as_secs_f64();
+        done.fetch_add(1, Ordering::SeqCst);
+        wait_for(&done, Some(&mut work));
+        rate
+    };
+    let outcomes: Vec<std::thread::Result<f64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|_| {
+                s.spawn(|| {
+                    let run = || {
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(&kernel))
+                            .inspect_err(|_| failed.store(true, Ordering::SeqCst))
+                    };
+                    match rayon::ThreadPoolBuilder::new().num_threads(1).build() {
+                        Ok(pool) => pool.install(run),
+                        Err(_) => run(),
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(Err))
+            .collect()
     });
-    let mem_bw = contended_rate(workers, 8.0 * (j * d) as f64, || copy_work(j, d));
-    (flops, mem_bw)
+    let mut rates = Vec::with_capacity(n);
+    for outcome in outcomes {
+        match outcome {
+            Ok(r) => rates.push(r),
+            Err(payload) => std::panic::resume_unwind(payload),
+        }
+    }
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
 }
 
 /// Units per second of `work` (which does `units` each call): the best of 3 timings of
@@ -731,6 +754,31 @@ mod tests {
             ..SimOptions::default()
         };
         assert!(o.validate().unwrap_err().to_string().contains("sim.flops"));
+    }
+
+    #[test]
+    fn a_kernel_that_panics_releases_the_others_and_its_panic_is_raised() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let made = AtomicUsize::new(0);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            contended_rate(3, 1.0, || {
+                let me = made.fetch_add(1, Ordering::SeqCst);
+                let mut calls = 0;
+                move || {
+                    calls += 1;
+                    // The first kernel fails once timing has begun; the others would
+                    // otherwise wait for its figure forever.
+                    assert!(!(me == 0 && calls == 3), "kernel 0 fails");
+                }
+            })
+        }));
+        let payload = outcome.expect_err("the kernel's panic is raised");
+        let text = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_string()))
+            .unwrap_or_default();
+        assert!(text.contains("kernel 0 fails"), "{text}");
     }
 
     #[test]
