@@ -429,6 +429,15 @@ pub enum ConnectProblem {
     /// The start-up deadline passed before the first attempt.
     #[error("no attempt")]
     NoAttempt,
+    /// No connection to the remote came up (it may not be running, or not at that address).
+    #[error("no connection to it came up")]
+    NotConnected,
+    /// The node's swarm task stopped.
+    #[error("the node's network task stopped")]
+    SwarmStopped,
+    /// A connection was up but opening a stream on it did not complete in this long.
+    #[error("opening a stream on the connection did not complete within {0:?}")]
+    OpenTimedOut(std::time::Duration),
     /// libp2p-stream could not open the stream.
     #[error("{0}")]
     OpenStream(#[source] libp2p_stream::OpenStreamError),

@@ -14,14 +14,14 @@ use libp2p::{Multiaddr, PeerId as Libp2pId, Swarm};
 use libp2p::{allow_block_list, connection_limits};
 use sfb_core::wire::Expect;
 use sfb_core::{PeerId, StateMachine};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
 use super::links::QueueLinks;
 use super::listen;
 use super::reader::Readers;
 use super::refusals::{Kind, REFUSAL_LOG_WINDOW, RefusalLog};
-use super::writer::Writer;
+use super::writer::{Connected, Writer};
 use super::{Inbound, NetStats, NodeName, Options, Outcome, RunShape, protocol};
 use crate::clock::WallClock;
 use crate::cluster::Cluster;
@@ -53,6 +53,8 @@ pub struct Node {
     id: usize,
     control: libp2p_stream::Control,
     dial: mpsc::Sender<Multiaddr>,
+    /// The peers this node has a connection to, as the swarm task last saw them.
+    connected: watch::Receiver<Connected>,
     inbox: mpsc::Receiver<Inbound>,
     inbox_tx: mpsc::Sender<Inbound>,
     listen: Multiaddr,
@@ -176,8 +178,18 @@ impl Node {
 
         let (dial_tx, dial_rx) = mpsc::channel(64);
         let (stop_swarm, stop_rx) = oneshot::channel();
+        let (connected_tx, connected) = watch::channel(Connected::default());
         let stats = Arc::new(NetStats::new(cluster.peers()));
-        let swarm_task = tokio::spawn(swarm_loop(id, swarm, dial_rx, stop_rx, Arc::clone(&stats)));
+        let swarm_task = tokio::spawn(swarm_loop(
+            id,
+            swarm,
+            SwarmChannels {
+                dial: dial_rx,
+                stop: stop_rx,
+                connected: connected_tx,
+            },
+            Arc::clone(&stats),
+        ));
         // Room for every node's per-edge queue.
         let (inbox_tx, inbox) = mpsc::channel(opts.edge_queue() * cluster.peers().max(1));
         let mut control2 = control.clone();
@@ -214,6 +226,7 @@ impl Node {
             id,
             control,
             dial: dial_tx,
+            connected,
             inbox,
             inbox_tx,
             listen,
@@ -251,6 +264,7 @@ impl Node {
             id,
             control,
             dial,
+            connected,
             inbox,
             inbox_tx,
             stats,
@@ -265,9 +279,10 @@ impl Node {
         let writers: Arc<std::sync::Mutex<Vec<WriterTask>>> = Arc::default();
         let spawn_writer = {
             let (me, cluster_c) = (NodeName::of(cluster, id), cluster.clone());
-            let (control, dial, hello, stats) = (
+            let (control, dial, connected, hello, stats) = (
                 control.clone(),
                 dial.clone(),
+                connected.clone(),
                 hello.clone(),
                 Arc::clone(&stats),
             );
@@ -295,6 +310,7 @@ impl Node {
                     addr,
                     control: control.clone(),
                     dial: dial.clone(),
+                    connected: connected.clone(),
                     hello: hello.clone(),
                     bucket: bucket.clone(),
                     stats: Arc::clone(&stats),
@@ -469,16 +485,30 @@ async fn join_writer(
     }
 }
 
-/// The swarm task: drives the swarm, dials on request, and logs refused connections
-/// through [`RefusalLog`]s (one line, then at most one summary per window) until told to
-/// stop, when it logs what it still holds.
+/// How the swarm task talks with the rest of the node.
+struct SwarmChannels {
+    /// Addresses to dial.
+    dial: mpsc::Receiver<Multiaddr>,
+    /// Stops the task.
+    stop: oneshot::Receiver<()>,
+    /// Where the task publishes which peers it has a connection to.
+    connected: watch::Sender<Connected>,
+}
+
+/// The swarm task: drives the swarm, dials on request, publishes which peers it is
+/// connected to, and logs refused connections through [`RefusalLog`]s (one line, then at
+/// most one summary per window) until told to stop, when it logs what it still holds.
 async fn swarm_loop(
     me: usize,
     mut swarm: Swarm<Behaviour>,
-    mut dial: mpsc::Receiver<Multiaddr>,
-    mut stop: oneshot::Receiver<()>,
+    ch: SwarmChannels,
     stats: Arc<NetStats>,
 ) {
+    let SwarmChannels {
+        mut dial,
+        mut stop,
+        connected,
+    } = ch;
     let mut refused = RefusalLog::new(Kind::Refused, REFUSAL_LOG_WINDOW);
     let mut accept_errors = RefusalLog::new(Kind::AcceptError, REFUSAL_LOG_WINDOW);
     let mut dialing = true;
@@ -492,8 +522,14 @@ async fn swarm_loop(
         );
         tokio::select! {
             ev = swarm.select_next_some() => match ev {
-                SwarmEvent::ConnectionEstablished { peer_id, .. } => debug!(%peer_id, "connected"),
-                SwarmEvent::ConnectionClosed { peer_id, cause, .. } => debug!(%peer_id, ?cause, "connection closed"),
+                SwarmEvent::ConnectionEstablished { peer_id, num_established, .. } => {
+                    debug!(%peer_id, "connected");
+                    connected.send_modify(|c| c.set(peer_id, num_established.get()));
+                }
+                SwarmEvent::ConnectionClosed { peer_id, cause, num_established, .. } => {
+                    debug!(%peer_id, ?cause, "connection closed");
+                    connected.send_modify(|c| c.set(peer_id, num_established));
+                }
                 SwarmEvent::IncomingConnectionError { error, send_back_addr, .. } => {
                     stats.refused_connections.fetch_add(1, Ordering::Relaxed);
                     debug!(%send_back_addr, %error, "refused incoming connection");

@@ -72,7 +72,12 @@ impl Readers {
         .await
         {
             Ok(Ok(Some(b))) => frame::decode::<Hello>(&b),
-            Ok(Ok(None)) => Err("stream closed before its handshake".into()),
+            // A stream that ended before saying anything is no mismatch: its writer gave up
+            // on it (an open attempt it timed out and asked again) and retries on another.
+            Ok(Ok(None)) => {
+                tracing::debug!("peer {me}: a stream from peer {from} closed before its handshake");
+                return;
+            }
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("no handshake in time".into()),
         };

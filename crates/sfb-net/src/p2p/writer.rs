@@ -1,6 +1,7 @@
 //! One writer per out-edge: stream, handshake, then the engine's frames under the
 //! bandwidth budget, and heartbeats while there are none.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use libp2p::{Multiaddr, PeerId as Libp2pId};
 use sfb_core::PeerId;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::debug;
 
 use super::{Inbound, NetStats, NodeName, protocol};
@@ -16,6 +17,33 @@ use crate::bandwidth::Bucket;
 use crate::error::ConnectProblem;
 use crate::frame::{self, Ack};
 use crate::{Error, Result};
+
+/// The peers a node has connections to, with how many (the swarm task's view).
+#[derive(Debug, Default, Clone)]
+pub(super) struct Connected(HashMap<Libp2pId, u32>);
+
+impl Connected {
+    /// Records that the node now has `n` connections to `peer`.
+    pub(super) fn set(&mut self, peer: Libp2pId, n: u32) {
+        if n == 0 {
+            self.0.remove(&peer);
+        } else {
+            self.0.insert(peer, n);
+        }
+    }
+
+    /// Whether the node has a connection to `peer`.
+    pub(super) fn has(&self, peer: &Libp2pId) -> bool {
+        self.0.contains_key(peer)
+    }
+}
+
+/// How often a writer re-dials an out-neighbour it has no connection to.
+const REDIAL_EVERY: Duration = Duration::from_millis(250);
+
+/// The first open attempt's time limit once connected; each later attempt gets twice the
+/// one before (up to the start-up deadline).
+const FIRST_OPEN_LIMIT: Duration = Duration::from_secs(4);
 
 /// Writes one out-edge: opens the stream, handshakes, then writes the engine's frames.
 pub(super) struct Writer {
@@ -27,6 +55,8 @@ pub(super) struct Writer {
     pub(super) addr: Multiaddr,
     pub(super) control: libp2p_stream::Control,
     pub(super) dial: mpsc::Sender<Multiaddr>,
+    /// Which peers the swarm has connections to.
+    pub(super) connected: watch::Receiver<Connected>,
     pub(super) hello: Vec<u8>,
     pub(super) bucket: Option<Arc<Bucket>>,
     pub(super) stats: Arc<NetStats>,
@@ -56,10 +86,19 @@ impl Writer {
     /// when the stream fails before the reply (the remote may not be up yet, or may have
     /// dropped the inbound stream under load: libp2p-stream drops streams an acceptor is
     /// too slow to take). A refused handshake is final.
+    ///
+    /// A stream is only asked for once the swarm reports a connection to the remote:
+    /// libp2p-stream's `open_stream`, called in the instant between a new connection's
+    /// handler being built and the swarm noting the connection, parks the request where no
+    /// connection ever takes it, and it never completes (seen as a relay run that hung at
+    /// start-up). Each attempt also has a time limit (4 s, then doubling), so that a
+    /// request lost any other way is asked again rather than waited on until the deadline.
     async fn connect(&self) -> Result<libp2p::Stream> {
         let (me, to) = (self.me, self.to_name);
         let mut control = self.control.clone();
+        let mut connected = self.connected.clone();
         let mut last_problem = ConnectProblem::NoAttempt;
+        let mut open_limit = FIRST_OPEN_LIMIT;
         loop {
             let remaining = self.deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
@@ -70,21 +109,50 @@ impl Writer {
                     last_problem,
                 });
             }
-            let mut stream =
-                match tokio::time::timeout(remaining, control.open_stream(self.to_id, protocol()))
-                    .await
-                {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        debug!(peer = %me, to = %to, %e, "open_stream failed; re-dialing");
-                        last_problem = ConnectProblem::OpenStream(e);
-                        let _ = self.dial.send(self.addr.clone()).await;
-                        // Back off before re-dialing a peer that is not up yet.
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
+            let wait = remaining.min(REDIAL_EVERY);
+            let up = async { connected.wait_for(|c| c.has(&self.to_id)).await.map(|_| ()) };
+            match tokio::time::timeout(wait, up).await {
+                Ok(Ok(_)) => {}
+                // The swarm task stopped: nothing will connect.
+                Ok(Err(_)) => {
+                    return Err(Error::Connect {
+                        peer: me,
+                        to,
+                        addr: self.addr.clone(),
+                        last_problem: ConnectProblem::SwarmStopped,
+                    });
+                }
+                Err(_) => {
+                    if matches!(last_problem, ConnectProblem::NoAttempt) {
+                        last_problem = ConnectProblem::NotConnected;
                     }
-                    Err(_) => continue,
-                };
+                    let _ = self.dial.send(self.addr.clone()).await;
+                    continue;
+                }
+            }
+            let limit = remaining.min(open_limit);
+            let mut stream = match tokio::time::timeout(
+                limit,
+                control.open_stream(self.to_id, protocol()),
+            )
+            .await
+            {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    debug!(peer = %me, to = %to, %e, "open_stream failed; re-dialing");
+                    last_problem = ConnectProblem::OpenStream(e);
+                    let _ = self.dial.send(self.addr.clone()).await;
+                    // Back off before re-dialing a peer that is not up yet.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(_) => {
+                    debug!(peer = %me, to = %to, ?limit, "open_stream did not complete; asking again");
+                    last_problem = ConnectProblem::OpenTimedOut(limit);
+                    open_limit = open_limit.saturating_mul(2);
+                    continue;
+                }
+            };
             let attempt = async {
                 frame::write_frame(&mut stream, &self.hello).await?;
                 stream.flush().await?;
@@ -280,6 +348,7 @@ mod tests {
             addr: "/ip4/127.0.0.1/tcp/1".parse().unwrap(),
             control: libp2p_stream::Behaviour::new().new_control(),
             dial: mpsc::channel(1).0,
+            connected: watch::channel(Connected::default()).1,
             hello: Vec::new(),
             bucket: None,
             stats: Arc::new(NetStats::new(2)),
@@ -380,5 +449,80 @@ mod tests {
             "{err}"
         );
         assert_eq!(w.stats.heartbeats_sent.load(Ordering::Relaxed), 0);
+    }
+
+    /// Node 0's writer to node 1 with a start-up deadline `deadline` from now, the swarm's
+    /// view of connections behind `connected`, and its re-dial requests kept in `dial`.
+    fn connecting(
+        deadline: Duration,
+        connected: watch::Receiver<Connected>,
+        dial: mpsc::Sender<Multiaddr>,
+    ) -> Writer {
+        Writer {
+            deadline: Instant::now() + deadline,
+            connected,
+            dial,
+            ..writer(Duration::from_secs(1))
+        }
+    }
+
+    /// What `w.connect()` names as its last problem when it gives up (within 10 s).
+    async fn connect_problem(w: &Writer) -> ConnectProblem {
+        let err = tokio::time::timeout(Duration::from_secs(10), w.connect())
+            .await
+            .expect("connect gives up at its deadline")
+            .unwrap_err();
+        match err {
+            Error::Connect { last_problem, .. } => last_problem,
+            other => panic!("not a connect error: {other}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_writer_asks_for_no_stream_until_the_swarm_reports_a_connection() {
+        let (_up, connected) = watch::channel(Connected::default());
+        let (dial, mut dials) = mpsc::channel(64);
+        let w = connecting(Duration::from_millis(700), connected, dial);
+        let problem = connect_problem(&w).await;
+        assert!(matches!(problem, ConnectProblem::NotConnected), "{problem}");
+        assert_eq!(problem.to_string(), "no connection to it came up");
+        // It re-dialed while it waited.
+        let mut redials = 0;
+        while dials.try_recv().is_ok() {
+            redials += 1;
+        }
+        assert!(redials >= 2, "{redials} re-dials in 700 ms");
+    }
+
+    #[tokio::test]
+    async fn an_open_attempt_that_never_completes_is_given_up_and_named() {
+        // Connected as far as the swarm's view goes, but the control belongs to no swarm:
+        // libp2p-stream parks the request and `open_stream` never completes, as in the
+        // race the wait for a connection avoids.
+        let (up, connected) = watch::channel(Connected::default());
+        let w = connecting(Duration::from_millis(500), connected, mpsc::channel(64).0);
+        up.send_modify(|c| c.set(w.to_id, 1));
+        let problem = connect_problem(&w).await;
+        assert!(
+            matches!(problem, ConnectProblem::OpenTimedOut(_)),
+            "{problem}"
+        );
+        assert!(
+            problem.to_string().contains("did not complete within"),
+            "{problem}"
+        );
+        drop(up);
+    }
+
+    #[test]
+    fn connections_are_counted_per_peer() {
+        let (a, b) = (Libp2pId::random(), Libp2pId::random());
+        let mut c = Connected::default();
+        c.set(a, 2);
+        assert!(c.has(&a) && !c.has(&b));
+        c.set(a, 1);
+        assert!(c.has(&a));
+        c.set(a, 0);
+        assert!(!c.has(&a));
     }
 }
