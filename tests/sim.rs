@@ -197,9 +197,11 @@ fn a_calibrated_run_is_replayed_from_the_figures_its_summary_names() {
 }
 
 /// Calibrating for co-located nodes times the kernels with that many running at once and
-/// stores per-core rates, so a node's priced work is the share times them.
+/// stores per-core rates; the run then puts every node's work on the host's cores. Replayed
+/// with and without the host, four nodes on two cores take longer, and at most twice as
+/// long, for their work.
 #[test]
-fn a_colocated_calibration_prices_work_by_the_share() {
+fn a_colocated_calibration_runs_work_on_the_hosts_cores() {
     let dir = tempdir("sim", "calibrate-colocated");
     let (cal, _) = sim(&dir, "cal", &["--costs", "calibrate", "--colocate", "4:2"]);
     let block = &cal["sim"];
@@ -208,16 +210,38 @@ fn a_colocated_calibration_prices_work_by_the_share() {
     let flops = block["flops"].as_f64().unwrap();
     let per_pair = block["costs"]["apply_per_pair"].as_f64().unwrap();
     assert!(flops > 0.0 && per_pair > 0.0, "{block}");
-    // The apply of a pair is priced at the share over the stored per-core rate: its flops
-    // (from the model-priced run's figures) over that rate, twice.
+    // The apply of a pair costs its flops (from the model-priced run's figures) over the
+    // stored per-core rate: one core's time, before any sharing.
     let (model, _) = sim(&dir, "model", &[]);
     let pair_flops = model["sim"]["costs"]["apply_per_pair"].as_f64().unwrap()
         * model["sim"]["flops"].as_f64().unwrap();
-    let expected = pair_flops / flops * 2.0;
+    let expected = pair_flops / flops;
     assert!(
         (per_pair - expected).abs() <= 1e-9 * expected.max(1e-12),
         "{per_pair} vs {expected}: {block}"
     );
+    let figure = |k: &str| format!("{}", block[k].as_f64().unwrap());
+    let per_sample = format!("{}", block["costs"]["compute_per_sample"].as_f64().unwrap());
+    let (f, b) = (figure("flops"), figure("mem_bw"));
+    let replay = [
+        "--flops",
+        &f,
+        "--mem-bw",
+        &b,
+        "--compute-per-sample",
+        &per_sample,
+    ];
+    let (alone, _) = sim(&dir, "alone", &replay);
+    let mut on_host = replay.to_vec();
+    on_host.extend(["--colocate", "4:2"]);
+    let (shared, _) = sim(&dir, "shared", &on_host);
+    let work = |v: &Value| v["compute_s"].as_f64().unwrap() + v["apply_s"].as_f64().unwrap();
+    let ratio = work(&shared) / work(&alone);
+    assert!((1.05..=2.0 + 1e-6).contains(&ratio), "work ×{ratio}");
+    for key in ["compute_s", "apply_s"] {
+        let ratio = shared[key].as_f64().unwrap() / alone[key].as_f64().unwrap();
+        assert!((1.0..=2.0 + 1e-6).contains(&ratio), "{key}: ×{ratio}");
+    }
 }
 
 /// Timing only: the same protocol and frames without the arithmetic. Against the same run

@@ -50,10 +50,12 @@ pub struct SimFlags {
     /// Seconds of one evaluation on the held-out data (likewise).
     #[arg(long, value_name = "SECONDS", value_parser = sim::seconds)]
     pub evaluate_cost: Option<f64>,
-    /// NODES:CORES: that many nodes share one host of that many cores, so every node's
-    /// work takes max(1, NODES/CORES) times as long (for comparing with processes on one
-    /// machine, e.g. P:2 here). With --costs calibrate the rates are then measured with
-    /// that many kernels running at once on this host (caches and memory bus shared, as
+    /// NODES:CORES: that many nodes share one host of that many cores: each node's work
+    /// (compute, applies, transport CPU) runs on the host's free cores, so NODES nodes
+    /// working at once take NODES/CORES times as long and a node waiting on the network
+    /// leaves its core to the others (for comparing with processes on one machine, e.g.
+    /// P:2 here; FMS P+1:2). With --costs calibrate the rates are then measured with that
+    /// many kernels running at once on this host (caches and memory bus shared, as
     /// co-located processes share them). Default: a host per node.
     #[arg(long, value_name = "NODES:CORES", value_parser = sim::colocate)]
     pub colocate: Option<(usize, usize)>,

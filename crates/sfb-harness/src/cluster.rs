@@ -985,6 +985,9 @@ impl Builder<Builtin> {
             nic,
             costs,
             stragglers,
+            hosts: sim
+                .colocate
+                .map(|(nodes, cores)| sfb_net::virtual_time::Hosts::colocated(nodes, cores)),
             max_events: u64::MAX,
             keep_records: true,
             ..Config::default()

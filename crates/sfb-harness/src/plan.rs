@@ -559,8 +559,15 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
         sparse_v: false,
         eval_samples: 0,
     };
+    // Co-located nodes at a fair share of the host (BSP: all busy at once).
+    let share = setup.sim.share();
     let nic = setup.sim.nic(None, Dtype::F32);
+    let nic = Nic {
+        cpu: nic.cpu.map(|c| c / share),
+        ..nic
+    };
     let (costs, report) = crate::sim::plan_costs(&setup.sim, &model, shapes, k, nic);
+    let costs = crate::sim::shared(costs, share);
     let counts = Counts::of(&model, shapes);
     let pr = Prices {
         p,
@@ -665,7 +672,8 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
 /// says 4×). So under `colocate` each kernel is timed with [`calibration_workers`]
 /// copies running at once on this host, each on its own data and one thread, and the
 /// rates are stored as per-core equivalents (a node's measured rate times the share), so
-/// that the plan's and the simulator's `× share` gives back exactly the time measured.
+/// that the plan's `× share`, and the simulator's host calendar when every node works at
+/// once, give back exactly the time measured.
 ///
 /// # Errors
 /// [`calibrate_compute`]'s.

@@ -185,11 +185,15 @@ pub struct SimOptions {
     pub compute_per_sample_s: Option<f64>,
     /// Seconds of one evaluation on the held-out data, likewise. Default: none.
     pub evaluate_s: Option<f64>,
-    /// Nodes that share one host's cores, as `(nodes, cores)`: every node's work takes
-    /// `max(1, nodes / cores)` times as long (a crude fair share that assumes the nodes
-    /// compute at the same time; it over-charges while some wait on the network). For
-    /// comparing with processes run on one machine (`sfb run --transport libp2p` here is
-    /// `(P, cores)`). Default: none (a host per node).
+    /// Nodes that share one host's cores, as `(nodes, cores)`: node `i` runs on host
+    /// `i / nodes`, and its work (compute, applies, transport CPU) runs on that host's
+    /// free cores, at most `max(1, cores / nodes)` at once
+    /// ([`Hosts`](sfb_net::virtual_time::Hosts)): `nodes` nodes working at once take
+    /// `nodes / cores` times as long, and a node that waits on the network leaves its
+    /// core to the others. For comparing with processes run on one machine (`sfb run
+    /// --transport libp2p` here is `(P, cores)`; FMS `(P + 1, cores)`). `sfb plan` prices
+    /// it as a fair share instead (every node's work `max(1, nodes / cores)` times as
+    /// long: BSP nodes all busy at once). Default: none (a host per node).
     pub colocate: Option<(usize, usize)>,
     /// CPU the transport spends per byte at each end (encryption, framing, copies,
     /// decoding), as bytes per second of one core ([`Nic::cpu`]; JSON like a rate). `sfb
@@ -290,11 +294,12 @@ impl SimOptions {
             egress: Some(egress),
             ingress,
             dtype,
-            cpu: self.transport_cpu.map(|r| r.0 / self.share()),
+            cpu: self.transport_cpu.map(|r| r.0),
         }
     }
 
-    /// How much longer every node's work takes on a shared host ([`Self::colocate`]).
+    /// How much longer every node's work takes on a shared host when all its nodes work
+    /// at once ([`Self::colocate`]).
     pub fn share(&self) -> f64 {
         self.colocate
             .map_or(1.0, |(nodes, cores)| (nodes as f64 / cores as f64).max(1.0))
@@ -511,7 +516,24 @@ pub(crate) fn best_rate(units: f64, mut work: impl FnMut()) -> f64 {
     best
 }
 
-/// The costs of a run and the `sim` block of its summary (without the run's own
+/// `costs` with every piece of work `share` times as long (a fair share of a host's
+/// cores, as `sfb plan` prices co-located nodes).
+pub(crate) fn shared(mut costs: Costs, share: f64) -> Costs {
+    for c in [
+        &mut costs.compute_per_clock,
+        &mut costs.compute_per_sample,
+        &mut costs.apply_per_call,
+        &mut costs.apply_per_pair,
+        &mut costs.per_element,
+        &mut costs.evaluate,
+    ] {
+        *c *= share;
+    }
+    costs
+}
+
+/// The costs of a run (one core's, before any sharing of a host) and the `sim` block of
+/// its summary (without the run's own
 /// figures, filled in after it).
 pub(crate) fn plan_costs(
     opts: &SimOptions,
@@ -542,19 +564,6 @@ pub(crate) fn plan_costs(
     }
     if let Some(e) = opts.evaluate_s {
         costs.evaluate = e;
-    }
-    if opts.colocate.is_some() {
-        let share = opts.share();
-        for c in [
-            &mut costs.compute_per_clock,
-            &mut costs.compute_per_sample,
-            &mut costs.apply_per_call,
-            &mut costs.apply_per_pair,
-            &mut costs.per_element,
-            &mut costs.evaluate,
-        ] {
-            *c *= share;
-        }
     }
     let named: BTreeMap<String, f64> = [
         ("compute_per_sample", costs.compute_per_sample),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use sfb_core::wire::Dtype;
 use sfb_core::{PeerId, Stragglers, Work};
 
-use super::Error;
+use super::{Error, Hosts};
 
 /// The delay of one frame on a link, drawn per frame from the link's own seeded stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,6 +229,9 @@ pub struct Config {
     pub pauses: Vec<Pause>,
     /// Lost frames. Default: none.
     pub losses: Vec<Loss>,
+    /// Nodes that share hosts' cores ([`Hosts`]). Default: none (every node has a host
+    /// to itself and its work takes exactly its cost).
+    pub hosts: Option<Hosts>,
     /// Most events (frame arrivals and node wake-ups) a run may process before it fails
     /// with [`Error::EventLimit`]. Default: 10 000 000.
     pub max_events: u64,
@@ -248,6 +251,7 @@ impl Default for Config {
             stragglers: Stragglers::None,
             pauses: Vec::new(),
             losses: Vec::new(),
+            hosts: None,
             max_events: 10_000_000,
             keep_records: true,
         }
@@ -260,7 +264,8 @@ impl Config {
     ///
     /// # Errors
     /// [`Error::InvalidLatency`] if `min > max`; [`Error::InvalidPause`] if a pause ends
-    /// before it starts; [`Error::EventLimit`] if `max_events` is 0.
+    /// before it starts; [`Error::InvalidRate`] for a rate that is not positive;
+    /// [`Error::InvalidHosts`]; [`Error::EventLimit`] if `max_events` is 0.
     pub fn validate(&self) -> Result<(), Error> {
         let Latency { min, max } = self.latency;
         if min > max {
@@ -283,6 +288,11 @@ impl Config {
             {
                 return Err(Error::InvalidRate { side, rate: r });
             }
+        }
+        if let Some(h) = self.hosts
+            && !h.valid()
+        {
+            return Err(Error::InvalidHosts { hosts: h });
         }
         if self.max_events == 0 {
             return Err(Error::EventLimit {

@@ -78,6 +78,12 @@ pub enum Error {
         /// The rate given.
         rate: f64,
     },
+    /// A host model with no nodes per host, or cores or threads not positive.
+    #[error("hosts need at least 1 node each and positive cores and threads, got {hosts:?}")]
+    InvalidHosts {
+        /// The model given.
+        hosts: super::Hosts,
+    },
     /// A pause ends before it starts.
     #[error("pause of {node} ends ({until:?}) before it starts ({from:?})")]
     InvalidPause {

@@ -95,6 +95,7 @@
 mod config;
 mod error;
 mod fms;
+mod host;
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -109,6 +110,8 @@ use sfb_core::{Event, PeerId, Progress, StateMachine, Stragglers, TimeSource, Wo
 pub use config::{Config, Costs, Latency, Loss, Nic, Pause};
 pub use error::{Blocked, Error};
 pub use fms::FmsNode;
+pub use host::Hosts;
+use host::{Calendar, Seat};
 
 /// Result alias of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -120,6 +123,8 @@ pub struct VirtualClock {
     now: Duration,
     costs: Costs,
     stragglers: Stragglers,
+    /// The node's host, when nodes share hosts ([`Hosts`]).
+    seat: Option<Seat>,
 }
 
 impl VirtualClock {
@@ -129,7 +134,23 @@ impl VirtualClock {
             now: Duration::ZERO,
             costs,
             stragglers,
+            seat: None,
         }
+    }
+
+    /// The clock of a node on a shared host.
+    fn on_host(mut self, seat: Seat) -> Self {
+        self.seat = Some(seat);
+        self
+    }
+
+    /// Spends `cost` of CPU (at one core's speed) from now: on the node's host's free
+    /// cores when it shares a host, else exactly `cost`.
+    fn spend(&mut self, cost: Duration) {
+        self.now = match &self.seat {
+            Some(seat) => seat.run(self.now, cost),
+            None => self.now + cost,
+        };
     }
 
     /// Moves the clock forward to `t` (never backwards).
@@ -149,11 +170,12 @@ impl TimeSource for VirtualClock {
     }
 
     fn after(&mut self, work: Work) -> Duration {
-        let mut cost = self.costs.of(work);
+        let cost = self.costs.of(work);
+        self.spend(cost);
         if let Work::Compute { peer, clock, .. } = work {
-            cost += self.stragglers.delay(peer, clock, cost);
+            // A straggler is slow, not busy: its delay holds no core.
+            self.now += self.stragglers.delay(peer, clock, cost);
         }
-        self.now += cost;
         self.now
     }
 }
@@ -291,6 +313,12 @@ impl<N: StateMachine> Network<N> {
     /// Adds a [`Loss`] of frames `frames` on `from → to`.
     pub fn lose(mut self, from: PeerId, to: PeerId, frames: std::ops::Range<u64>) -> Self {
         self.cfg.losses.push(Loss { from, to, frames });
+        self
+    }
+
+    /// Sets [`Config::hosts`].
+    pub fn with_hosts(mut self, hosts: Hosts) -> Self {
+        self.cfg.hosts = Some(hosts);
         self
     }
 
@@ -459,6 +487,8 @@ struct Sim<'o, N, O> {
     queue: BinaryHeap<Reverse<Scheduled>>,
     seq: u64,
     now: Duration,
+    /// The hosts' calendars ([`Hosts`]; empty without).
+    calendars: Vec<std::sync::Arc<std::sync::Mutex<Calendar>>>,
     cfg: Config,
     stats: Stats,
     observer: &'o mut O,
@@ -482,11 +512,27 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 .copied()
                 .ok_or(Error::UnknownNode { node, what })
         };
+        let calendars: Vec<_> = cfg.hosts.map_or_else(Vec::new, |h| {
+            (0..nodes.len().div_ceil(h.nodes_per_host))
+                .map(|_| std::sync::Arc::new(std::sync::Mutex::new(Calendar::new(h.cores))))
+                .collect()
+        });
+        let clock = |i: usize| {
+            let c = VirtualClock::new(cfg.costs, cfg.stragglers);
+            match cfg.hosts {
+                Some(h) => c.on_host(Seat {
+                    calendar: std::sync::Arc::clone(&calendars[i / h.nodes_per_host]),
+                    threads: h.threads,
+                }),
+                None => c,
+            }
+        };
         let mut slots: Vec<Slot> = nodes
             .iter()
-            .map(|n| Slot {
+            .enumerate()
+            .map(|(i, n)| Slot {
                 id: n.id(),
-                clock: VirtualClock::new(cfg.costs, cfg.stragglers),
+                clock: clock(i),
                 inbox: VecDeque::new(),
                 wake_pending: false,
                 done: false,
@@ -517,6 +563,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             queue: BinaryHeap::new(),
             seq: 0,
             now: Duration::ZERO,
+            calendars,
             cfg,
             stats: Stats::default(),
             observer,
@@ -549,6 +596,14 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         while let Some(Reverse(ev)) = self.queue.pop() {
             self.stats.events += 1;
             self.now = ev.at;
+            if self.stats.events.is_multiple_of(1024) {
+                // No work starts before the earliest pending event: forget the past.
+                for c in &self.calendars {
+                    c.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .forget_before(ev.at);
+                }
+            }
             if self.stats.events > self.cfg.max_events {
                 return Err(Error::EventLimit {
                     limit: self.cfg.max_events,
@@ -649,8 +704,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             if let Some(cpu) = nic.cpu {
                 // The transport's CPU per frame taken, on the receiver's clock.
                 let bytes = sfb_core::wire::encoded_len_with(&msg, nic.dtype);
-                let t = slot.clock.time() + Nic::serialize(bytes, Some(cpu));
-                slot.clock.advance_to(t);
+                slot.clock.spend(Nic::serialize(bytes, Some(cpu)));
             }
             self.stats.delivered += 1;
             self.nodes[i]
@@ -726,7 +780,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         };
         let at = if nic.cpu.is_some() {
             let clock = &mut self.slots[i].clock;
-            clock.advance_to(at + Nic::serialize(bytes, nic.cpu));
+            clock.advance_to(at);
+            clock.spend(Nic::serialize(bytes, nic.cpu));
             clock.time()
         } else {
             at

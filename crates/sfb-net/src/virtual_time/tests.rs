@@ -394,3 +394,75 @@ fn the_transport_cpu_runs_on_both_ends_clocks() {
     // Then b ms to take it in: no node finishes before 2b + 1 ms.
     assert!(run.end >= 2 * frame + MS, "{:?}", run.end);
 }
+
+/// Least-squares engines under BSP whose `compute_sv` takes 10 ms a sample, peer `p`
+/// with `batches[p]` samples a clock, on `hosts`.
+fn on_hosts(batches: &[usize], hosts: Option<Hosts>) -> Outcome<Engine<Ls>> {
+    let peers = batches.len();
+    let mut engines = engines(peers, Consistency::Bsp, 5);
+    for (e, &b) in engines.iter_mut().zip(batches) {
+        let mut cfg = e.config().clone();
+        cfg.batch_size = b;
+        let data = (0..8)
+            .map(|i| (vec![1.0, i as f32 * 0.1], (i % 3) as f32))
+            .collect();
+        *e = Engine::new(cfg, Ls, Array2::zeros((1, 2)), Shard::new(data, 0)).unwrap();
+    }
+    let mut cfg = Config {
+        costs: Costs {
+            compute_per_sample: 0.010,
+            ..Costs::free()
+        },
+        latency: Latency::fixed(Duration::ZERO),
+        ..Config::default()
+    };
+    cfg.hosts = hosts;
+    Network::with_config(engines, cfg).run().unwrap()
+}
+
+#[test]
+fn nodes_on_a_shared_host_share_its_cores() {
+    let alone = on_hosts(&[1; 8], None);
+    // 8 nodes on a 2-core host, all computing at once: 4× as long.
+    let shared = on_hosts(&[1; 8], Some(Hosts::colocated(8, 2)));
+    // Two nodes on each 2-core host: a core each, as alone.
+    let pairs = on_hosts(&[1; 8], Some(Hosts::colocated(2, 2)));
+    assert_eq!(alone.end, 5 * 10 * MS);
+    assert_eq!(shared.end, 5 * 40 * MS);
+    assert_eq!(pairs.end, alone.end);
+    // The arithmetic is the same whatever the timing.
+    let sums = |o: &Outcome<Engine<Ls>>| -> Vec<String> {
+        o.nodes
+            .iter()
+            .map(|n| n.node.replica().checksum())
+            .collect()
+    };
+    assert_eq!(sums(&alone), sums(&shared));
+}
+
+#[test]
+fn a_node_busy_while_the_others_wait_gets_a_whole_core() {
+    // Peer 0 computes 8 samples a clock (80 ms alone), three others one each, on 2 cores.
+    // A fair share of the host would make every node's work 2× as long (160 ms a clock);
+    // on the calendar the three small jobs share one core for 20 ms while peer 0 runs.
+    let run = on_hosts(&[8, 1, 1, 1], Some(Hosts::colocated(4, 2)));
+    let per_clock = run.end / 5;
+    assert!(
+        (80 * MS..=90 * MS).contains(&per_clock),
+        "{per_clock:?} a clock"
+    );
+}
+
+#[test]
+fn a_host_model_must_make_sense() {
+    let bad = Hosts {
+        nodes_per_host: 0,
+        ..Hosts::colocated(4, 2)
+    };
+    let err = Network::new(engines(2, Consistency::Bsp, 1))
+        .with_hosts(bad)
+        .run()
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidHosts { .. }), "{err}");
+    assert!(err.to_string().contains("at least 1 node"), "{err}");
+}
