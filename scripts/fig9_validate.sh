@@ -4,9 +4,10 @@
 # this machine, 1 Gbit/s token buckets), then the same scenario on the simulator with
 # this machine's setting (calibrated once, then the same rates for every arm; ingress
 # unlimited: loopback; --colocate 12:CORES: every node on this host's cores), and per arm the ratio of simulated to
-# real time per clock (evaluations excluded). Extra flags go to both benches.
+# real time per clock (evaluations excluded). Extra flags go to both benches; SIM_FLAGS
+# (e.g. "--transport-cpu 360MB") to the simulated one only.
 #
-#   cargo build --release && scripts/fig9_validate.sh [OUT_DIR] [bench flags…]
+#   cargo build --release && [SIM_FLAGS=…] scripts/fig9_validate.sh [OUT_DIR] [bench flags…]
 set -euo pipefail
 S=${SFB:-target/release/sfb}
 OUT=${1:-target/fig9-validate}
@@ -22,14 +23,13 @@ $S sim --peers $P --costs calibrate --ingress unlimited --colocate "$P:$(nproc)"
 read -r flops mem_bw per_sample per_eval < <(python3 - "$OUT/calibration.json" <<'PY'
 import json, sys
 b = json.load(open(sys.argv[1]))["sim"]
-share = b["host_share"]
-# The summary's costs are priced (after the share); the flags take them before it.
-print(b["flops"], b["mem_bw"], b["costs"]["compute_per_sample"] / share, b["costs"]["evaluate"] / share)
+# The summary's costs are one core's (the host's calendar shares them), as the flags take them.
+print(b["flops"], b["mem_bw"], b["costs"]["compute_per_sample"], b["costs"]["evaluate"])
 PY
 )
 $S bench --scenario q-sweep --peers $P --transport sim --flops "$flops" --mem-bw "$mem_bw" \
   --compute-per-sample "$per_sample" --evaluate-cost "$per_eval" --ingress unlimited \
-  --colocate "$P:$(nproc)" "$@" -o "$OUT/sim" >"$OUT/sim.log" 2>&1
+  --colocate "$P:$(nproc)" ${SIM_FLAGS:-} "$@" -o "$OUT/sim" >"$OUT/sim.log" 2>&1
 python3 - "$OUT/real/q-sweep.json" "$OUT/sim/q-sweep.json" <<'PY'
 import json, sys
 real, sim = (json.load(open(f)) for f in sys.argv[1:3])

@@ -17,9 +17,19 @@ const P: usize = 8;
 const J: usize = 64;
 const D: usize = 256;
 
-/// The machine and network of both: 1 Gbit/s, 50 µs, model costs; with `cpu`, libp2p's
-/// measured transport CPU and all nodes on a 2-core host.
-fn sim_options(cpu: bool, nodes: usize) -> SimOptions {
+/// How the nodes' CPUs are modelled.
+#[derive(Clone, Copy)]
+enum Cpu {
+    /// Work takes its cost; the transport is free.
+    Free,
+    /// libp2p's transport CPU (360 MB/s), a host per node.
+    Transport,
+    /// The transport CPU, and every node on one 2-core host.
+    Shared,
+}
+
+/// The machine and network of both: 1 Gbit/s, 50 µs, model costs, and `cpu`.
+fn sim_options(cpu: Cpu, nodes: usize) -> SimOptions {
     SimOptions {
         egress: Some(Rate(1.25e8)),
         // The simulator books a receiver's ingress in the order sends are processed,
@@ -27,8 +37,8 @@ fn sim_options(cpu: bool, nodes: usize) -> SimOptions {
         // ingress limit both models are the same NIC.
         ingress: Ingress::Unlimited,
         evaluate_s: Some(1e-9),
-        colocate: cpu.then_some((nodes, 2)),
-        transport_cpu: cpu.then_some(Rate(360e6)),
+        colocate: matches!(cpu, Cpu::Shared).then_some((nodes, 2)),
+        transport_cpu: (!matches!(cpu, Cpu::Free)).then_some(Rate(360e6)),
         ..SimOptions::default()
     }
 }
@@ -36,7 +46,7 @@ fn sim_options(cpu: bool, nodes: usize) -> SimOptions {
 /// The simulator's steady time per clock: the latest record of each clock, differenced,
 /// the median over clocks 2..=clocks−1 (the first clock has nothing to apply, the last
 /// evaluates and finishes).
-fn sim_clock(backend: Backend, push: Push, q: Option<usize>, cpu: bool) -> f64 {
+fn sim_clock(backend: Backend, push: Push, q: Option<usize>, cpu: Cpu) -> f64 {
     let nodes = if backend == Backend::Fms { P + 1 } else { P };
     let mut spec = RunSpec {
         peers: P,
@@ -68,7 +78,7 @@ fn sim_clock(backend: Backend, push: Push, q: Option<usize>, cpu: bool) -> f64 {
     d[d.len() / 2]
 }
 
-fn planned(cpu: bool, nodes: usize) -> Plan {
+fn planned(cpu: Cpu, nodes: usize) -> Plan {
     plan(&Setup {
         peers: P,
         j: J,
@@ -82,8 +92,9 @@ fn planned(cpu: bool, nodes: usize) -> Plan {
     .unwrap()
 }
 
-/// The plan's clock for `(strategy, q)` against the simulator's, within 1%.
-fn check(cpu: bool, arms: &[(Strategy, Option<usize>, Backend, Push)]) {
+/// The plan's clock for `(strategy, q)` against the simulator's, within `within` (a
+/// fraction).
+fn check(cpu: Cpu, within: f64, arms: &[(Strategy, Option<usize>, Backend, Push)]) {
     for &(strategy, q, backend, push) in arms {
         let nodes = if backend == Backend::Fms { P + 1 } else { P };
         let p = planned(cpu, nodes);
@@ -96,7 +107,7 @@ fn check(cpu: bool, arms: &[(Strategy, Option<usize>, Backend, Push)]) {
         let sim = sim_clock(backend, push, q, cpu);
         let ratio = planned / sim;
         assert!(
-            (ratio - 1.0).abs() < 0.01,
+            (ratio - 1.0).abs() < within,
             "{strategy} {q:?}: plan {planned:.6e} s, sim {sim:.6e} s (ratio {ratio:.4})"
         );
     }
@@ -113,12 +124,36 @@ const FMS_DENSE: (Strategy, Option<usize>, Backend, Push) =
 
 #[test]
 fn the_plan_gives_the_simulators_time_per_clock() {
-    check(false, &[FULL, Q3, FMS, FMS_DENSE]);
+    check(Cpu::Free, 0.01, &[FULL, Q3, FMS, FMS_DENSE]);
 }
 
 #[test]
-fn with_transport_cpu_on_a_shared_host_too() {
-    check(true, &[FULL, Q3, FMS]);
+fn with_transport_cpu_too() {
+    check(Cpu::Transport, 0.01, &[FULL, Q3, FMS]);
+}
+
+/// On a shared host the plan prices a fair share (every node busy at once) and the
+/// simulator a calendar of the host's cores (a node's work on the cores free then): not
+/// the same model. SFB's peers all work at once, so the two are near; the FMS server works
+/// while its clients wait, and on the calendar it has the cores they leave, so the
+/// simulated clock is shorter than the fair share's, by at most the share (9 nodes on 2
+/// cores: 4.5).
+#[test]
+fn on_a_shared_host_the_plans_fair_share_is_near_the_simulators_calendar() {
+    check(Cpu::Shared, 0.05, &[FULL, Q3]);
+    let plan = planned(Cpu::Shared, P + 1);
+    let fair = plan
+        .estimates
+        .iter()
+        .find(|e| e.strategy == Strategy::FmsFactors)
+        .unwrap()
+        .clock_s;
+    let sim = sim_clock(Backend::Fms, Push::Factors, None, Cpu::Shared);
+    let ratio = fair / sim;
+    assert!(
+        (1.2..=4.5).contains(&ratio),
+        "plan {fair:.6e} s, sim {sim:.6e} s (×{ratio:.3})"
+    );
 }
 
 /// `sfb plan ARGS`'s standard output; panics with its stderr if it fails.

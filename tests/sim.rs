@@ -198,8 +198,8 @@ fn a_calibrated_run_is_replayed_from_the_figures_its_summary_names() {
 
 /// Calibrating for co-located nodes times the kernels with that many running at once and
 /// stores per-core rates; the run then puts every node's work on the host's cores. Replayed
-/// with and without the host, four nodes on two cores take longer, and at most twice as
-/// long, for their work.
+/// with and without the host, four nodes on two cores take longer for their work, about
+/// twice as long.
 #[test]
 fn a_colocated_calibration_runs_work_on_the_hosts_cores() {
     let dir = tempdir("sim", "calibrate-colocated");
@@ -236,11 +236,15 @@ fn a_colocated_calibration_runs_work_on_the_hosts_cores() {
     on_host.extend(["--colocate", "4:2"]);
     let (shared, _) = sim(&dir, "shared", &on_host);
     let work = |v: &Value| v["compute_s"].as_f64().unwrap() + v["apply_s"].as_f64().unwrap();
+    // A node's step waits at most for the 3 others' steps booked before it, on 2 cores:
+    // its work takes at most 2.5 times its cost (equal steps), about the share (2) on
+    // average. Each kind of work alone is never faster than alone (a small apply booked
+    // behind others' compute may wait many times its own cost).
     let ratio = work(&shared) / work(&alone);
-    assert!((1.05..=2.0 + 1e-6).contains(&ratio), "work ×{ratio}");
+    assert!((1.05..=2.5).contains(&ratio), "work ×{ratio}");
     for key in ["compute_s", "apply_s"] {
         let ratio = shared[key].as_f64().unwrap() / alone[key].as_f64().unwrap();
-        assert!((1.0..=2.0 + 1e-6).contains(&ratio), "{key}: ×{ratio}");
+        assert!(ratio >= 1.0 - 1e-9, "{key}: ×{ratio}");
     }
 }
 

@@ -661,9 +661,8 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
 /// kernel ([`Replica::apply`](sfb_core::Replica::apply), on one thread) at full
 /// broadcast's stacked rank P·K, the memory bandwidth is the copy of W, and `compute_sv`
 /// per sample is MLR's (unless `setup.sim.compute_per_sample_s` is given). `sfb sim
-/// --costs calibrate` instead times ndarray's GEMM at rank K, which is slower than the
-/// apply kernel at the ranks SFB and the FMS server apply (at J = D = 4096 on this machine
-/// 2.4e10 vs 4e10 flop/s).
+/// --costs calibrate` times the same kernel, for its cost per extra pair between ranks K
+/// and 4K ([`crate::sim::calibrate`]).
 ///
 /// **Co-located nodes** (`colocate` NODES:CORES): alone, a kernel has the host's caches
 /// and memory bus to itself, and NODES/CORES times its time underprices NODES processes
@@ -748,7 +747,7 @@ fn workers_for(colocate: Option<(usize, usize)>, here: usize) -> usize {
 }
 
 /// One call: apply a batch of `pairs` dense pairs to a J × D replica (2·J·D flops a pair).
-fn apply_work(j: usize, d: usize, pairs: usize) -> impl FnMut() {
+pub(crate) fn apply_work(j: usize, d: usize, pairs: usize) -> impl FnMut() {
     let batch = FactorBatch {
         origin: PeerId(0),
         clock: 0,

@@ -383,13 +383,31 @@ impl Counts {
     }
 }
 
-/// This machine's rates measured at the run's shapes: `(flops, mem_bw)`. The GEMM is the
-/// apply of a rank-`r` batch (`J × r` times `r × D`, accumulated into W); the bandwidth
-/// is copying W. Each is timed over at least 50 ms and the best of 3 taken.
+/// This machine's rates measured at the run's shapes: `(flops, mem_bw)`. The flops are
+/// sfb's own apply kernel's ([`Replica::apply`](sfb_core::Replica::apply), one thread)
+/// per extra pair between ranks `r` and `4r` ([`marginal_apply_flops`]), which is what
+/// the cost model's per-pair price stands for; the bandwidth is copying W (the pass over
+/// W every apply makes, priced apart). Each timing is the best of 3 of at least 50 ms.
 pub fn calibrate(j: usize, d: usize, r: usize) -> (f64, f64) {
     let (j, d, r) = (j.max(1), d.max(1), r.max(1));
-    let flops = best_rate(2.0 * (j * r * d) as f64, gemm_work(j, d, r));
+    let flops = marginal_apply_flops(j, d, r, |rank| {
+        2.0 * (j * d * rank) as f64 / crate::plan::calibrate_apply(j, d, rank)
+    });
     (flops, copy_rate(j, d))
+}
+
+/// Flop/s of an extra pair in the apply kernel at J × D from `seconds(rank)`, one call's
+/// time at a rank: `2·J·D·3r / (t(4r) − t(r))`, so that the cost model's per-call price
+/// (a pass over W at the copy bandwidth) and per-pair price add up to the kernel's time;
+/// the average rate at `4r` when the difference is not positive (timing noise).
+fn marginal_apply_flops(j: usize, d: usize, r: usize, seconds: impl Fn(usize) -> f64) -> f64 {
+    let (t1, t4) = (seconds(r), seconds(4 * r));
+    let pair = 2.0 * (j * d) as f64;
+    if t4 > t1 {
+        pair * (3 * r) as f64 / (t4 - t1)
+    } else {
+        pair * (4 * r) as f64 / t4
+    }
 }
 
 /// Bytes/s of copying a J × D matrix on this machine, alone (as [`calibrate`]).
@@ -403,21 +421,11 @@ pub(crate) fn copy_rate(j: usize, d: usize) -> f64 {
 /// one node gets while the others work too.
 pub fn calibrate_colocated(j: usize, d: usize, r: usize, workers: usize) -> (f64, f64) {
     let (j, d, r) = (j.max(1), d.max(1), r.max(1));
-    let flops = contended_rate(workers, 2.0 * (j * r * d) as f64, || gemm_work(j, d, r));
+    let flops = marginal_apply_flops(j, d, r, |rank| {
+        1.0 / contended_rate(workers, 1.0, || crate::plan::apply_work(j, d, rank))
+    });
     let mem_bw = contended_rate(workers, 8.0 * (j * d) as f64, || copy_work(j, d));
     (flops, mem_bw)
-}
-
-/// One call: ndarray's GEMM of a rank-`r` batch accumulated into a J × D matrix
-/// (2·J·r·D flops).
-fn gemm_work(j: usize, d: usize, r: usize) -> impl FnMut() {
-    let u = Array2::<f32>::from_shape_fn((j, r), |(a, b)| ((a * 7 + b * 3) % 11) as f32 * 0.01);
-    let v = Array2::<f32>::from_shape_fn((r, d), |(a, b)| ((a * 5 + b) % 13) as f32 * 0.01);
-    let mut w = Array2::<f32>::zeros((j, d));
-    move || {
-        ndarray::linalg::general_mat_mul(-0.001, &u, &v, 1.0, &mut w);
-        std::hint::black_box(&w);
-    }
 }
 
 /// One call: copy a J × D matrix (8·J·D bytes moved).

@@ -131,6 +131,23 @@ pub struct Sample {
     pub seconds: f64,
     /// `bytes / seconds / 1e6`.
     pub mb_per_s: f64,
+    /// CPU seconds this process spent meanwhile, both ends together (Linux: every
+    /// thread's `/proc/self/task/*/schedstat`; absent elsewhere).
+    pub cpu_s: Option<f64>,
+}
+
+/// CPU seconds this process has run so far, all its threads (Linux `schedstat`, in
+/// nanoseconds); `None` where it cannot be read.
+pub fn process_cpu_s() -> Option<f64> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        // A thread that ended since the listing is skipped.
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        ns += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(ns as f64 / 1e9)
 }
 
 /// The budget result at one rate.
@@ -226,6 +243,11 @@ pub struct Report {
     pub framed_mb_per_s: f64,
     /// `(1 − framed / bare) · 100` of the medians (framing plus decode and validation).
     pub overhead_pct: f64,
+    /// The framed path's CPU per byte at each end, as a rate of one core (bytes/s): the
+    /// median over rounds of bytes over half the process's CPU seconds (both ends run in
+    /// this process). What `sfb sim --transport-cpu` takes. Absent where the CPU time
+    /// cannot be read.
+    pub transport_cpu_bytes_per_s: Option<f64>,
     /// Median MB/s of framing alone (`write_frame` → `read_frame`, no decode).
     pub framing_only_mb_per_s: f64,
     /// `(1 − framing_only / bare) · 100` of the medians.
@@ -759,7 +781,9 @@ pub async fn measure(cfg: &Config) -> Result<Report> {
                 Lanes::FramingOnly => "framing-only",
             };
             let n = if round == 0 { warm } else { units };
+            let cpu0 = process_cpu_s();
             let (bytes, secs) = link.transfer(lanes, n, None, limit).await?;
+            let cpu_s = cpu0.zip(process_cpu_s()).map(|(a, b)| b - a);
             if round > 0 {
                 samples.push(Sample {
                     arm: name.into(),
@@ -768,6 +792,7 @@ pub async fn measure(cfg: &Config) -> Result<Report> {
                     bytes,
                     seconds: secs,
                     mb_per_s: bytes as f64 / secs / 1e6,
+                    cpu_s,
                 });
             }
         }
@@ -783,6 +808,17 @@ pub async fn measure(cfg: &Config) -> Result<Report> {
     let bare_mb_per_s = median(&bare_all);
     let framed_mb_per_s = median(&framed_all);
     let overhead_pct = (1.0 - framed_mb_per_s / bare_mb_per_s) * 100.0;
+    // Both ends' CPU, split evenly between them, as `sfb sim --transport-cpu` charges it.
+    let per_end: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.arm == "framed")
+        .filter_map(|s| {
+            s.cpu_s
+                .filter(|c| *c > 0.0)
+                .map(|c| s.bytes as f64 / (c / 2.0))
+        })
+        .collect();
+    let transport_cpu_bytes_per_s = (!per_end.is_empty()).then(|| median(&per_end));
     let framing_only_mb_per_s = median(&of("framing-only"));
     let framing_only_overhead_pct = (1.0 - framing_only_mb_per_s / bare_mb_per_s) * 100.0;
     let overhead_pct_per_round: Vec<f64> = bare_all
@@ -812,6 +848,7 @@ pub async fn measure(cfg: &Config) -> Result<Report> {
                 bytes,
                 seconds: secs,
                 mb_per_s: bps / 1e6,
+                cpu_s: None,
             });
         }
         let achieved = median(&got);
@@ -859,6 +896,7 @@ pub async fn measure(cfg: &Config) -> Result<Report> {
         bare_mb_per_s,
         framed_mb_per_s,
         overhead_pct,
+        transport_cpu_bytes_per_s,
         framing_only_mb_per_s,
         framing_only_overhead_pct,
         overhead_pct_per_round,
@@ -917,6 +955,14 @@ impl Report {
             per_round.join(", "),
             r.overhead_target_pct,
         );
+        if let Some(rate) = r.transport_cpu_bytes_per_s {
+            let _ = writeln!(
+                out,
+                "transport CPU of the framed path: {:.0} MB/s of one core at each end (both ends' CPU time over the bytes, split evenly; sfb sim --transport-cpu {:.0}MB)",
+                rate / 1e6,
+                rate / 1e6
+            );
+        }
         let c = &r.cpu;
         let _ = writeln!(
             out,
@@ -1050,6 +1096,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_process_cpu_time_counts_work_done() {
+        let start = process_cpu_s();
+        if !cfg!(target_os = "linux") && start.is_none() {
+            return;
+        }
+        let start = start.expect("schedstat is readable on Linux");
+        // Work until the clock has moved 20 ms (10 s at most, however loaded the host).
+        let wall = std::time::Instant::now();
+        let mut x = 0u64;
+        while process_cpu_s().unwrap() - start < 0.02 {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i));
+            }
+            assert!(
+                wall.elapsed() < Duration::from_secs(10),
+                "CPU time did not move"
+            );
+        }
+        assert!(process_cpu_s().unwrap() >= start);
+    }
+
+    #[test]
     fn link_scenario_runs_small() {
         let cfg = Config {
             mib: 4,
@@ -1077,6 +1145,10 @@ mod tests {
         assert!(r.cpu.decode_us > 0.0);
         assert_eq!(r.arms.len(), 4, "bare, framed, framing-only, one budget");
         assert!(r.framing_only_mb_per_s.is_finite() && r.framing_only_mb_per_s > 0.0);
+        if cfg!(target_os = "linux") {
+            let rate = r.transport_cpu_bytes_per_s.expect("CPU time on Linux");
+            assert!(rate.is_finite() && rate > 0.0, "{rate}");
+        }
 
         let dir = std::env::temp_dir().join(format!("sfb-bench-link-{}", std::process::id()));
         r.write_files(&dir).unwrap();
