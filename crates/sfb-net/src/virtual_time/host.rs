@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use super::nanos;
+
 /// Nodes that share hosts: node `i` (in the order given to the
 /// [`Network`](super::Network)) runs on host `i / nodes_per_host`, a machine with `cores`
 /// cores. Every piece of work a node does (its [`Costs`](super::Costs), and its transport
@@ -147,10 +149,6 @@ impl Calendar {
     }
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// A node's place on its host: the shared calendar and how many cores it may use.
 #[derive(Debug, Clone)]
 pub(crate) struct Seat {
@@ -159,8 +157,8 @@ pub(crate) struct Seat {
 }
 
 impl Seat {
-    /// Runs `cost` (at one core's speed ÷ nothing: core-seconds) from `start`; returns when
-    /// it is done.
+    /// Runs `cost` (core-seconds: its time on one core alone) from `start` on the host's
+    /// free cores; returns when it is done.
     pub(crate) fn run(&self, start: Duration, cost: Duration) -> Duration {
         self.calendar
             .lock()
