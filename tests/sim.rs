@@ -188,6 +188,9 @@ fn a_calibrated_run_is_replayed_from_the_figures_its_summary_names() {
         fig(&costs["compute_per_sample"]),
         "--evaluate-cost".into(),
         fig(&costs["evaluate"]),
+        // The engine's apply path beyond its pairs, measured in the one-peer run.
+        "--apply-per-call".into(),
+        fig(&costs["apply_per_call"]),
     ];
     let replay: Vec<&str> = replay.iter().map(String::as_str).collect();
     let (again, _) = sim(&dir, "again", &replay);

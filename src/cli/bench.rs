@@ -46,6 +46,10 @@ pub struct BenchArgs {
     /// fraction of its clocks.
     #[arg(long)]
     pub target_frac: Option<f64>,
+    /// Training scenarios: evaluate every N clocks instead of the scenario's cadence (0:
+    /// only at the end, for timing the training alone; no time to target then).
+    #[arg(long, value_name = "N")]
+    pub eval_every: Option<u64>,
     /// staleness, adarevision, saga: the straggler's extra milliseconds per step (default
     /// 40; adarevision 20; saga 10).
     #[arg(long)]

@@ -39,6 +39,7 @@ fn options(args: &BenchArgs) -> Result<Options> {
         },
         clocks: args.clocks,
         target_frac: args.target_frac,
+        eval_every: args.eval_every,
         straggler_ms: args.straggler_ms,
         bandwidth: args.bandwidth.clone(),
     })

@@ -50,6 +50,11 @@ pub struct SimFlags {
     /// Seconds of one evaluation on the held-out data (likewise).
     #[arg(long, value_name = "SECONDS", value_parser = sim::seconds)]
     pub evaluate_cost: Option<f64>,
+    /// Seconds of one apply call beyond its pairs: the engine's whole apply path (the
+    /// optimizer's and the prox's passes over W), replacing the cost model's one pass
+    /// over W (a calibrated run measures it in a one-peer run; its summary names it).
+    #[arg(long, value_name = "SECONDS", value_parser = sim::seconds)]
+    pub apply_per_call: Option<f64>,
     /// NODES:CORES: that many nodes share one host of that many cores: each node's work
     /// (compute, applies, transport CPU) runs on the host's free cores, so NODES nodes
     /// working at once take NODES/CORES times as long and a node waiting on the network
@@ -86,6 +91,8 @@ impl SimFlags {
             mem_bw: self.mem_bw.unwrap_or(d.mem_bw),
             compute_per_sample_s: self.compute_per_sample,
             evaluate_s: self.evaluate_cost,
+            apply_per_call_s: self.apply_per_call,
+            measured_apply: None,
             colocate: self.colocate,
             transport_cpu: self.transport_cpu,
             timing_only: self.timing_only,

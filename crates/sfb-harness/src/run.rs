@@ -44,9 +44,7 @@ fn run_validated(spec: &RunSpec, progress: Option<Progress>) -> Result<Outcome> 
         let fms = (spec.backend == Backend::Fms).then_some(spec.fms_push);
         let mut sim = spec.sim.clone();
         if sim.costs == crate::sim::CostModel::Calibrate {
-            let (sample, eval) = crate::sim::calibrate_compute(spec)?;
-            sim.compute_per_sample_s.get_or_insert(sample);
-            sim.evaluate_s.get_or_insert(eval);
+            crate::sim::calibrate_compute(spec)?.fill(&mut sim);
         }
         return builder.run_sim(&sim, spec.net.bandwidth, fms);
     }

@@ -185,6 +185,16 @@ pub struct SimOptions {
     pub compute_per_sample_s: Option<f64>,
     /// Seconds of one evaluation on the held-out data, likewise. Default: none.
     pub evaluate_s: Option<f64>,
+    /// Seconds of one apply call beyond its pairs (the engine's whole apply path: the
+    /// optimizer's and the prox's passes over W, bookkeeping), replacing the cost model's
+    /// one pass over W at `mem_bw` (and the calibration's figure, measured in a one-peer
+    /// run). Default: none.
+    pub apply_per_call_s: Option<f64>,
+    /// What `calibrate` measured of the engine's apply path: seconds per call (one core's)
+    /// at a rank (pairs per call), from which [`plan_costs`] takes the per-call price
+    /// once it knows the per-pair one. Not serialized: `apply_per_call_s` replays it.
+    #[serde(skip)]
+    pub measured_apply: Option<(f64, usize)>,
     /// Nodes that share one host's cores, as `(nodes, cores)`: node `i` runs on host
     /// `i / nodes`, and its work (compute, applies, transport CPU) runs on that host's
     /// free cores, at most `max(1, cores / nodes)` at once
@@ -221,6 +231,8 @@ impl Default for SimOptions {
             mem_bw: DEFAULT_MEM_BW,
             compute_per_sample_s: None,
             evaluate_s: None,
+            apply_per_call_s: None,
+            measured_apply: None,
             colocate: None,
             transport_cpu: None,
             timing_only: false,
@@ -255,6 +267,9 @@ impl SimOptions {
         }
         if let Some(c) = self.evaluate_s {
             positive("sim.evaluate_s", c)?;
+        }
+        if let Some(c) = self.apply_per_call_s {
+            positive("sim.apply_per_call_s", c)?;
         }
         if let Some((nodes, cores)) = self.colocate {
             positive("sim.colocate nodes", nodes as f64)?;
@@ -573,6 +588,18 @@ pub(crate) fn plan_costs(
     if let Some(e) = opts.evaluate_s {
         costs.evaluate = e;
     }
+    match (opts.apply_per_call_s, opts.measured_apply) {
+        (Some(c), _) => costs.apply_per_call = c,
+        (None, Some((secs, pairs))) => {
+            // The engine's apply path beyond its pairs; the model's pass over W when the
+            // pairs alone account for the time measured (noise).
+            let beyond = secs - pairs as f64 * costs.apply_per_pair;
+            if beyond > 0.0 {
+                costs.apply_per_call = beyond;
+            }
+        }
+        (None, None) => {}
+    }
     let named: BTreeMap<String, f64> = [
         ("compute_per_sample", costs.compute_per_sample),
         ("apply_per_call", costs.apply_per_call),
@@ -601,13 +628,41 @@ pub(crate) fn plan_costs(
     (costs, report)
 }
 
-/// Times the model's own `compute_sv` and evaluation on this machine: a one-peer
-/// in-memory run of `spec` (30 clocks, evaluating every 10), giving seconds per sample
-/// and per evaluation.
+/// What [`calibrate_compute`] measured, in seconds of one core (per-core equivalents for
+/// co-located nodes).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct InSitu {
+    /// `compute_sv` per sample.
+    pub per_sample: f64,
+    /// One evaluation on the held-out data.
+    pub per_eval: f64,
+    /// One call of the engine's apply path (the kernel, the optimizer's and the prox's
+    /// passes over W, bookkeeping) at `apply_pairs` pairs.
+    pub per_apply: f64,
+    /// Pairs per apply call in the run (the batch).
+    pub apply_pairs: usize,
+}
+
+impl InSitu {
+    /// Puts the figures in `sim` where it has none of its own.
+    pub fn fill(&self, sim: &mut SimOptions) {
+        sim.compute_per_sample_s.get_or_insert(self.per_sample);
+        sim.evaluate_s.get_or_insert(self.per_eval);
+        sim.measured_apply = Some((self.per_apply, self.apply_pairs));
+    }
+}
+
+/// Clocks of [`calibrate_compute`]'s one-peer run.
+const CALIBRATION_CLOCKS: u64 = 90;
+
+/// Times the engine's own work on this machine: a one-peer in-memory run of `spec` (90
+/// clocks, evaluating every 30), giving seconds per sample of `compute_sv`, per
+/// evaluation and per apply call (the whole apply path, not only the kernel: a node's
+/// apply also runs the optimizer's and the prox's passes over W).
 ///
 /// # Errors
 /// The run's.
-pub fn calibrate_compute(spec: &crate::RunSpec) -> Result<(f64, f64)> {
+pub fn calibrate_compute(spec: &crate::RunSpec) -> Result<InSitu> {
     let workers = crate::plan::calibration_workers(spec.sim.colocate);
     if workers > 1 {
         return calibrate_compute_colocated(spec, workers);
@@ -617,16 +672,44 @@ pub fn calibrate_compute(spec: &crate::RunSpec) -> Result<(f64, f64)> {
 
 /// [`calibrate_compute`] for `workers` co-located nodes: that many one-peer runs at once
 /// (started together; the median of their figures), returned as per-core equivalents
-/// (divided by the share, which the cost model multiplies back). Runs that finish early
-/// leave the last ones less contended, so this errs low, not high.
-fn calibrate_compute_colocated(spec: &crate::RunSpec, workers: usize) -> Result<(f64, f64)> {
+/// (divided by the share, which the cost model multiplies back). Each run has its own
+/// kernel pool of the threads the launcher would give it (`max(1, cores / workers)`), as
+/// co-located processes have: on a shared pool at most a core's worth of runs would
+/// compute at once and keep the caches to themselves, where `workers` processes take
+/// turns on the cores and evict each other's working sets (an MLR evaluation at
+/// J = D = 1024, 12 processes on 2 cores here: 460 ms each, 6.4 times the fair share of
+/// its 12 ms alone). A run that has its figures keeps running (untimed) until every run
+/// has them, so every timing saw `workers` runs at once.
+fn calibrate_compute_colocated(spec: &crate::RunSpec, workers: usize) -> Result<InSitu> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let start = std::sync::Barrier::new(workers);
-    let runs: Vec<Result<(f64, f64)>> = std::thread::scope(|s| {
+    let done = AtomicUsize::new(0);
+    let here = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = (here / workers).max(1);
+    let worker = || {
+        let first = calibrate_compute_alone(spec);
+        done.fetch_add(1, Ordering::SeqCst);
+        // Keep the host as busy until every run has its figures (untimed), so no
+        // timing ends with fewer runs at once than `workers`; a failure stops at once.
+        if first.is_ok() {
+            while done.load(Ordering::SeqCst) < workers {
+                if calibrate_compute_alone(spec).is_err() {
+                    break;
+                }
+            }
+        }
+        first
+    };
+    let runs: Vec<Result<InSitu>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 s.spawn(|| {
+                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build();
                     start.wait();
-                    calibrate_compute_alone(spec)
+                    match pool {
+                        Ok(pool) => pool.install(worker),
+                        Err(_) => worker(),
+                    }
                 })
             })
             .collect();
@@ -635,23 +718,23 @@ fn calibrate_compute_colocated(spec: &crate::RunSpec, workers: usize) -> Result<
             .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect()
     });
-    let mut samples = Vec::with_capacity(workers);
-    let mut evals = Vec::with_capacity(workers);
-    for r in runs {
-        let (a, b) = r?;
-        samples.push(a);
-        evals.push(b);
-    }
-    let median = |mut xs: Vec<f64>| {
+    let runs = runs.into_iter().collect::<Result<Vec<InSitu>>>()?;
+    let median = |f: fn(&InSitu) -> f64| {
+        let mut xs: Vec<f64> = runs.iter().map(f).collect();
         xs.sort_by(f64::total_cmp);
         xs[xs.len() / 2]
     };
     let share = spec.sim.share();
-    Ok((median(samples) / share, median(evals) / share))
+    Ok(InSitu {
+        per_sample: median(|r| r.per_sample) / share,
+        per_eval: median(|r| r.per_eval) / share,
+        per_apply: median(|r| r.per_apply) / share,
+        apply_pairs: runs[0].apply_pairs,
+    })
 }
 
 /// One one-peer run, alone (module docs of [`calibrate_compute`]).
-fn calibrate_compute_alone(spec: &crate::RunSpec) -> Result<(f64, f64)> {
+fn calibrate_compute_alone(spec: &crate::RunSpec) -> Result<InSitu> {
     let mut one = spec.clone();
     one.peers = 1;
     one.transport = crate::Transport::Mem;
@@ -661,8 +744,8 @@ fn calibrate_compute_alone(spec: &crate::RunSpec) -> Result<(f64, f64)> {
     one.net = crate::NetOptions::default();
     one.output = crate::OutputOptions::default();
     one.fault = crate::FaultOptions::default();
-    one.train.clocks = 30;
-    one.train.eval_every = 10;
+    one.train.clocks = CALIBRATION_CLOCKS;
+    one.train.eval_every = CALIBRATION_CLOCKS / 3;
     one.train.straggler = None;
     one.output.keep_records = true;
     let out = crate::run(&one, None)?;
@@ -673,15 +756,26 @@ fn calibrate_compute_alone(spec: &crate::RunSpec) -> Result<(f64, f64)> {
         .filter(|r| r.objective.is_some())
         .count()
         .max(1);
-    let per_sample = s.compute_s / (one.train.clocks as f64 * one.train.batch as f64);
+    let clocks = one.train.clocks as f64;
+    let per_sample = s.compute_s / (clocks * one.train.batch as f64);
     let per_eval = s.eval_s / evaluations as f64;
+    // One apply call a clock: the peer's own batch.
+    let per_apply = s.apply_s / clocks;
     tracing::info!(
-        "calibrated here: compute_sv {:.3} µs per sample, evaluation {:.3} ms",
+        "calibrated here: compute_sv {:.3} µs per sample, evaluation {:.3} ms, apply {:.3} \
+         ms per call of {} pairs",
         per_sample * 1e6,
-        per_eval * 1e3
+        per_eval * 1e3,
+        per_apply * 1e3,
+        one.train.batch
     );
     // A zero (a clock too coarse) would be refused as a cost: keep it positive.
-    Ok((per_sample.max(1e-12), per_eval.max(1e-12)))
+    Ok(InSitu {
+        per_sample: per_sample.max(1e-12),
+        per_eval: per_eval.max(1e-12),
+        per_apply: per_apply.max(1e-12),
+        apply_pairs: one.train.batch,
+    })
 }
 
 #[cfg(test)]
@@ -796,6 +890,58 @@ mod tests {
             .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_string()))
             .unwrap_or_default();
         assert!(text.contains("kernel 0 fails"), "{text}");
+    }
+
+    #[test]
+    fn the_apply_path_measured_prices_a_call_beyond_its_pairs() {
+        let model = sfb_models::ModelSpec::Mlr;
+        let s = Shapes {
+            j: 10,
+            d: 1000,
+            nnz: 1000.0,
+            sparse_v: false,
+            eval_samples: 10,
+        };
+        let nic = Nic::default();
+        let o = SimOptions {
+            flops: 1e9,
+            mem_bw: 1e10,
+            ..SimOptions::default()
+        };
+        // The model: a pass over W (8·J·D bytes at 1e10 B/s), 2·J·D flops a pair.
+        let (model_costs, _) = plan_costs(&o, &model, s, 4, nic);
+        assert_eq!(model_costs.apply_per_call, 8e-6);
+        assert_eq!(model_costs.apply_per_pair, 2e-5);
+        // Measured: 1 ms a call of 4 pairs; the pairs take 80 µs of it.
+        let measured = SimOptions {
+            measured_apply: Some((1e-3, 4)),
+            ..o.clone()
+        };
+        let (costs, report) = plan_costs(&measured, &model, s, 4, nic);
+        assert!((costs.apply_per_call - 9.2e-4).abs() < 1e-12, "{costs:?}");
+        assert_eq!(costs.apply_per_pair, 2e-5);
+        assert_eq!(report.costs["apply_per_call"], costs.apply_per_call);
+        // The flag replaces both; a measurement the pairs alone explain keeps the model's.
+        let flag = SimOptions {
+            apply_per_call_s: Some(5e-4),
+            ..measured
+        };
+        assert_eq!(plan_costs(&flag, &model, s, 4, nic).0.apply_per_call, 5e-4);
+        let noise = SimOptions {
+            measured_apply: Some((5e-5, 4)),
+            ..o
+        };
+        assert_eq!(plan_costs(&noise, &model, s, 4, nic).0.apply_per_call, 8e-6);
+        let bad = SimOptions {
+            apply_per_call_s: Some(-1.0),
+            ..SimOptions::default()
+        };
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("sim.apply_per_call_s")
+        );
     }
 
     #[test]

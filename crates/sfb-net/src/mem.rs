@@ -101,6 +101,13 @@ pub fn run<M: Model>(engines: Vec<Engine<M>>, opts: &Options) -> Result<Vec<Peer
     }
     let (txs, rxs) = inboxes(p, opts);
     let stop = &Stop::default();
+    if p == 1 {
+        // A lone peer runs on the calling thread, so its kernels use the caller's pool
+        // (a calibration gives each of its co-located runs a pool of its own).
+        let (engine, rx) = engines.into_iter().zip(rxs).next().expect("one peer");
+        return drive(engine, rx, txs, peer_slot, opts, stop)
+            .map(|(engine, records)| vec![PeerRun { engine, records }]);
+    }
     let results: Vec<Result<PeerRun<M>>> = thread::scope(|s| {
         let handles: Vec<_> = engines
             .into_iter()

@@ -44,6 +44,11 @@ pub struct Options {
     pub clocks: Option<u64>,
     /// The target is the reference arm's held-out objective at this fraction of its clocks.
     pub target_frac: Option<f64>,
+    /// Evaluate every this many clocks, replacing the scenario's cadence (0: only at the
+    /// end; then no arm has a curve to reach a target on). For timing the training alone:
+    /// co-located processes evaluating between clocks hide their waits for each other in
+    /// the evaluations, so wall time less evaluation time is not the training time.
+    pub eval_every: Option<u64>,
     /// staleness: the straggler's extra milliseconds per step (40).
     pub straggler_ms: Option<u64>,
     /// Bandwidth budget per node over libp2p, e.g. `1gbit` (the default); `none` for none.
@@ -63,6 +68,7 @@ impl Default for Options {
             sizes: None,
             clocks: None,
             target_frac: None,
+            eval_every: None,
             straggler_ms: None,
             bandwidth: None,
             sim: crate::sim::SimOptions::default(),
@@ -107,7 +113,7 @@ impl Options {
         }
         spec.peers = peers;
         spec.train.clocks = clocks;
-        spec.train.eval_every = eval_every;
+        spec.train.eval_every = self.eval_every.unwrap_or(eval_every);
         Ok(spec)
     }
 }
@@ -1115,4 +1121,24 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
         ),
     );
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eval_every_replaces_the_scenarios_cadence() {
+        let o = Options {
+            transport: Transport::Mem,
+            ..Options::default()
+        };
+        let spec = |o: &Options| o.common(mlr(8, 8, 100, 10), 2, 20, 5).unwrap();
+        assert_eq!(spec(&o).train.eval_every, 5);
+        let o = Options {
+            eval_every: Some(0),
+            ..o
+        };
+        assert_eq!(spec(&o).train.eval_every, 0);
+    }
 }

@@ -60,9 +60,12 @@ pub struct Nic {
     /// Factor values on the wire (f16 halves factor frames).
     pub dtype: Dtype,
     /// CPU the transport spends per byte at each end (encryption, framing, copies,
-    /// decoding), as bytes per second of one node's CPU: a sender's clock moves by
-    /// `b/cpu` for each frame it sends (before the frame is queued on its NIC), a
-    /// receiver's by `b/cpu` for each frame it takes. `None`: free.
+    /// decoding), as bytes per second of one core. Each node's transport is one thread
+    /// beside its engine (as libp2p's tasks run beside sfb's): a frame the node sends
+    /// leaves its NIC `b/cpu` after the transport is free (it takes the frames in order),
+    /// and one that has arrived reaches the node `b/cpu` after its transport is free; the
+    /// node meanwhile goes on working. On a shared host ([`Hosts`](super::Hosts)) that
+    /// work runs on the host's free cores, one at most. `None`: free.
     pub cpu: Option<f64>,
 }
 

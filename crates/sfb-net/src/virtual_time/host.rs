@@ -165,6 +165,15 @@ impl Seat {
             .unwrap_or_else(PoisonError::into_inner)
             .run(start, cost.as_secs_f64(), self.threads)
     }
+
+    /// As [`run`](Self::run), on one core at most (work that one thread does, such as the
+    /// transport's on a frame).
+    pub(crate) fn run_one(&self, start: Duration, cost: Duration) -> Duration {
+        self.calendar
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .run(start, cost.as_secs_f64(), self.threads.min(1.0))
+    }
 }
 
 #[cfg(test)]

@@ -358,7 +358,7 @@ impl<N: StateMachine> Network<N> {
 }
 
 /// What the event queue holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 enum Kind {
     /// The node at this index should step.
     Wake,
@@ -372,6 +372,9 @@ enum Kind {
         bytes: usize,
         tail: Duration,
     },
+    /// The receiver's transport has done its CPU work on a frame from `from`
+    /// ([`Nic::cpu`]): the node may take it.
+    Taken { from: usize, msg: Message },
 }
 
 #[derive(Debug)]
@@ -466,6 +469,8 @@ struct Slot {
     egress_free: Duration,
     /// When its ingress NIC has taken in everything headed its way.
     ingress_free: Duration,
+    /// When its transport has done the CPU work of every frame given to it ([`Nic::cpu`]).
+    transport_free: Duration,
 }
 
 impl Slot {
@@ -541,6 +546,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 finished_at: Duration::ZERO,
                 egress_free: Duration::ZERO,
                 ingress_free: Duration::ZERO,
+                transport_free: Duration::ZERO,
             })
             .collect();
         for p in &cfg.pauses {
@@ -584,6 +590,28 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         }));
     }
 
+    /// Puts a frame from the node at index `from` in node `j`'s inbox at `at`.
+    fn hand_over(&mut self, from: usize, j: usize, msg: Message, at: Duration) {
+        let sender = self.slots[from].id;
+        self.slots[j].inbox.push_back((sender, msg));
+        self.wake(j, at);
+    }
+
+    /// The transport CPU of a frame of `bytes` at node `i`'s end ([`Nic::cpu`]), from `at`
+    /// on its transport's thread: after the frames before it there, on the host's free
+    /// cores when the node shares a host. Returns when it is done.
+    fn transport(&mut self, i: usize, at: Duration, bytes: usize) -> Duration {
+        let cost = Nic::serialize(bytes, self.cfg.nic.cpu);
+        let slot = &mut self.slots[i];
+        let start = at.max(slot.transport_free);
+        let end = match &slot.clock.seat {
+            Some(seat) => seat.run_one(start, cost),
+            None => start + cost,
+        };
+        slot.transport_free = end;
+        end
+    }
+
     /// Queues a wake-up of node `i` at `at` unless one is queued.
     fn wake(&mut self, i: usize, at: Duration) {
         if !self.slots[i].wake_pending {
@@ -617,10 +645,17 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                         .get_mut(&(from, ev.node))
                         .and_then(|l| l.queue.pop_front())
                         .expect("an arrival event for every frame on the link");
-                    let sender = self.slots[from].id;
-                    self.slots[ev.node].inbox.push_back((sender, msg));
-                    self.wake(ev.node, ev.at);
+                    let nic = self.cfg.nic;
+                    if nic.cpu.is_some() {
+                        // The receiver's transport decodes it before the node sees it.
+                        let bytes = sfb_core::wire::encoded_len_with(&msg, nic.dtype);
+                        let ready = self.transport(ev.node, ev.at, bytes);
+                        self.schedule(ready, ev.node, Kind::Taken { from, msg });
+                    } else {
+                        self.hand_over(from, ev.node, msg, ev.at);
+                    }
                 }
+                Kind::Taken { from, msg } => self.hand_over(from, ev.node, msg, ev.at),
                 Kind::Head { from, bytes, tail } => {
                     let j = ev.node;
                     let nic = self.cfg.nic;
@@ -697,15 +732,9 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             at,
             source,
         };
-        let nic = self.cfg.nic;
         while let Some((from, msg)) = self.slots[i].inbox.pop_front() {
             let slot = &mut self.slots[i];
             self.observer.on_deliver(slot.clock.time(), from, id, &msg);
-            if let Some(cpu) = nic.cpu {
-                // The transport's CPU per frame taken, on the receiver's clock.
-                let bytes = sfb_core::wire::encoded_len_with(&msg, nic.dtype);
-                slot.clock.spend(Nic::serialize(bytes, Some(cpu)));
-            }
             self.stats.delivered += 1;
             self.nodes[i]
                 .on_message(from, msg, &mut slot.clock)
@@ -724,7 +753,6 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         let at = slot.clock.time();
         self.observer.on_tick(at, i, progress, &self.nodes);
         while let Some(out) = self.nodes[i].poll_output() {
-            // The transport's CPU per frame ([`Nic::cpu`]) runs on the sender's clock.
             let sent = self.slots[i].clock.time();
             self.send(i, out.to, out.msg, sent)?;
         }
@@ -778,11 +806,9 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         } else {
             0
         };
+        // The sender's transport encodes it before it leaves, beside the node's work.
         let at = if nic.cpu.is_some() {
-            let clock = &mut self.slots[i].clock;
-            clock.advance_to(at);
-            clock.spend(Nic::serialize(bytes, nic.cpu));
-            clock.time()
+            self.transport(i, at, bytes)
         } else {
             at
         };
@@ -790,6 +816,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         let start = at.max(self.slots[i].egress_free);
         let out = start + Nic::serialize(bytes, nic.egress);
         self.slots[i].egress_free = out;
+        let link = self.links.get_mut(&(i, j)).expect("made above");
         link.queue.push_back(msg);
         if nic.ingress.is_some() {
             // The receiver's ingress is reserved when the head gets there, in the order

@@ -373,13 +373,24 @@ fn a_nic_rate_must_be_positive() {
 }
 
 #[test]
-fn the_transport_cpu_runs_on_both_ends_clocks() {
-    // 1000 bytes per second of CPU per byte: a frame of b bytes costs its sender b ms
-    // before it leaves and its receiver b ms when taken; NICs unlimited. Two peers: each
-    // sends its clock-0 frame after b ms, it arrives 1 ms later, and the receiver (done
-    // sending at b ms) takes it then.
+fn the_transport_cpu_runs_at_both_ends_beside_the_nodes() {
+    // 1000 bytes per second of CPU: a frame of b bytes takes its sender's transport b ms
+    // before it leaves and its receiver's b ms before the node has it; NICs unlimited.
+    // Two peers: each one's clock-0 frame leaves after b ms, arrives 1 ms later and is
+    // handed over b ms after that.
+    let (end, log) = slow_transport_run(2);
+    let a = log.0[&(PeerId(0), PeerId(1))];
+    let frame = Duration::from_millis(a.1 as u64);
+    assert_eq!(a.0, 2 * frame + MS);
+    assert!(end >= a.0, "{end:?}");
+}
+
+/// `peers` peers under BSP for one clock, free costs, 1 ms links, and transport CPU of
+/// 1000 bytes a second (a frame of b bytes: b ms at each end): when the run ended and
+/// when each first frame was handed over.
+fn slow_transport_run(peers: usize) -> (Duration, FirstFrames) {
     let mut log = FirstFrames::default();
-    let run = Network::new(engines(2, Consistency::Bsp, 1))
+    let run = Network::new(engines(peers, Consistency::Bsp, 1))
         .costs(Costs::free())
         .latency(Latency::fixed(MS))
         .nic(Nic {
@@ -388,11 +399,28 @@ fn the_transport_cpu_runs_on_both_ends_clocks() {
         })
         .run_with(&mut log)
         .unwrap();
-    let a = log.0[&(PeerId(0), PeerId(1))];
-    let frame = Duration::from_millis(a.1 as u64);
-    assert_eq!(a.0, frame + MS);
-    // Then b ms to take it in: no node finishes before 2b + 1 ms.
-    assert!(run.end >= 2 * frame + MS, "{:?}", run.end);
+    (run.end, log)
+}
+
+#[test]
+fn a_nodes_transport_takes_its_frames_one_after_the_other() {
+    // Three peers: each sends two frames of b bytes at 0, its transport encodes them one
+    // after the other (b, 2b), and decodes the two it receives after those: the later of
+    // a node's two frames is handed over at 2b + 1 ms + b at the earliest.
+    let (_, log) = slow_transport_run(3);
+    let b = Duration::from_millis(log.0[&(PeerId(0), PeerId(1))].1 as u64);
+    let to_0: Vec<Duration> = log
+        .0
+        .iter()
+        .filter(|((_, to), _)| *to == PeerId(0))
+        .map(|(_, v)| v.0)
+        .collect();
+    assert_eq!(to_0.len(), 2);
+    let last = *to_0.iter().max().unwrap();
+    assert!(last >= 3 * b + MS, "{to_0:?}, b = {b:?}");
+    // Both frames were sent by 2b and arrived by 2b + 1 ms; decoding one after the
+    // other, the node has both by 2b + 1 ms + 2b.
+    assert!(last <= 4 * b + MS, "{to_0:?}, b = {b:?}");
 }
 
 /// Least-squares engines under BSP whose `compute_sv` takes 10 ms a sample, peer `p`
