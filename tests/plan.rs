@@ -39,6 +39,7 @@ fn sim_options(cpu: Cpu, nodes: usize) -> SimOptions {
         evaluate_s: Some(1e-9),
         colocate: matches!(cpu, Cpu::Shared).then_some((nodes, 2)),
         transport_cpu: (!matches!(cpu, Cpu::Free)).then_some(Rate(360e6)),
+        transport_cpu_frame_s: (!matches!(cpu, Cpu::Free)).then_some(20e-6),
         ..SimOptions::default()
     }
 }

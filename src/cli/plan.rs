@@ -70,6 +70,10 @@ pub struct PlanArgs {
     /// libp2p's framed link on this machine). Default: free.
     #[arg(long, value_name = "RATE")]
     pub transport_cpu: Option<Rate>,
+    /// CPU the transport spends per frame at each end beyond its bytes, e.g. 20us.
+    /// Default: free.
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
+    pub frame_cpu: Option<f64>,
     /// Out-degrees Q to price besides the best one (comma-separated, each in 1..P-1).
     #[arg(long, value_delimiter = ',', value_name = "Q,…")]
     pub q: Vec<usize>,
@@ -122,6 +126,7 @@ impl PlanArgs {
                 compute_per_sample_s: self.compute_per_sample,
                 colocate: self.colocate,
                 transport_cpu: self.transport_cpu,
+                transport_cpu_frame_s: self.frame_cpu,
                 ..SimOptions::default()
             },
             qs: self.q.clone(),

@@ -69,6 +69,11 @@ pub struct SimFlags {
     /// measures for libp2p on this machine). Default: free.
     #[arg(long, value_name = "RATE")]
     pub transport_cpu: Option<sfb_net::bandwidth::Rate>,
+    /// CPU the transport spends per frame at each end beyond its bytes (wake-ups, system
+    /// calls, hand-offs between tasks), e.g. 20us (what scripts/frame_cpu.sh measures
+    /// with real processes). Default: free.
+    #[arg(long, value_name = "SECONDS", value_parser = sim::seconds)]
+    pub frame_cpu: Option<f64>,
     /// Timing only: nodes send frames of their real sizes but do no arithmetic (no
     /// compute_sv, applies or evaluation) and hold no replica, for P where real replicas
     /// do not fit or take too long; times from the cost model, no objective. SFB with
@@ -95,6 +100,7 @@ impl SimFlags {
             measured_apply: None,
             colocate: self.colocate,
             transport_cpu: self.transport_cpu,
+            transport_cpu_frame_s: self.frame_cpu,
             timing_only: self.timing_only,
         }
     }

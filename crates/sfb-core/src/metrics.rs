@@ -208,6 +208,10 @@ pub struct SimReport {
     /// CPU after any host sharing (absent: free).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport_cpu_bytes_per_s: Option<f64>,
+    /// CPU per frame the transport spends at each end beyond its bytes, seconds of a
+    /// node's CPU after any host sharing (absent: free).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport_cpu_frame_s: Option<f64>,
     /// Factor by which host sharing (`--colocate`) slows every node's work (1: a host
     /// per node).
     #[serde(default = "one")]

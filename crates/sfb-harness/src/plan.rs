@@ -330,7 +330,7 @@ impl Prices {
     }
     /// Transport CPU of one frame at one end.
     fn cpu(&self, bytes: u64) -> f64 {
-        Self::at(bytes, self.nic.cpu)
+        Self::at(bytes, self.nic.cpu) + self.nic.frame_cpu.unwrap_or(0.0)
     }
     /// A frame's time on the wire: cut-through, so the slower of egress and ingress.
     fn wire(&self, bytes: u64) -> f64 {
@@ -564,6 +564,7 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
     let nic = setup.sim.nic(None, Dtype::F32);
     let nic = Nic {
         cpu: nic.cpu.map(|c| c / share),
+        frame_cpu: nic.frame_cpu.map(|f| f * share),
         ..nic
     };
     let (costs, report) = crate::sim::plan_costs(&setup.sim, &model, shapes, k, nic);

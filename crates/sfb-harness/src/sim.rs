@@ -211,6 +211,11 @@ pub struct SimOptions {
     /// Default: free.
     #[serde(with = "rate_serde")]
     pub transport_cpu: Option<Rate>,
+    /// CPU the transport spends per frame at each end beyond its bytes (wake-ups, system
+    /// calls, hand-offs between tasks), seconds of one core ([`Nic::frame_cpu`];
+    /// `scripts/frame_cpu.sh` measures it: a cluster of real processes on a model too
+    /// small to compute, at two out-degrees). Default: free.
+    pub transport_cpu_frame_s: Option<f64>,
     /// Timing only: every node runs its protocol and sends frames of their real sizes,
     /// but does no arithmetic (no `compute_sv`, no applies, no evaluation) and holds no
     /// replica ([`sfb_core::Config::timing_only`]): for more peers than real replicas fit
@@ -235,6 +240,7 @@ impl Default for SimOptions {
             measured_apply: None,
             colocate: None,
             transport_cpu: None,
+            transport_cpu_frame_s: None,
             timing_only: false,
         }
     }
@@ -270,6 +276,15 @@ impl SimOptions {
         }
         if let Some(c) = self.apply_per_call_s {
             positive("sim.apply_per_call_s", c)?;
+        }
+        if let Some(f) = self.transport_cpu_frame_s
+            && !(f.is_finite() && (0.0..=1.0).contains(&f))
+        {
+            return Err(Error::OutOfRange {
+                field: "sim.transport_cpu_frame_s",
+                expected: "in 0..=1 seconds",
+                got: f,
+            });
         }
         if let Some((nodes, cores)) = self.colocate {
             positive("sim.colocate nodes", nodes as f64)?;
@@ -310,6 +325,7 @@ impl SimOptions {
             ingress,
             dtype,
             cpu: self.transport_cpu.map(|r| r.0),
+            frame_cpu: self.transport_cpu_frame_s,
         }
     }
 
@@ -615,6 +631,7 @@ pub(crate) fn plan_costs(
         events: 0,
         egress_bytes_per_s: nic.egress,
         transport_cpu_bytes_per_s: nic.cpu,
+        transport_cpu_frame_s: nic.frame_cpu,
         host_share: opts.share(),
         ingress_bytes_per_s: nic.ingress,
         latency_s: opts.latency_s,
@@ -865,6 +882,12 @@ mod tests {
             ..SimOptions::default()
         };
         assert!(o.validate().unwrap_err().to_string().contains("sim.flops"));
+        let o = SimOptions {
+            transport_cpu_frame_s: Some(f64::NAN),
+            ..SimOptions::default()
+        };
+        let e = o.validate().unwrap_err().to_string();
+        assert!(e.contains("sim.transport_cpu_frame_s"), "{e}");
     }
 
     #[test]

@@ -67,6 +67,10 @@ pub struct Nic {
     /// node meanwhile goes on working. On a shared host ([`Hosts`](super::Hosts)) that
     /// work runs on the host's free cores, one at most. `None`: free.
     pub cpu: Option<f64>,
+    /// CPU the transport spends per frame at each end beyond its bytes (wake-ups,
+    /// system calls, hand-offs between tasks), seconds of one core, on the same thread
+    /// as [`cpu`](Self::cpu). `None`: free.
+    pub frame_cpu: Option<f64>,
 }
 
 impl Default for Nic {
@@ -77,6 +81,7 @@ impl Default for Nic {
             ingress: None,
             dtype: Dtype::F32,
             cpu: None,
+            frame_cpu: None,
         }
     }
 }
@@ -89,12 +94,24 @@ impl Nic {
             ingress: Some(bytes_per_s),
             dtype: Dtype::F32,
             cpu: None,
+            frame_cpu: None,
         }
     }
 
     /// Whether frames take any time to serialize (so their sizes are needed).
     pub fn limited(&self) -> bool {
-        self.egress.is_some() || self.ingress.is_some() || self.cpu.is_some()
+        self.egress.is_some() || self.ingress.is_some() || self.transport_charged()
+    }
+
+    /// Whether the transport's CPU is charged ([`cpu`](Self::cpu) or
+    /// [`frame_cpu`](Self::frame_cpu)).
+    pub fn transport_charged(&self) -> bool {
+        self.cpu.is_some() || self.frame_cpu.is_some()
+    }
+
+    /// The transport's CPU on a frame of `bytes` at one end.
+    pub(crate) fn transport_cost(&self, bytes: usize) -> Duration {
+        Self::serialize(bytes, self.cpu) + Duration::from_secs_f64(self.frame_cpu.unwrap_or(0.0))
     }
 
     /// Time to move `bytes` at `rate` (zero when unlimited).
@@ -291,6 +308,11 @@ impl Config {
             {
                 return Err(Error::InvalidRate { side, rate: r });
             }
+        }
+        if let Some(f) = self.nic.frame_cpu
+            && !(f.is_finite() && (0.0..=1.0).contains(&f))
+        {
+            return Err(Error::InvalidFrameCpu { seconds: f });
         }
         if let Some(h) = self.hosts
             && !h.valid()

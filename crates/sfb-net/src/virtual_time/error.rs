@@ -78,6 +78,12 @@ pub enum Error {
         /// The rate given.
         rate: f64,
     },
+    /// A transport CPU per frame that is not a number of seconds in 0..=1.
+    #[error("transport cpu per frame must be in 0..=1 seconds, got {seconds}")]
+    InvalidFrameCpu {
+        /// The figure given.
+        seconds: f64,
+    },
     /// A host model with no nodes per host, or cores or threads not positive.
     #[error("hosts need at least 1 node each and positive cores and threads, got {hosts:?}")]
     InvalidHosts {

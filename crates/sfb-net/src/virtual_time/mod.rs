@@ -601,7 +601,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
     /// on its transport's thread: after the frames before it there, on the host's free
     /// cores when the node shares a host. Returns when it is done.
     fn transport(&mut self, i: usize, at: Duration, bytes: usize) -> Duration {
-        let cost = Nic::serialize(bytes, self.cfg.nic.cpu);
+        let cost = self.cfg.nic.transport_cost(bytes);
         let slot = &mut self.slots[i];
         let start = at.max(slot.transport_free);
         let end = match &slot.clock.seat {
@@ -646,7 +646,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                         .and_then(|l| l.queue.pop_front())
                         .expect("an arrival event for every frame on the link");
                     let nic = self.cfg.nic;
-                    if nic.cpu.is_some() {
+                    if nic.transport_charged() {
                         // The receiver's transport decodes it before the node sees it.
                         let bytes = sfb_core::wire::encoded_len_with(&msg, nic.dtype);
                         let ready = self.transport(ev.node, ev.at, bytes);
@@ -807,7 +807,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             0
         };
         // The sender's transport encodes it before it leaves, beside the node's work.
-        let at = if nic.cpu.is_some() {
+        let at = if nic.transport_charged() {
             self.transport(i, at, bytes)
         } else {
             at

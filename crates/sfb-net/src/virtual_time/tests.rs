@@ -389,17 +389,46 @@ fn the_transport_cpu_runs_at_both_ends_beside_the_nodes() {
 /// 1000 bytes a second (a frame of b bytes: b ms at each end): when the run ended and
 /// when each first frame was handed over.
 fn slow_transport_run(peers: usize) -> (Duration, FirstFrames) {
+    transport_run(
+        peers,
+        Nic {
+            cpu: Some(1000.0),
+            ..Nic::default()
+        },
+    )
+}
+
+/// As [`slow_transport_run`], with `nic`.
+fn transport_run(peers: usize, nic: Nic) -> (Duration, FirstFrames) {
     let mut log = FirstFrames::default();
     let run = Network::new(engines(peers, Consistency::Bsp, 1))
         .costs(Costs::free())
         .latency(Latency::fixed(MS))
-        .nic(Nic {
-            cpu: Some(1000.0),
-            ..Nic::default()
-        })
+        .nic(nic)
         .run_with(&mut log)
         .unwrap();
     (run.end, log)
+}
+
+#[test]
+fn a_frames_transport_cpu_adds_its_per_frame_cost_at_both_ends() {
+    // 5 ms a frame at each end, nothing per byte; two peers, one frame each way: handed
+    // over at 5 + 1 + 5 ms.
+    let nic = Nic {
+        frame_cpu: Some(0.005),
+        ..Nic::default()
+    };
+    let (_, log) = transport_run(2, nic);
+    assert_eq!(log.0[&(PeerId(0), PeerId(1))].0, 11 * MS);
+    let e = Network::new(engines(2, Consistency::Bsp, 1))
+        .nic(Nic {
+            frame_cpu: Some(-1.0),
+            ..Nic::default()
+        })
+        .run()
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidFrameCpu { .. }), "{e}");
+    assert!(e.to_string().contains("per frame"), "{e}");
 }
 
 #[test]
