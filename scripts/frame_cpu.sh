@@ -16,12 +16,16 @@ P=${1:-12}
 RATE=${2:-}
 CLOCKS=${CLOCKS:-200}
 REPEATS=${REPEATS:-3}
+# D of the model: 16 gives ~2 KB frames; larger D, larger frames (K·(J + D)·4 bytes) at
+# little more compute, for the transport's CPU per byte among the processes.
+FEATURES=${FEATURES:-16}
+SAMPLES=${SAMPLES:-4000}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 run() { # Q CLOCKS -> "cpu_seconds bytes_per_clock_per_peer"
   /usr/bin/time -f "%U %S" -o "$TMP/time" "$S" run --transport libp2p --peers "$P" \
     --out-degree "$1" --clocks "$2" --eval-every 0 --bandwidth 1gbit --batch 16 --seed 2016 \
-    --synthetic classes=16,features=16,samples=4000,test=100 --summary "$TMP/s.json" \
+    --synthetic "classes=16,features=$FEATURES,samples=$SAMPLES,test=100" --summary "$TMP/s.json" \
     >/dev/null 2>"$TMP/err" || { cat "$TMP/err" >&2; exit 1; }
   python3 -c 'import json,sys; u,s=open(sys.argv[1]).read().split(); b=json.load(open(sys.argv[2]))
 print(float(u)+float(s), b["bytes_per_clock_per_peer"])' "$TMP/time" "$TMP/s.json"

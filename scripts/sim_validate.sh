@@ -5,9 +5,9 @@
 # with the processes' setting (ingress unlimited: loopback; --colocate NODES:CORES: all
 # nodes on this host's cores). Prints time per clock, bytes per clock, staleness
 # histogram and checksum agreement per pair (time: evaluation excluded). Extra sim flags (e.g. --transport-cpu 360MB)
-# are passed through.
+# are passed through; REAL_FLAGS (e.g. --netns, as root) to the real runs only.
 #
-#   cargo build --release && scripts/sim_validate.sh [OUT_DIR] [sim flags…]
+#   cargo build --release && [REAL_FLAGS=…] scripts/sim_validate.sh [OUT_DIR] [sim flags…]
 set -euo pipefail
 S=${SFB:-target/release/sfb}
 OUT=${1:-target/sim-validate}
@@ -17,7 +17,7 @@ mkdir -p "$OUT"
 for P in 4 8; do for B in sfb fms; do
   C="--peers $P --backend $B --clocks 100 --synthetic classes=256,features=1024,samples=20000 --optimizer sgd --eval-every 0 --bandwidth 1gbit"
   nodes=$P; [ "$B" = fms ] && nodes=$((P+1))
-  $S run --transport libp2p $C --summary "$OUT/real-$B-$P.json" >/dev/null 2>"$OUT/real-$B-$P.err"
+  $S run --transport libp2p $C ${REAL_FLAGS:-} --summary "$OUT/real-$B-$P.json" >/dev/null 2>"$OUT/real-$B-$P.err"
   $S sim --costs calibrate --ingress unlimited --colocate "$nodes:$CORES" "$@" $C \
     --summary "$OUT/sim-$B-$P.json" >/dev/null 2>"$OUT/sim-$B-$P.err"
   python3 - "$OUT/real-$B-$P.json" "$OUT/sim-$B-$P.json" <<'PY'
