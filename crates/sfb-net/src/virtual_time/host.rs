@@ -160,19 +160,20 @@ impl Seat {
     /// Runs `cost` (core-seconds: its time on one core alone) from `start` on the host's
     /// free cores; returns when it is done.
     pub(crate) fn run(&self, start: Duration, cost: Duration) -> Duration {
-        self.calendar
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .run(start, cost.as_secs_f64(), self.threads)
+        self.run_on(start, cost, self.threads)
     }
 
     /// As [`run`](Self::run), on one core at most (work that one thread does, such as the
     /// transport's on a frame).
     pub(crate) fn run_one(&self, start: Duration, cost: Duration) -> Duration {
+        self.run_on(start, cost, self.threads.min(1.0))
+    }
+
+    fn run_on(&self, start: Duration, cost: Duration, threads: f64) -> Duration {
         self.calendar
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .run(start, cost.as_secs_f64(), self.threads.min(1.0))
+            .run(start, cost.as_secs_f64(), threads)
     }
 }
 
