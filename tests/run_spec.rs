@@ -115,6 +115,14 @@ fn every_option_lands_in_the_spec() {
         "rank:3",
         "--aggregate",
         "rank:5",
+        "--partial",
+        "paper",
+        "--gossip-rank",
+        "2",
+        "--gossip-step",
+        "0.25",
+        "--gossip-own",
+        "0.4",
     ]);
     let want = RunSpec {
         peers: 6,
@@ -161,6 +169,10 @@ fn every_option_lands_in_the_spec() {
             relay: true,
             relay_compress: Some("rank:3".parse().unwrap()),
             aggregate: Some("rank:5".parse().unwrap()),
+            partial: Some(sfb::harness::PartialSpec::Paper),
+            gossip_rank: Some(2),
+            gossip_step: Some(0.25),
+            gossip_own: Some(0.4),
         },
         output: OutputOptions {
             metrics: Some("m.jsonl".into()),

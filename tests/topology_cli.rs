@@ -184,3 +184,41 @@ fn errors_are_one_line_and_nonzero() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+/// The learning figures (issue 28): the paper mode's verdict and smallest real part, and the
+/// gossip mode's mixing rate, in the JSON and the text.
+#[test]
+fn the_learning_figures_are_reported() {
+    for (q, verdict) in [("2", "stalls"), ("3", "diverges"), ("11", "exact")] {
+        let o = sfb(&["--peers", "12", "--out-degree", q, "--format", "json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["paper_mode"], verdict, "Q = {q}");
+        let re = v["paper_min_real_part"].as_f64().unwrap();
+        match verdict {
+            "stalls" => assert!((re - 0.1321).abs() < 1e-3, "{re}"),
+            "diverges" => assert!(re.abs() < 1e-6, "{re}"),
+            _ => {}
+        }
+        assert!(v["mixing"].as_f64().unwrap() > 0.0);
+    }
+    let path = tmp("learning.toml");
+    let o = sfb(&[
+        "--peers",
+        "12",
+        "--out-degree",
+        "3",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("paper mode (--partial paper) diverges"),
+        "{text}"
+    );
+    assert!(
+        text.contains("gossip mode (the default) mixes at"),
+        "{text}"
+    );
+}

@@ -69,3 +69,41 @@ fn async_flow_control_bounds_staleness_and_warns_a_bounded_number_of_times() {
     assert!((1..=10).contains(&warnings), "{warnings} warnings:\n{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The paper's partial broadcast on a topology where it cannot reach full broadcast's
+/// quality is warned about once per run, naming the condition and what to use instead;
+/// the default gossip mode and a complete topology are not.
+#[test]
+fn the_paper_mode_on_a_failing_topology_is_warned_about_once() {
+    // P = 12, Q = 3 (optimal: three zero eigenvalues) diverges; Q = 2 stalls.
+    for (q, verdict) in [("3", "diverges"), ("2", "stalls")] {
+        let args = [
+            "--peers",
+            "12",
+            "--out-degree",
+            q,
+            "--clocks",
+            "5",
+            "--partial",
+            "paper",
+        ];
+        let (rc, _, err) = run(&args);
+        assert_eq!(rc, 0, "{err}");
+        let lines: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("--partial paper"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(lines[0].contains(verdict), "{err}");
+        assert!(lines[0].contains("min Re λ(I + A_in)"), "{err}");
+        assert!(lines[0].contains("--partial gossip"), "{err}");
+    }
+    for args in [
+        vec!["--peers", "12", "--out-degree", "3", "--clocks", "5"],
+        vec!["--peers", "4", "--clocks", "5", "--partial", "paper"],
+    ] {
+        let (rc, _, err) = run(&args);
+        assert_eq!(rc, 0, "{err}");
+        assert!(!err.contains("--partial paper"), "{args:?}: {err}");
+    }
+}

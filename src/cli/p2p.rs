@@ -180,6 +180,28 @@ pub struct NetArgs {
     /// keeping the rest for the next clock (error feedback). SFB; sgd or factored only.
     #[arg(long, value_name = "rank:R")]
     pub aggregate: Option<sfb_harness::CompressSpec>,
+    /// How partial broadcast (Q < P − 1) keeps the replicas together. gossip (the
+    /// default): each replica applies its own and its in-neighbours' batches, weighted so
+    /// their mean moves as full broadcast's, and moves toward its in-neighbours by
+    /// compressed consensus messages (--gossip-rank pairs a clock per out-link). paper: the
+    /// SFB paper's literal mode, no consensus; it diverges or stalls on most topologies
+    /// (`sfb topology` says which). Without a mode named, runs with --relay, checkpoints
+    /// or --rejoin use paper.
+    #[arg(long, value_name = "gossip|paper")]
+    pub partial: Option<sfb_harness::PartialSpec>,
+    /// Pairs per consensus message of the gossip mode (default max(1, K/8) for mini-batches of K).
+    #[arg(long, value_name = "R")]
+    pub gossip_rank: Option<usize>,
+    /// The gossip mode's consensus step in (0, 1] (default R / min(J, D), the largest
+    /// measured stable).
+    #[arg(long, value_name = "G")]
+    pub gossip_step: Option<f32>,
+    /// The gossip mode's weight on a peer's own batches against its in-neighbours', in
+    /// (0, 1) (default 1/(Q+1): all alike). Above 1/2 the gradient steps alone contract the
+    /// replicas' disagreement on any topology, but each replica's step is noisier: it
+    /// measured worse.
+    #[arg(long, value_name = "A")]
+    pub gossip_own: Option<f32>,
 }
 
 impl NetArgs {
@@ -197,6 +219,10 @@ impl NetArgs {
             relay: self.relay,
             relay_compress: self.relay_compress,
             aggregate: self.aggregate,
+            partial: self.partial,
+            gossip_rank: self.gossip_rank,
+            gossip_step: self.gossip_step,
+            gossip_own: self.gossip_own,
             ..sfb_harness::NetOptions::default()
         }
     }
@@ -225,6 +251,10 @@ const SPEC_CONFLICTS: &[&str] = &[
     "relay",
     "relay_compress",
     "aggregate",
+    "partial",
+    "gossip_rank",
+    "gossip_step",
+    "gossip_own",
     "model",
     "synthetic",
     "batch",

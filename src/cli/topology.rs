@@ -164,7 +164,8 @@ pub fn run(args: &TopologyArgs) -> Result<()> {
     };
     let build_time = started.elapsed();
     let analysis = topology.analyze();
-    let report = Report::new(&topology, &analysis, proven);
+    let report = Report::new(&topology, &analysis, proven)
+        .with_learning(&sfb_topology::Learning::of(&topology));
     let text = match args.format {
         FormatArg::Toml => topology.to_toml(),
         FormatArg::Json => report.to_json() + "\n",

@@ -100,6 +100,12 @@ pub struct Config {
     /// back for the next clock. Plain SGD and the factored optimizer only; no checkpoints.
     /// Default: none.
     pub aggregate: Option<usize>,
+    /// Partial broadcast that converges ([`crate::gossip`]): the peer's batches and its
+    /// in-neighbours' are applied with the configured weights and the replicas are pulled
+    /// together by compressed consensus messages. `None`: the paper's mode (each replica
+    /// applies its own and its in-neighbours' batches, nothing more), or full broadcast.
+    /// Not with relay, checkpoints or rejoin. Default: none.
+    pub gossip: Option<crate::gossip::Config>,
     /// Timing only (`sfb sim --timing-only`): the node runs its whole protocol (clocks,
     /// barriers, sends, relays, records) but does no arithmetic: `compute_sv` becomes
     /// [`Model::timing_sv`] (factors of the right shapes and sizes, zeros), applies touch
@@ -151,6 +157,7 @@ impl Config {
             relay: None,
             relay_compress: None,
             aggregate: None,
+            gossip: None,
             timing_only: false,
         }
     }
@@ -205,6 +212,27 @@ impl Config {
                 .into());
             }
             _ => {}
+        }
+        if let Some(g) = &self.gossip {
+            let bad = |why: String| -> Result<()> { Err(ConfigError::Sending(why).into()) };
+            if let Err(why) = g.check(peers) {
+                return bad(why);
+            }
+            if self.relay.is_some() {
+                return bad(
+                    "--relay carries every batch to every replica; the gossip mode mixes \
+                     replicas instead: pick one (--partial gossip|paper without --relay)"
+                        .into(),
+                );
+            }
+            if self.checkpoint_every > 0 {
+                return bad(
+                    "the gossip mode's copies of the neighbours' replicas are not held by \
+                     checkpoints yet: no checkpoints with it (use --partial paper or full \
+                     broadcast)"
+                        .into(),
+                );
+            }
         }
         if let Some(rank) = self.aggregate {
             let bad = |why: String| -> Result<()> { Err(ConfigError::Sending(why).into()) };
@@ -449,6 +477,12 @@ struct PeerSide {
     prioritizer: Option<crate::Prioritizer>,
     /// Relay trees and what this peer expects of them, if it relays.
     relay: Option<Relay>,
+    /// The gossip mode's consensus state ([`crate::gossip`]), if it gossips (and computes).
+    mixer: Option<crate::gossip::Mixer>,
+    /// The gossip mode's pairs per consensus message (0: no gossip).
+    gossip_rank: usize,
+    /// Timing only, gossip mode: consensus pairs received and not yet charged as folded.
+    timing_folds: usize,
 }
 
 /// A relaying peer's view of the trees ([`crate::relay`]).
@@ -586,6 +620,72 @@ impl PeerSide {
     }
 }
 
+impl PeerSide {
+    /// The gossip mode's part of a clock (before the peer's factors go out, so a receiver
+    /// that has a clock's factors has its consensus message too): the consensus step on the
+    /// replica, then the consensus message to every out-neighbour.
+    fn gossip<M: Model>(
+        &mut self,
+        worker: &mut Worker<M>,
+        clock: u64,
+        time: &mut dyn TimeSource,
+    ) -> Result<()> {
+        if self.gossip_rank == 0 {
+            return Ok(());
+        }
+        let t0 = time.now();
+        let (j, d) = self.replica.dim();
+        let copies = match &self.mixer {
+            Some(m) => m.mixed_with().count(),
+            None => worker.inbound.peers().len(),
+        };
+        let batch = match &mut self.mixer {
+            Some(m) => {
+                m.mix(self.replica.w_mut());
+                m.compress(self.replica.w(), clock)?
+            }
+            // Timing only: a message of the right size, no arithmetic.
+            None => FactorBatch {
+                origin: worker.id,
+                clock,
+                scale: 1.0,
+                j,
+                d,
+                u: vec![0.0; self.gossip_rank * j],
+                v: crate::VFactors::Dense(vec![0.0; self.gossip_rank * d]),
+            },
+        };
+        // What that cost (for a simulator's clock; real clocks have moved already): the
+        // consensus step reads every copy and the public copy, forming E one more pass;
+        // the power iteration is two products with E (2R pairs' flops) and the public
+        // copy gains R pairs.
+        time.after(Work::Dense {
+            matrices: copies + 2,
+            j,
+            d,
+        });
+        let t1 = time.after(Work::Apply {
+            pairs: 3 * self.gossip_rank,
+            j,
+            d,
+        });
+        worker.metrics.compress_s += secs(t0, t1);
+        worker.metrics.mix_pairs += batch.len() as u64;
+        let msg = Message::Mix {
+            batch: Arc::new(batch),
+        };
+        let len = wire::encoded_len(&msg) as u64;
+        for &to in &self.out_neighbors {
+            worker.metrics.bytes_sent += len;
+            worker.outputs.push_back(Output {
+                to,
+                msg: msg.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
 impl<M: Model> Side<M> for PeerSide {
     fn w(&self) -> ArrayView2<'_, f32> {
         self.replica.w()
@@ -600,6 +700,13 @@ impl<M: Model> Side<M> for PeerSide {
         time: &mut dyn TimeSource,
     ) -> Result<()> {
         let clocks = worker.plan.clocks;
+        // Consensus pairs folded into the copies of the in-neighbours' replicas: charged
+        // with the clock's apply (timing only: as many as were received).
+        let folded = match &mut self.mixer {
+            Some(m) => m.fold((worker.clock < clocks).then_some(limit))?,
+            None => std::mem::take(&mut self.timing_folds),
+        };
+        worker.metrics.mix_pairs += folded as u64;
         let keys: Vec<(u64, PeerId, u64)> = if worker.clock >= clocks {
             // The end of the run: every batch of its clocks, however it came.
             self.pending
@@ -643,7 +750,7 @@ impl<M: Model> Side<M> for PeerSide {
         }
         let (j, d) = self.replica.dim();
         let t1 = time.after(Work::Apply {
-            pairs: stats.pairs(),
+            pairs: stats.pairs() + folded,
             j,
             d,
         });
@@ -679,6 +786,7 @@ impl<M: Model> Side<M> for PeerSide {
             wire::round_to_f16(&mut fb);
         }
         let t = fb.clock;
+        self.gossip(worker, t, time)?;
         let fb = Arc::new(fb);
         let msg = Message::Factors {
             batch: Arc::clone(&fb),
@@ -791,6 +899,16 @@ impl<M: Model> Engine<M> {
     /// [`Error::Config`] from [`Config::validate`]; [`Error::NonFinite`] for a bad `w0`.
     pub fn new(cfg: Config, model: M, w0: Array2<f32>, shard: Shard<M::Sample>) -> Result<Self> {
         cfg.validate()?;
+        let w0_dim = w0.dim();
+        let mixer = match &cfg.gossip {
+            Some(g) if !cfg.timing_only => Some(crate::gossip::Mixer::new(
+                cfg.id,
+                &cfg.in_neighbors,
+                &w0,
+                g,
+            )?),
+            _ => None,
+        };
         let replica = if cfg.timing_only {
             let (j, d) = w0.dim();
             Replica::shape_only(j, d)
@@ -815,7 +933,10 @@ impl<M: Model> Engine<M> {
                     } else {
                         replica.dim()
                     };
-                    let s = Stepper::new(cfg.optimizer.clone(), cfg.lr, cfg.clocks, dim)?;
+                    let mut s = Stepper::new(cfg.optimizer.clone(), cfg.lr, cfg.clocks, dim)?;
+                    if let Some(g) = &cfg.gossip {
+                        s = s.with_weights(Arc::clone(&g.weights));
+                    }
                     match cfg.aggregate {
                         Some(rank) => s.with_aggregate(rank),
                         None => s,
@@ -831,6 +952,12 @@ impl<M: Model> Engine<M> {
                     .relay
                     .clone()
                     .map(|r| Relay::new(r, cfg.id, cfg.relay_compress)),
+                mixer,
+                gossip_rank: cfg
+                    .gossip
+                    .as_ref()
+                    .map_or(0, |g| g.rank_for(w0_dim.0, w0_dim.1)),
+                timing_folds: 0,
             },
             worker,
             cfg,
@@ -898,6 +1025,13 @@ impl<M: Model> Engine<M> {
     pub fn adopt(&mut self, mut state: NodeState) -> Result<bool> {
         if !self.rejoining {
             return Ok(false);
+        }
+        if self.cfg.gossip.is_some() {
+            return Err(Error::Checkpoint {
+                reason: "the gossip mode's copies of the neighbours' replicas cannot be \
+                         transferred yet: a peer cannot rejoin a gossip run"
+                    .into(),
+            });
         }
         let w = state.w.take().ok_or_else(|| Error::Checkpoint {
             reason: "a rejoin state without W".into(),
@@ -1128,6 +1262,9 @@ impl<M: Model> Engine<M> {
         self.worker.forget(peer, &mut self.side.out_neighbors);
         self.cfg.in_neighbors.retain(|&p| p != peer);
         self.cfg.out_neighbors.retain(|&p| p != peer);
+        if let Some(m) = &mut self.side.mixer {
+            m.forget(peer);
+        }
         self.retake(peer, true);
         Ok(true)
     }
@@ -1251,6 +1388,21 @@ impl<M: Model> Engine<M> {
     fn receive(&mut self, from: PeerId, msg: Message) -> Result<()> {
         if let Message::Relayed { carrier, batch } = &msg {
             return self.receive_relayed(from, *carrier, batch, &msg);
+        }
+        if let Message::Mix { batch } = &msg {
+            if self.side.gossip_rank == 0 {
+                return Err(Error::UnexpectedMessage {
+                    from,
+                    kind: msg.kind(),
+                    role: "SFB peer outside the gossip mode",
+                });
+            }
+            match &mut self.side.mixer {
+                Some(m) => m.receive(from, Arc::clone(batch))?,
+                None => self.side.timing_folds += batch.len(),
+            }
+            self.worker.metrics.bytes_received += wire::encoded_len(&msg) as u64;
+            return Ok(());
         }
         let Message::Factors {
             batch,

@@ -491,7 +491,9 @@ impl<M: Model> Server<M> {
                 validate_dense(delta.view(), j, d, origin, "dense ΔW")?;
                 Update::Dense(Arc::clone(delta))
             }
-            Message::Params { .. } | Message::Relayed { .. } => unreachable!("refused above"),
+            Message::Params { .. } | Message::Relayed { .. } | Message::Mix { .. } => {
+                unreachable!("refused above")
+            }
         };
         self.metrics.bytes_received += wire::encoded_len(&msg) as u64;
         self.inbound.deliver(i, 0);

@@ -63,6 +63,7 @@ pub mod engine;
 mod error;
 mod factor;
 pub mod fms;
+pub mod gossip;
 mod ids;
 pub mod metrics;
 mod model;

@@ -87,6 +87,10 @@ pub struct PeerMetrics {
     /// Clocks whose apply was re-compressed (`--aggregate`).
     #[serde(default)]
     pub aggregated_applies: u64,
+    /// Consensus pairs of the gossip mode: sent (own, once per clock) plus folded into
+    /// the copies of the in-neighbours' replicas ([`crate::gossip`]).
+    #[serde(default)]
+    pub mix_pairs: u64,
 }
 
 impl PeerMetrics {
@@ -335,6 +339,10 @@ pub struct Summary {
     /// Absent when zero.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub aggregated_applies: u64,
+    /// Consensus pairs of the gossip mode per peer per clock (sent plus folded into the
+    /// copies of the in-neighbours' replicas), the mean over peers. Absent when zero.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub mix_pairs_per_clock: f64,
     /// Why the run stopped before its end, when it did: the figures are then those of each
     /// node's last record ([`Summary::partial`]), and there are no checksums. Absent for a
     /// run that completed.
@@ -459,6 +467,15 @@ impl Summary {
             update_coverage,
             relayed_batches: reports.iter().map(|r| r.metrics.relayed_sent).sum(),
             aggregated_applies: reports.iter().map(|r| r.metrics.aggregated_applies).sum(),
+            mix_pairs_per_clock: {
+                let pairs: u64 = reports.iter().map(|r| r.metrics.mix_pairs).sum();
+                let clocks: u64 = reports.iter().map(|r| r.metrics.clocks).sum();
+                if clocks == 0 {
+                    0.0
+                } else {
+                    pairs as f64 / clocks as f64
+                }
+            },
             failed: None,
             sim: None,
             extra: BTreeMap::new(),

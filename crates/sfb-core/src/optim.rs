@@ -563,6 +563,8 @@ pub struct Stepper {
     dim: (usize, usize),
     /// Re-compression of what is applied, when cheaper ([`crate::aggregate`]).
     aggregate: Option<crate::aggregate::Aggregator>,
+    /// Per origin, a weight on its batches' steps (the gossip mode's, [`crate::gossip`]).
+    weights: Option<std::sync::Arc<[f32]>>,
 }
 
 /// A standard-layout matrix's elements.
@@ -640,7 +642,24 @@ impl Stepper {
             stale_reads: 0,
             dim: (j, d),
             aggregate: None,
+            weights: None,
         })
+    }
+
+    /// Batches of origin `o` count `weights[o]` times: their step is multiplied by it, and
+    /// the factored method's statistics count them that many times (as if that many such
+    /// batches had arrived), so an adaptive step is as large as under full broadcast.
+    /// Origins beyond the table count once.
+    pub fn with_weights(mut self, weights: std::sync::Arc<[f32]>) -> Self {
+        self.weights = Some(weights);
+        self
+    }
+
+    fn weight(&self, origin: crate::PeerId) -> f32 {
+        self.weights
+            .as_ref()
+            .and_then(|w| w.get(origin.index()).copied())
+            .unwrap_or(1.0)
     }
 
     /// The same stepper applying at most `rank` pairs per clock whenever re-compressing
@@ -872,18 +891,23 @@ impl Stepper {
         }
         let scales: Vec<f32> = batches
             .iter()
-            .map(|b| b.scale * self.factor(b.clock))
+            .map(|b| b.scale * self.factor(b.clock) * self.weight(b.origin))
+            .collect();
+        let plain = self.opt.is_plain() && self.weights.is_none();
+        let weights: Vec<f64> = batches
+            .iter()
+            .map(|b| f64::from(self.weight(b.origin)))
             .collect();
         match &mut self.state {
-            State::Sgd if self.opt.is_plain() && self.aggregate.is_none() => {
+            State::Sgd if plain && self.aggregate.is_none() => {
                 replica.apply(batches)?;
             }
             State::Sgd if self.opt.l2 == 0.0 => {
-                let plain: Vec<f32>;
-                let scales = if self.opt.is_plain() {
+                let own: Vec<f32>;
+                let scales = if plain {
                     // `apply`'s scales: the batches' own.
-                    plain = batches.iter().map(|b| b.scale).collect();
-                    &plain
+                    own = batches.iter().map(|b| b.scale).collect();
+                    &own
                 } else {
                     &scales
                 };
@@ -898,8 +922,8 @@ impl Stepper {
             }
             State::Sgd => {
                 crate::replica::check_scales(batches, &scales)?;
-                let decay =
-                    1.0 - self.opt.l2 * group_step(self.lr, &self.opt, self.clocks, batches);
+                let decay = 1.0
+                    - self.opt.l2 * group_step(self.lr, &self.opt, self.clocks, batches, &weights);
                 replica.w_mut().mapv_inplace(|w| decay * w);
                 Self::kernel(
                     &mut self.aggregate,
@@ -912,8 +936,8 @@ impl Stepper {
             }
             State::Factored { rows, cols } => {
                 let lr = f64::from(self.lr);
-                for b in batches {
-                    add_factored_stats(rows, cols, b, f64::from(b.scale) / lr);
+                for (b, w) in batches.iter().zip(&weights) {
+                    add_factored_stats(rows, cols, b, f64::from(b.scale) / lr * w.sqrt());
                 }
                 let (rho, gamma) = reciprocals(rows, cols, self.opt.eps);
                 // Dense pairs: ρ⁻¹ and γ⁻¹ folded into the kernel's stacking; sparse pairs
@@ -942,7 +966,7 @@ impl Stepper {
             State::Saga { mean } => {
                 // Every check before anything changes: the kernel below cannot fail.
                 crate::replica::check_scales(batches, &scales)?;
-                let eta = group_step(self.lr, &self.opt, self.clocks, batches);
+                let eta = group_step(self.lr, &self.opt, self.clocks, batches, &weights);
                 let decay = 1.0 - self.opt.l2 * eta;
                 Zip::from(&mut replica.w_mut())
                     .and(&*mean)
@@ -1015,7 +1039,13 @@ impl Stepper {
         let (j, d) = replica.dim();
         let inv_lr = 1.0 / self.lr;
         let eps = self.opt.eps;
-        let factors: Vec<f32> = updates.iter().map(|u| self.factor(u.clock())).collect();
+        let factors: Vec<f32> = updates
+            .iter()
+            .map(|u| match u {
+                Update::Factors(b) => self.factor(b.clock) * self.weight(b.origin),
+                Update::Dense { .. } => self.factor(u.clock()),
+            })
+            .collect();
         let mut w = replica.w_mut();
         match &mut self.state {
             State::Sgd => {
@@ -1114,11 +1144,18 @@ impl Stepper {
 
 /// `η_B = Σ_b lr·f(c_b)` over the non-empty batches of a group: the step the group's
 /// table-mean and weight-decay terms take (see the [module docs](self)).
-fn group_step(lr: f32, opt: &Optimizer, clocks: u64, batches: &[&FactorBatch]) -> f32 {
+fn group_step(
+    lr: f32,
+    opt: &Optimizer,
+    clocks: u64,
+    batches: &[&FactorBatch],
+    weights: &[f64],
+) -> f32 {
     batches
         .iter()
-        .filter(|b| !b.is_empty())
-        .map(|b| lr * opt.factor(b.clock, clocks) as f32)
+        .zip(weights)
+        .filter(|(b, _)| !b.is_empty())
+        .map(|(b, &w)| lr * (opt.factor(b.clock, clocks) * w) as f32)
         .sum()
 }
 

@@ -68,13 +68,22 @@ pub enum Message {
         /// The factors, as their origin computed them.
         batch: Arc<FactorBatch>,
     },
+    /// A peer's consensus message of one clock in the gossip mode ([`crate::gossip`]): a
+    /// few dense pairs its out-neighbours add to their copy of its public replica. Sent
+    /// before its factors of the same clock.
+    Mix {
+        /// The pairs (scale 1), origin the sender.
+        batch: Arc<FactorBatch>,
+    },
 }
 
 impl Message {
     /// Origin of the message ([`PeerId::SERVER`] for [`Message::Params`]).
     pub fn origin(&self) -> PeerId {
         match self {
-            Message::Factors { batch, .. } | Message::Relayed { batch, .. } => batch.origin,
+            Message::Factors { batch, .. }
+            | Message::Relayed { batch, .. }
+            | Message::Mix { batch } => batch.origin,
             Message::Params { .. } => PeerId::SERVER,
             Message::Delta { origin, .. } => *origin,
         }
@@ -83,7 +92,9 @@ impl Message {
     /// The clock the message belongs to (for `Params`: the clocks W includes).
     pub fn clock(&self) -> u64 {
         match self {
-            Message::Factors { batch, .. } | Message::Relayed { batch, .. } => batch.clock,
+            Message::Factors { batch, .. }
+            | Message::Relayed { batch, .. }
+            | Message::Mix { batch } => batch.clock,
             Message::Params { clock, .. } | Message::Delta { clock, .. } => *clock,
         }
     }
@@ -93,6 +104,7 @@ impl Message {
         match self {
             Message::Factors { .. } => "factors",
             Message::Relayed { .. } => "relayed",
+            Message::Mix { .. } => "mix",
             Message::Params { .. } => "params",
             Message::Delta { .. } => "delta",
         }
@@ -142,6 +154,8 @@ enum Header {
         carrier: u64,
         factors: FactorsHeader,
     },
+    /// A consensus message (dense pairs, always f32: they are differences of replicas).
+    Mix(FactorsHeader),
 }
 
 /// Element encoding of factor values on the wire.
@@ -224,7 +238,7 @@ pub fn round_to_f16(batch: &mut FactorBatch) -> bool {
 fn batch_of(msg: &Message) -> Option<&FactorBatch> {
     match msg {
         Message::Factors { batch, .. } | Message::Relayed { batch, .. } => Some(batch),
-        Message::Params { .. } | Message::Delta { .. } => None,
+        Message::Params { .. } | Message::Delta { .. } | Message::Mix { .. } => None,
     }
 }
 
@@ -232,10 +246,11 @@ fn uses_f16(msg: &Message, dtype: Dtype) -> bool {
     dtype == Dtype::F16 && batch_of(msg).is_some_and(fits_f16)
 }
 
-/// Frames a node sends each out-neighbour per clock: one factor batch (SFB peer, FMS
-/// client), or one full W (FMS server, to each client). Transports size their per-edge
+/// Frames a node sends each out-neighbour per clock, at most: one factor batch and, in the
+/// gossip mode ([`crate::gossip`]), one consensus message (SFB peer); one factor batch
+/// (FMS client); one full W (FMS server, to each client). Transports size their per-edge
 /// queues in these units.
-pub const FRAMES_PER_EDGE_PER_CLOCK: usize = 1;
+pub const FRAMES_PER_EDGE_PER_CLOCK: usize = 2;
 
 /// Fixed bytes a frame may carry besides its arrays (header, lengths, tags); generous.
 const FRAME_OVERHEAD: usize = 256;
@@ -306,6 +321,7 @@ fn header_of(msg: &Message) -> Header {
             carrier: *carrier,
             factors: factors_header(batch, 0),
         },
+        Message::Mix { batch } => Header::Mix(factors_header(batch, 0)),
         Message::Params { clock, w } => Header::Params {
             clock: *clock,
             j: w.nrows() as u32,
@@ -345,7 +361,9 @@ pub fn encoded_len_with(msg: &Message, dtype: Dtype) -> usize {
     let header = postcard::to_allocvec(&header_with(msg, half)).map_or(0, |h| h.len());
     let value = if half { 2 } else { 4 };
     let payload = match msg {
-        Message::Factors { batch, .. } | Message::Relayed { batch, .. } => {
+        Message::Factors { batch, .. }
+        | Message::Relayed { batch, .. }
+        | Message::Mix { batch } => {
             value * (batch.u.len() + v_values(batch).len())
                 + match &batch.v {
                     VFactors::Dense(_) => 0,
@@ -401,7 +419,9 @@ pub fn encode_into_with(msg: &Message, dtype: Dtype, out: &mut Vec<u8>) {
             }
             push_f16(out, v_values(batch));
         }
-        Message::Factors { batch, .. } | Message::Relayed { batch, .. } => {
+        Message::Factors { batch, .. }
+        | Message::Relayed { batch, .. }
+        | Message::Mix { batch } => {
             out.extend_from_slice(bytemuck::cast_slice(&batch.u));
             match &batch.v {
                 VFactors::Dense(v) => out.extend_from_slice(bytemuck::cast_slice(v)),
@@ -611,6 +631,14 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
             Message::Relayed {
                 carrier,
                 batch: Arc::new(r.factors(factors, half, expect)?),
+            }
+        }
+        Header::Mix(h) => {
+            if h.nnz.is_some() {
+                return Err(bad("a consensus message with sparse v"));
+            }
+            Message::Mix {
+                batch: Arc::new(r.factors(h, false, expect)?),
             }
         }
         Header::Params { clock, j, d } => {

@@ -121,6 +121,10 @@ impl Cluster {
         b.s.on_peer_loss = Some(f.peer_loss(&t.consistency, spec.net.relay));
         b.s.relay = spec.net.relay;
         b.s.relay_compress = spec.net.relay_compress.map(|c| c.rank);
+        b.s.partial = spec.net.partial;
+        b.s.gossip_rank = spec.net.gossip_rank;
+        b.s.gossip_step = spec.net.gossip_step;
+        b.s.gossip_own = spec.net.gossip_own;
         b.s.aggregate = spec.net.aggregate.map(|c| c.rank);
         b.s.lost_shards = f.lost_shards;
         b.s.compress = spec.net.compress.map(|c| c.rank);
@@ -164,6 +168,13 @@ struct Resolved {
     inn: Vec<Vec<usize>>,
     /// The relay trees, built on first use.
     routes: std::sync::OnceLock<std::result::Result<Arc<sfb_core::Routes>, sfb_core::RouteError>>,
+    /// The topology's learning figures (the gossip mode's weights come from them),
+    /// computed on first use.
+    learning: std::sync::OnceLock<
+        std::result::Result<(sfb_topology::Topology, sfb_topology::Learning), String>,
+    >,
+    /// Set once the paper mode's verdict on this topology has been given.
+    warned: std::sync::OnceLock<()>,
 }
 
 impl Resolved {
@@ -180,7 +191,59 @@ impl Resolved {
             out,
             inn,
             routes: std::sync::OnceLock::new(),
+            learning: std::sync::OnceLock::new(),
+            warned: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Warns, once per topology, when the paper's partial broadcast will not reach full
+    /// broadcast's quality on it ([`sfb_topology::Learning`]).
+    fn warn_paper_mode(&self) {
+        self.warned.get_or_init(|| {
+            let Ok(t) = sfb_topology::Topology::new(self.out.clone()) else {
+                return;
+            };
+            let l = sfb_topology::Learning::of(&t);
+            match l.paper_mode {
+                sfb_topology::PaperMode::Diverges => tracing::warn!(
+                    "--partial paper on this topology diverges: min Re λ(I + A_in) = {:.4} ≤ 0, \
+                     so a disagreement mode of the replicas never contracts and the held-out \
+                     objective rises the longer the run; use the default --partial gossip, \
+                     --relay, or full broadcast",
+                    l.paper_min_real_part
+                ),
+                sfb_topology::PaperMode::Stalls => tracing::warn!(
+                    "--partial paper on this topology stalls: min Re λ(I + A_in) = {:.4} > 0 is \
+                     stable, but each replica settles near its own shard's minimizer, above \
+                     full broadcast's objective; use the default --partial gossip, --relay, or \
+                     full broadcast",
+                    l.paper_min_real_part
+                ),
+                _ => {}
+            }
+        });
+    }
+
+    /// Peer `p`'s gossip-mode weights with own weight `alpha` (`sfb_topology::Learning`).
+    fn gossip_weights(&self, p: usize, alpha: f64) -> Result<Arc<[f32]>> {
+        let (t, l) = self
+            .learning
+            .get_or_init(|| {
+                let t = sfb_topology::Topology::new(self.out.clone()).map_err(|e| e.to_string())?;
+                let l = sfb_topology::Learning::of(&t);
+                Ok((t, l))
+            })
+            .as_ref()
+            .map_err(|why| {
+                Error::Gossip(format!(
+                    "the consensus mixes along the topology, which must be strongly \
+                     connected with one out-degree: {why}"
+                ))
+            })?;
+        Ok(l.gossip_weights(t, p, alpha)
+            .iter()
+            .map(|&w| w as f32)
+            .collect())
     }
 
     /// The relay trees of this topology.
@@ -226,6 +289,11 @@ struct Settings {
     prioritize: Option<crate::PrioritizeSpec>,
     relay: bool,
     relay_compress: Option<usize>,
+    /// Partial broadcast's mode; `None`: gossip unless relay or checkpoints.
+    partial: Option<crate::PartialSpec>,
+    gossip_rank: Option<usize>,
+    gossip_step: Option<f32>,
+    gossip_own: Option<f32>,
     aggregate: Option<usize>,
     /// No arithmetic ([`sfb_core::Config::timing_only`]; the simulator's).
     timing_only: bool,
@@ -285,6 +353,10 @@ impl Default for Settings {
             prioritize: None,
             relay: false,
             relay_compress: None,
+            partial: None,
+            gossip_rank: None,
+            gossip_step: None,
+            gossip_own: None,
             aggregate: None,
             timing_only: false,
             deterministic_topology: false,
@@ -812,6 +884,21 @@ impl<K> Builder<K> {
         self
     }
 
+    /// Partial broadcast's mode ([`crate::PartialSpec`]): gossip (the default, also when
+    /// not called, unless relay or checkpoints) or the paper's literal mode.
+    pub fn partial(mut self, mode: crate::PartialSpec) -> Self {
+        self.s.partial = Some(mode);
+        self
+    }
+
+    /// The gossip mode's pairs per consensus message (default `max(1, K/8)`) and step (default
+    /// `R / min(J, D)`; `None` keeps it).
+    pub fn gossip(mut self, rank: usize, step: Option<f32>) -> Self {
+        self.s.gossip_rank = Some(rank.max(1));
+        self.s.gossip_step = step;
+        self
+    }
+
     /// Relay for partial broadcast: every peer forwards other peers' batches along their
     /// shortest-path trees ([`sfb_core::relay`]), so every replica applies every update.
     /// A peer loss then fails the run (the default policy becomes fail). Default: off.
@@ -1202,6 +1289,24 @@ impl<K: Kind> Builder<K> {
         (optimizer, lr)
     }
 
+    /// Whether this run's SFB peers use the gossip mode ([`sfb_core::gossip`]): partial
+    /// broadcast, and `--partial gossip` or no mode named, no relay and no checkpoints.
+    pub fn gossips(&self) -> bool {
+        let partial = match &self.s.topology {
+            Topo::Full => false,
+            Topo::OutDegree { q, .. } => q + 1 < self.s.peers,
+            Topo::Lists(out) => out.iter().any(|l| l.len() + 1 < self.s.peers),
+            Topo::Resolved(r) => r.out.iter().any(|l| l.len() + 1 < self.s.peers),
+        };
+        partial
+            && !self.s.relay
+            && match self.s.partial {
+                Some(crate::PartialSpec::Gossip) => true,
+                Some(crate::PartialSpec::Paper) => false,
+                None => self.s.checkpoints.is_none(),
+            }
+    }
+
     /// Peer `id`'s engine with these neighbours; `relay`: with the topology's relay trees
     /// (when the run relays; not for the probes that build a peer without neighbours).
     fn engine(
@@ -1240,6 +1345,28 @@ impl<K: Kind> Builder<K> {
         if relay && self.s.relay {
             cfg.relay = Some(self.resolved()?.routes()?);
             cfg.relay_compress = self.s.relay_compress;
+        }
+        if relay && !self.s.relay && !self.gossips() {
+            let r = self.resolved()?;
+            if r.out.iter().any(|l| l.len() + 1 < self.s.peers) {
+                r.warn_paper_mode();
+            }
+        }
+        if relay && self.gossips() {
+            let q = self.resolved()?.out.get(id as usize).map_or(1, Vec::len);
+            let alpha = f64::from(
+                self.s
+                    .gossip_own
+                    .unwrap_or(sfb_core::gossip::Config::default_own(q)),
+            );
+            let mut g =
+                sfb_core::gossip::Config::new(self.resolved()?.gossip_weights(id as usize, alpha)?);
+            g.rank = self
+                .s
+                .gossip_rank
+                .unwrap_or(sfb_core::gossip::Config::default_rank(self.s.batch));
+            g.step = self.s.gossip_step;
+            cfg.gossip = Some(g);
         }
         cfg.on_peer_loss = self.s.on_peer_loss.unwrap_or(
             if matches!(cfg.consistency, Consistency::Bsp) || self.s.relay {

@@ -142,6 +142,9 @@ pub enum Error {
     /// The topology cannot carry relayed updates (`--relay`).
     #[error("--relay: {0}")]
     Relay(String),
+    /// The topology cannot carry the gossip mode (`--partial gossip`, the default).
+    #[error("--partial gossip: {0}")]
+    Gossip(String),
     /// A consistency model name could not be parsed.
     #[error("unknown consistency model {0:?}: expected bsp, ssp:S, async or throttle:K")]
     Consistency(String),

@@ -97,8 +97,9 @@ pub use error::{Error, Result};
 pub use run::run;
 pub use spec::{
     Backend, CompressSpec, ConsistencySpec, DataSource, FaultOptions, LostShardsSpec, MethodSpec,
-    ModelChoice, NetOptions, OutputOptions, PeerLossSpec, PrioritizeSpec, Push, RunSpec, ScaleSpec,
-    ScheduleSpec, StragglerSpec, TopologyMethod, TopologyOptions, TrainOptions, Transport,
-    default_lr, default_lr_for_data, default_method, default_warmup, flag_for, score_step,
+    ModelChoice, NetOptions, OutputOptions, PartialSpec, PeerLossSpec, PrioritizeSpec, Push,
+    RunSpec, ScaleSpec, ScheduleSpec, StragglerSpec, TopologyMethod, TopologyOptions, TrainOptions,
+    Transport, default_lr, default_lr_for_data, default_method, default_warmup, flag_for,
+    score_step,
 };
 pub use summary::{NodeOutcome, summarize};

@@ -211,6 +211,8 @@ pub struct Estimate {
 pub struct Frames {
     /// One peer's K pairs (`Message::Factors`).
     pub factors: u64,
+    /// The gossip mode's consensus message of `max(1, K/8)` pairs (`Message::Mix`).
+    pub mix: u64,
     /// W from the FMS server (`Message::Params`).
     pub params: u64,
     /// A dense ΔW (`Message::Delta`).
@@ -349,37 +351,62 @@ fn bound(compute: f64, network: f64, cpu: f64) -> &'static str {
     }
 }
 
-/// Seconds from the end of a node's compute until it has taken the last of `n` frames of
-/// `f` bytes, when it sends `n` such frames and each of `n` others sends it one, all
-/// starting together (SFB under BSP: every peer computes, then sends its batch to its Q
-/// out-neighbours, whose circulant order staggers the frames so each ingress takes one
-/// at a time). Three stages per frame: the sender's transport CPU `x`, the wire `w`
-/// (cut-through: the slower NIC), the receiver's transport CPU `y`, which can only start
-/// once the node's own sends are done. The last frame is taken at the latest of: the
-/// node's CPU doing all its sends and takes (`n·x + n·y`); the first frame arriving and
-/// the takes after it (`x + w + δ + n·y`); the last frame arriving through the pipeline
-/// (`x + w + (n − 1)·max(x, w) + δ + y`).
-fn exchange(pr: &Prices, n: usize, f: u64) -> f64 {
-    if n == 0 {
+/// Seconds from the end of a node's compute until it has taken the last of the frames it
+/// exchanges with `n` out- and `n` in-neighbours, when it sends `n` frames of each size of
+/// `f` in turn (the gossip mode's consensus messages, then the factors; or the factors
+/// alone) and each of `n` others sends it the same, all starting together (SFB under BSP:
+/// the circulant order staggers the frames so each ingress takes one at a time, the `i`-th
+/// as its sender sends its `i`-th). Three stages per frame: the sender's transport CPU `x`,
+/// the wire `w` (cut-through: the slower NIC), the receiver's transport CPU `y`, which can
+/// only start once the node's own sends are done. In max-plus form, frame by frame: its
+/// encoding ends `x` after the previous one's; it leaves the wire `w` after the later of
+/// that and the previous frame leaving; it is taken `y` after the latest of its arrival
+/// (`δ` later), the previous take and the node's own last send. With one size this is
+/// `max(n·x + n·y, x + w + δ + n·y, x + w + (n − 1)·max(x, w) + δ + y)`.
+fn exchange(pr: &Prices, n: usize, f: &[u64]) -> f64 {
+    let frames: Vec<u64> = f.iter().flat_map(|&b| std::iter::repeat_n(b, n)).collect();
+    if frames.is_empty() {
         return 0.0;
     }
-    let (x, w, y, delta, n) = (pr.cpu(f), pr.wire(f), pr.cpu(f), pr.latency, n as f64);
-    (n * x + n * y)
-        .max(x + w + delta + n * y)
-        .max(x + w + (n - 1.0) * x.max(w) + delta + y)
+    let sends: f64 = frames.iter().map(|&b| pr.cpu(b)).sum();
+    let (mut encoded, mut wired, mut taken) = (0.0f64, 0.0f64, 0.0f64);
+    for &b in &frames {
+        let (x, w, y) = (pr.cpu(b), pr.wire(b), pr.cpu(b));
+        encoded += x;
+        wired = wired.max(encoded) + w;
+        taken = taken.max(wired + pr.latency).max(sends) + y;
+    }
+    taken
 }
 
 /// One BSP clock of an SFB peer with out- and in-degree `q`: `compute_sv` of K samples,
 /// the exchange of its batch ([`exchange`]), then one apply of its own and the `q`
-/// batches received ((q + 1)·K pairs and a pass over W).
+/// batches received ((q + 1)·K pairs and a pass over W). Partial broadcast (`q < P − 1`)
+/// is the default gossip mode's ([`sfb_core::gossip`], `R = K/8` pairs a consensus
+/// message, [`Frames::mix`]): a consensus message before the factors on every edge, the
+/// `q·R` pairs received folded with the apply, and the consensus step (`q + 2` passes over
+/// W) and the power iteration (`3R` pairs' flops) — as the engine charges them.
 fn sfb_clock(pr: &Prices, q: usize) -> Estimate {
     let f = pr.frames.factors;
+    let gossip = q + 1 < pr.p && q > 0;
+    let r = if gossip {
+        sfb_core::gossip::Config::default_rank(pr.k)
+    } else {
+        0
+    };
+    let frames: &[u64] = if gossip { &[pr.frames.mix, f] } else { &[f] };
     let compute = pr.compute();
-    let net = exchange(pr, q, f);
+    let net = exchange(pr, q, frames);
     let pairs = (q + 1) * pr.k;
-    let apply = pr.apply(pairs);
-    let bytes = q as u64 * f;
-    let cpu = 2.0 * q as f64 * pr.cpu(f);
+    let apply = pr.apply(pairs + q * r)
+        + if gossip {
+            pr.dense(q + 2, pr.j) + pr.apply(3 * r)
+        } else {
+            0.0
+        };
+    let per_edge: u64 = frames.iter().sum();
+    let bytes = q as u64 * per_edge;
+    let cpu = 2.0 * q as f64 * frames.iter().map(|&b| pr.cpu(b)).sum::<f64>();
     Estimate {
         strategy: if q + 1 == pr.p {
             Strategy::SfbFull
@@ -512,6 +539,15 @@ fn frames(j: usize, d: usize, k: usize, p: usize) -> Frames {
         v: VFactors::Dense(vec![0.0; k * d]),
     };
     let len = |m: &Message| wire::encoded_len_with(m, Dtype::F32) as u64;
+    let r = sfb_core::gossip::Config::default_rank(k);
+    let mix = len(&Message::Mix {
+        batch: Arc::new(FactorBatch {
+            scale: 1.0,
+            u: vec![0.0; r * j],
+            v: VFactors::Dense(vec![0.0; r * d]),
+            ..batch.clone()
+        }),
+    });
     let factors = len(&Message::Factors {
         batch: Arc::new(batch),
         mean_iter_us: 100_000,
@@ -525,6 +561,7 @@ fn frames(j: usize, d: usize, k: usize, p: usize) -> Frames {
     let w = Arc::new(Array2::zeros((j, d)));
     Frames {
         factors,
+        mix,
         params: len(&Message::Params { clock: 1000, w }),
         delta: len(&delta_of(j)),
         ring_chunk: len(&delta_of(j.div_ceil(p))),

@@ -897,6 +897,23 @@ pub struct NetOptions {
     /// applies at most R pairs per clock whenever re-compressing the pairs it applies is
     /// cheaper than applying them, and keeps the rest for the next clock. Default: none.
     pub aggregate: Option<CompressSpec>,
+    /// Partial broadcast's mode (`--partial`, SFB with `Q < P − 1`): `gossip` (the
+    /// default; [`sfb_core::gossip`]: weighted neighbourhood updates plus compressed
+    /// consensus, converges at `O(Q)` bytes) or `paper` (the paper's literal mode: no
+    /// forwarding, no consensus; diverges or stalls on most topologies, see
+    /// `sfb_topology::Learning`). `None`: gossip, or paper where gossip cannot run yet
+    /// (with `--relay`, checkpoints or rejoin).
+    pub partial: Option<PartialSpec>,
+    /// Pairs per consensus message in the gossip mode (`--gossip-rank R`). Default
+    /// `max(1, K/8)` ([`sfb_core::gossip::Config::default_rank`]).
+    pub gossip_rank: Option<usize>,
+    /// The gossip mode's consensus step in (0, 1] (`--gossip-step G`). Default
+    /// `R / min(J, D)` ([`sfb_core::gossip::Config::default_step`]).
+    pub gossip_step: Option<f32>,
+    /// The gossip mode's weight on a peer's own batches against its in-neighbours', in
+    /// (0, 1) (`--gossip-own A`). Default `1/(Q+1)`
+    /// ([`sfb_core::gossip::Config::default_own`]).
+    pub gossip_own: Option<f32>,
     /// libp2p, root only: every node in its own network namespace, sends shaped by the
     /// kernel's tbf at `bandwidth` (burst `burst`) instead of the token bucket.
     pub netns: bool,
@@ -917,7 +934,45 @@ impl Default for NetOptions {
             relay: false,
             relay_compress: None,
             aggregate: None,
+            partial: None,
+            gossip_rank: None,
+            gossip_step: None,
+            gossip_own: None,
         }
+    }
+}
+
+/// [`NetOptions::partial`]: how partial broadcast keeps the replicas together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PartialSpec {
+    /// Weighted neighbourhood updates plus compressed consensus ([`sfb_core::gossip`]).
+    #[default]
+    Gossip,
+    /// The paper's literal mode: each replica applies its own and its in-neighbours'
+    /// batches, nothing more.
+    Paper,
+}
+
+impl std::str::FromStr for PartialSpec {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "gossip" => Ok(Self::Gossip),
+            "paper" => Ok(Self::Paper),
+            other => Err(format!(
+                "unknown partial-broadcast mode {other:?}: expected gossip or paper"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for PartialSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Gossip => "gossip",
+            Self::Paper => "paper",
+        })
     }
 }
 
@@ -1364,6 +1419,53 @@ impl RunSpec {
                 );
             }
         }
+        if n.partial == Some(PartialSpec::Gossip) {
+            let refuse = |requires: &'static str, why: &'static str| {
+                Err(Error::Requires {
+                    field: "net.partial",
+                    requires,
+                    why,
+                })
+            };
+            if n.relay {
+                return refuse(
+                    "no --relay (or --partial paper with it)",
+                    "relay carries every batch to every replica; gossip mixes replicas instead",
+                );
+            }
+            if f.checkpoint_dir.is_some() || f.rejoin {
+                return refuse(
+                    "no checkpoints and no rejoin (or --partial paper)",
+                    "its copies of the neighbours' replicas are not checkpointed or \
+                     transferred yet",
+                );
+            }
+        }
+        if n.gossip_rank == Some(0) {
+            return Err(Error::Requires {
+                field: "net.gossip_rank",
+                requires: "a rank of at least 1",
+                why: "rank 0 would never mix the replicas",
+            });
+        }
+        if let Some(g) = n.gossip_step
+            && !(g > 0.0 && g <= 1.0)
+        {
+            return Err(Error::Requires {
+                field: "net.gossip_step",
+                requires: "a step in (0, 1]",
+                why: "it is the fraction of the way to the neighbours' mean taken a clock",
+            });
+        }
+        if let Some(a) = n.gossip_own
+            && !(a > 0.0 && a < 1.0)
+        {
+            return Err(Error::Requires {
+                field: "net.gossip_own",
+                requires: "a weight in (0, 1)",
+                why: "it is the share of a replica's step that comes from its own batches",
+            });
+        }
         if n.relay_compress.is_some() && !n.relay {
             return Err(Error::Requires {
                 field: "net.relay_compress",
@@ -1662,6 +1764,10 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "net.compress" => "--compress",
         "net.prioritize" => "--prioritize",
         "net.relay" => "--relay",
+        "net.partial" => "--partial",
+        "net.gossip_rank" => "--gossip-rank",
+        "net.gossip_step" => "--gossip-step",
+        "net.gossip_own" => "--gossip-own",
         "net.relay_compress" => "--relay-compress",
         "net.aggregate" => "--aggregate",
         other => other,

@@ -208,6 +208,17 @@ pub struct Report {
     pub diameter: u32,
     /// Mean hop distance over ordered pairs.
     pub mean_delay: f64,
+    /// What the paper's no-forwarding mode does here: `exact`, `stalls` or `diverges`
+    /// ([`Learning`](crate::Learning)); absent in files written before it was reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paper_mode: Option<String>,
+    /// `min Re λ(I + A_in)`: ≤ 0 means the paper mode diverges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paper_min_real_part: Option<f64>,
+    /// The gossip mode's consensus rate per unit step (`min Re (1 − λ)` of the
+    /// in-averaging matrix, `λ ≠ 1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixing: Option<f64>,
 }
 
 impl Report {
@@ -223,7 +234,18 @@ impl Report {
             proven_optimal: proven_optimal || analysis.cost == analysis.lower_bound,
             diameter: analysis.diameter,
             mean_delay: analysis.mean_delay,
+            paper_mode: None,
+            paper_min_real_part: None,
+            mixing: None,
         }
+    }
+
+    /// The report with the learning figures of `l` (computed for the same topology).
+    pub fn with_learning(mut self, l: &crate::Learning) -> Self {
+        self.paper_mode = Some(l.paper_mode.name().to_string());
+        self.paper_min_real_part = Some(l.paper_min_real_part);
+        self.mixing = Some(l.mixing);
+        self
     }
 
     /// Pretty-printed JSON.
@@ -344,6 +366,21 @@ pub fn describe(
         "not proven"
     };
     let _ = writeln!(s, "optimal    {proven}");
+    if let (Some(mode), Some(re), Some(mixing)) = (&r.paper_mode, r.paper_min_real_part, r.mixing) {
+        let what = match mode.as_str() {
+            "exact" => "every replica applies every update",
+            "diverges" => "a disagreement mode never contracts: the objective rises as it trains",
+            _ => "stable, but each replica settles near its own shard's minimizer",
+        };
+        let _ = writeln!(
+            s,
+            "learning   paper mode (--partial paper) {mode}: min Re λ(I + A_in) = {re:.4} ({what})"
+        );
+        let _ = writeln!(
+            s,
+            "           gossip mode (the default) mixes at {mixing:.4} a unit step"
+        );
+    }
     // Reference constructions at equal out-degree.
     let lb = lower_bound(p, q);
     let mut refs = Vec::new();

@@ -18,6 +18,8 @@
 //! - File formats: the TOML cluster/topology file ([`ClusterFile`],
 //!   [`Topology::from_toml_str`], [`Topology::to_toml`]), the JSON [`Report`] with the keys
 //!   `sfb topology --format json` promises, and DOT ([`Topology::to_dot`]).
+//! - Learning ([`Learning::of`]): whether the paper's no-forwarding mode converges,
+//!   stalls or diverges on a topology, and the gossip mode's mixing rate and weights.
 //! - [`repair`]: a valid topology over the survivors of peer failures, changing few arcs.
 //!
 //! Peers are indices `0..P`; this crate knows nothing about networking.
@@ -46,6 +48,7 @@ mod analysis;
 mod error;
 mod format;
 mod generate;
+mod learning;
 mod optimize;
 mod repair;
 mod topology;
@@ -54,6 +57,7 @@ pub use analysis::{Analysis, gap, lower_bound};
 pub use error::{Error, Result};
 pub use format::{ClusterFile, PeerEntry, Report, describe};
 pub use generate::{Method, circulant, exponential, full, generate, kautz, random, ring};
+pub use learning::{Learning, PaperMode};
 pub use optimize::{LOCAL_SEARCH_MAX_PEERS, Optimized, Options, Proof, optimize};
 pub use repair::{Repaired, repair};
 pub use topology::{Topology, check_params};

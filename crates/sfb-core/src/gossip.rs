@@ -1,0 +1,495 @@
+//! Partial broadcast that converges: weighted neighbourhood updates plus compressed
+//! consensus (the default when a peer sends to `Q < P − 1` others).
+//!
+//! # Why the paper's mode is not enough
+//! Without forwarding, replica `p` applies its own and its in-neighbours' batches. The
+//! replicas' disagreement then evolves under `A = I + A_in`; on most optimized topologies
+//! some eigenvalue of `A` has real part `≤ 0` and the objective rises the longer the run,
+//! and where all are positive each replica settles near its own shard's minimizer
+//! (`sfb_topology::Learning` computes which; `sfb topology` prints it). Nothing in that
+//! mode ever pulls the replicas back together.
+//!
+//! # What this mode does, per peer `p` and clock
+//! 1. **Neighbourhood updates.** As in the paper, `p` sends its `K` pairs to its `Q`
+//!    out-neighbours and applies its own and its in-neighbours' batches, but weighted
+//!    ([`Config::weights`]): by default every batch `P/(Q+1)` on a topology whose in-degrees
+//!    are all `Q`, so the replicas' mean moves exactly as a full-broadcast replica does
+//!    (on other topologies the weights come from the consensus's stationary distribution,
+//!    so that no shard counts more than another; `sfb_topology::Learning`). The weight
+//!    multiplies the step and, for the factored method, counts in its statistics as that
+//!    many batches ([`Stepper::with_weights`](crate::Stepper::with_weights)).
+//! 2. **Compressed consensus** (CHOCO-SGD, Koloskova, Stich and Jaggi 2019, on a directed
+//!    graph). Every peer keeps a *public copy* `Ŵ_p` of its replica that its
+//!    out-neighbours can rebuild exactly, and a copy `Ŵ_m` of each in-neighbour's. Each
+//!    clock it moves toward its in-neighbours, `W_p += γ (mean_m Ŵ_m − Ŵ_p)`, then sends
+//!    the best rank-`R` part of what its public copy lacks, `q = C_R(W_p − Ŵ_p)`, as `R`
+//!    factor pairs ([`Message::Mix`](crate::wire::Message::Mix)), and adds `q` to `Ŵ_p`;
+//!    receivers add it to their copy of `Ŵ_p`. What is not sent stays in `W_p − Ŵ_p` and is
+//!    sent later (error feedback): nothing is lost. `C_R` is one warm-started power
+//!    iteration (PowerSGD, Vogels et al. 2019): `U = orth(E V)`, `q = U (Eᵀ U)ᵀ`, the next
+//!    `V` being `Eᵀ U` — `O(R·J·D)`, the cost of applying `2R` pairs.
+//!
+//! Bytes per peer per clock: `Q·(K + R)·(J + D)` floats against full broadcast's
+//! `(P − 1)·K·(J + D)`; work: `(Q+1)·K` applied pairs, `(Q+1)·R` pairs into the copies and
+//! `O(Q·J·D)` for the consensus step. Memory: `Q + 2` matrices the size of W.
+//!
+//! # Where it falls short (measured)
+//! A replica applies `Q + 1` batches weighted to stand for `P`: its step has the mean of
+//! full broadcast's and `P/(Q+1)` times its variance, and only the consensus averages the
+//! difference away, at about `γ = R/min(J, D)` of it a clock. With few rows (10–32
+//! classes) or long runs that is enough: within 1–3 % of full broadcast at 2,000 clocks on
+//! digits and the default synthetic set (P = 12, Q = 2–4), 1.9 % at 600 clocks on 128 ×
+//! 128. Early in a run with many rows and `P/(Q+1)` large it is not: 60 clocks of 128 × 128
+//! MLR at P = 64, Q = 3 reached 4.17 against full broadcast's 1.86 (the paper's mode 3.5),
+//! and plain SGD at its default step 6.9 at P = 12.
+//!
+//! The consensus step `γ` must stay below what the compression can follow (CHOCO's
+//! condition): measured on softmax regression, `γ = R / min(J, D)` was stable and twice
+//! that diverged on 10 and on 20 classes, so that is the default ([`Config::default_step`]).
+//!
+//! Everything is a function of what the peer applied, in `(clock, origin)` order, so under
+//! BSP a run is reproducible bit for bit (the replicas differ from each other by design,
+//! by a disagreement the consensus keeps small).
+//!
+//! **Peer loss**: a lost in-neighbour's copy is dropped and the mean taken over the
+//! others; an in-neighbour gained by a repair is not mixed with (its public copy is not
+//! known here), its batches are applied. Checkpoints and rejoin do not hold the copies
+//! yet and are refused with this mode.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ndarray::{Array2, ArrayView2, ArrayViewMut2, Axis, Zip};
+use rand::{Rng, SeedableRng};
+
+use crate::{Error, FactorBatch, PeerId, Replica, Result, VFactors};
+
+/// Settings of the gossip mode (see the [module docs](self)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Pairs per clock of the consensus message (`R`). Default: 1 (the cluster builder's:
+    /// [`Config::default_rank`] of the batch size).
+    pub rank: usize,
+    /// Consensus step `γ` in (0, 1]; `None`: [`Config::default_step`].
+    pub step: Option<f32>,
+    /// This peer's weight of each origin's batches (indexed by peer): `α P` for its own and
+    /// `(1 − α) P / Q` for the others' on a topology whose in-degrees are all `Q`
+    /// (`sfb_topology::Learning::gossip_weights`).
+    pub weights: Arc<[f32]>,
+}
+
+impl Config {
+    /// The default own weight `α` of [`weights`](Self::weights) for a peer with `q`
+    /// out-neighbours: `1/(q + 1)`, every batch a replica applies weighted alike.
+    /// Measured against larger `α` (MLR, 128 classes × 128 features, 60 clocks, P = 12 and
+    /// 64, Q = 3): objective 3.04 / 3.12 / 3.23 / 3.44 for `α` = 0.25 / 0.5 / 0.6 / 0.75 at
+    /// P = 12 (full broadcast 2.65), 4.17 / 4.09 / 4.33 / 4.85 at P = 64, and with plain SGD
+    /// 6.92 / 7.57 / 8.94 / 11.6: a larger own share makes every replica's step noisier
+    /// (fewer distinct samples carry more of it), which costs more than the contraction
+    /// `α > 1/2` guarantees buys.
+    pub fn default_own(q: usize) -> f32 {
+        1.0 / (q as f32 + 1.0)
+    }
+
+    /// `R = 1`, the default step, and `weights`.
+    pub fn new(weights: Arc<[f32]>) -> Self {
+        Self {
+            rank: 1,
+            step: None,
+            weights,
+        }
+    }
+
+    /// `R = max(1, K / 8)` for mini-batches of `K`: the consensus message then adds at most
+    /// 1/8 to the bytes of the factors (`R` pairs against `K`). Measured (P = 12 on digits,
+    /// P = 16 on 32 classes × 32 features, 500–2,000 clocks): going from `R = 1` to `2`
+    /// brought the objective from 3.9 % to 2.1 % above full broadcast's at `J = D = 32`,
+    /// and from 5.7 % to 2.9 % on digits at Q = 2; `R = 4` (1.4 %) would cost a quarter more
+    /// bytes.
+    pub fn default_rank(batch: usize) -> usize {
+        (batch / 8).max(1)
+    }
+
+    /// `γ = min(1/2, R / min(J, D))`: the largest step measured stable (see the module
+    /// docs), and at most a half: a step of 1 replaces a replica by its in-neighbours' mean,
+    /// which on a directed cycle only rotates the disagreement (the lazy step's
+    /// `(1 − γ) I + γ R` has no eigenvalue of modulus 1 but the consensus one).
+    pub fn default_step(rank: usize, j: usize, d: usize) -> f32 {
+        (rank as f32 / j.min(d).max(1) as f32).min(0.5)
+    }
+
+    /// The pairs a consensus message holds for a `j × d` W: `R`, at most `min(J, D)` (the
+    /// rank of any `J × D` matrix).
+    pub fn rank_for(&self, j: usize, d: usize) -> usize {
+        self.rank.min(j).min(d).max(1)
+    }
+
+    /// The step used for a `j × d` W.
+    pub fn step_for(&self, j: usize, d: usize) -> f32 {
+        self.step
+            .unwrap_or_else(|| Self::default_step(self.rank_for(j, d), j, d))
+    }
+
+    /// Checks the settings for a run of `peers` peers.
+    ///
+    /// # Errors
+    /// A sentence naming the bad setting.
+    pub fn check(&self, peers: usize) -> std::result::Result<(), String> {
+        if self.rank == 0 {
+            return Err("--gossip-rank 0 would never mix the replicas".into());
+        }
+        if let Some(s) = self.step
+            && !(s > 0.0 && s <= 1.0)
+        {
+            return Err(format!("--gossip-step {s} is not in (0, 1]"));
+        }
+        if self.weights.len() != peers {
+            return Err(format!(
+                "{} gossip weights for {peers} peers",
+                self.weights.len()
+            ));
+        }
+        if let Some(w) = self.weights.iter().find(|w| !(w.is_finite() && **w > 0.0)) {
+            return Err(format!("gossip weight {w} is not a positive number"));
+        }
+        Ok(())
+    }
+}
+
+/// One peer's consensus state: its public copy, its copies of its in-neighbours', the
+/// power iteration's warm start.
+#[derive(Debug)]
+pub struct Mixer {
+    me: PeerId,
+    rank: usize,
+    step: f32,
+    public: Replica,
+    copies: BTreeMap<PeerId, Replica>,
+    /// `D × R`, unit columns.
+    basis: Array2<f32>,
+    /// Consensus messages received and not yet folded in, by `(clock, origin)`.
+    pending: BTreeMap<(u64, PeerId), Arc<FactorBatch>>,
+    /// Consensus messages ignored (from a peer with no copy here: gained by a repair).
+    pub ignored: u64,
+}
+
+impl Mixer {
+    /// The state of peer `me` with in-neighbours `inn`, every copy starting at `w0` (the
+    /// same on every peer).
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] for a bad `w0`.
+    pub fn new(me: PeerId, inn: &[PeerId], w0: &Array2<f32>, cfg: &Config) -> Result<Self> {
+        let (j, d) = w0.dim();
+        let rank = cfg.rank_for(j, d);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5fb0_6055 ^ u64::from(me.0));
+        let mut basis = Array2::from_shape_fn((d, rank), |_| rng.random::<f32>() - 0.5);
+        normalize_columns(&mut basis);
+        let mut copies = BTreeMap::new();
+        for &m in inn {
+            copies.insert(m, Replica::new(w0.clone())?);
+        }
+        Ok(Self {
+            me,
+            rank,
+            step: cfg.step_for(j, d),
+            public: Replica::new(w0.clone())?,
+            copies,
+            basis,
+            pending: BTreeMap::new(),
+            ignored: 0,
+        })
+    }
+
+    /// The consensus step `γ`.
+    pub fn step(&self) -> f32 {
+        self.step
+    }
+
+    /// In-neighbours mixed with.
+    pub fn mixed_with(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.copies.keys().copied()
+    }
+
+    /// Checks and holds `batch`, `from`'s consensus message of its clock `batch.clock`,
+    /// until [`fold`](Self::fold) reaches that clock. From a peer without a copy here it is
+    /// counted and dropped.
+    ///
+    /// # Errors
+    /// [`Error::BadClock`] when the origin is not the sender or the clock is held already;
+    /// the batch's own validation errors (shape, non-finite values, sparse `v`). Nothing
+    /// changes on an error.
+    pub fn receive(&mut self, from: PeerId, batch: Arc<FactorBatch>) -> Result<()> {
+        if batch.origin != from {
+            return Err(Error::BadClock {
+                origin: batch.origin,
+                clock: batch.clock,
+                reason: "a consensus message is never relayed: origin differs from sender",
+            });
+        }
+        let (j, d) = self.public.dim();
+        batch.validate(j, d)?;
+        if !matches!(batch.v, VFactors::Dense(_)) || batch.len() > self.rank.max(1) * 4 {
+            return Err(Error::BadClock {
+                origin: from,
+                clock: batch.clock,
+                reason: "a consensus message holds a few dense pairs",
+            });
+        }
+        if !self.copies.contains_key(&from) {
+            self.ignored += 1;
+            return Ok(());
+        }
+        if self.pending.contains_key(&(batch.clock, from)) {
+            return Err(Error::BadClock {
+                origin: from,
+                clock: batch.clock,
+                reason: "duplicate consensus message",
+            });
+        }
+        self.pending.insert((batch.clock, from), batch);
+        Ok(())
+    }
+
+    /// Adds every held message of a clock `< limit` (all of them with `None`) to its
+    /// sender's copy, in `(clock, origin)` order.
+    ///
+    /// # Errors
+    /// From the apply kernel (the batches were validated on receipt).
+    pub fn fold(&mut self, limit: Option<u64>) -> Result<usize> {
+        let keys: Vec<(u64, PeerId)> = match limit {
+            Some(l) => self
+                .pending
+                .range(..(l, PeerId(0)))
+                .map(|(k, _)| *k)
+                .collect(),
+            None => self.pending.keys().copied().collect(),
+        };
+        let mut pairs = 0;
+        for k in keys {
+            let batch = self.pending.remove(&k).expect("listed");
+            if let Some(copy) = self.copies.get_mut(&k.1) {
+                copy.apply(&[&batch])?;
+                pairs += batch.len();
+            }
+        }
+        Ok(pairs)
+    }
+
+    /// The consensus step on `w`: `W += γ (mean_m Ŵ_m − Ŵ_p)` (nothing without copies).
+    pub fn mix(&self, mut w: ArrayViewMut2<'_, f32>) {
+        if self.copies.is_empty() {
+            return;
+        }
+        let g = self.step;
+        let each = g / self.copies.len() as f32;
+        Zip::from(&mut w)
+            .and(&self.public.w())
+            .for_each(|x, &p| *x -= g * p);
+        for copy in self.copies.values() {
+            Zip::from(&mut w)
+                .and(&copy.w())
+                .for_each(|x, &c| *x += each * c);
+        }
+    }
+
+    /// The rank-`R` consensus message of clock `clock` for `w`: the leading part of
+    /// `E = W − Ŵ_p` by one warm-started power iteration, added to the public copy. Always
+    /// `R` pairs (zero pairs where `E` has fewer directions), so every clock's message has
+    /// the same size.
+    ///
+    /// # Errors
+    /// From the apply kernel, or [`Error::NonFinite`] when `W` holds a non-finite value (the
+    /// public copy is then unchanged).
+    pub fn compress(&mut self, w: ArrayView2<'_, f32>, clock: u64) -> Result<FactorBatch> {
+        let (j, d) = self.public.dim();
+        let e = &w - &self.public.w();
+        if e.iter().any(|x| !x.is_finite()) {
+            return Err(Error::NonFinite {
+                origin: self.me,
+                pair: usize::MAX,
+                what: "replica (before its consensus message)",
+            });
+        }
+        // U = orth(E V), columns whose norm vanishes zeroed.
+        let mut u = e.dot(&self.basis);
+        orthonormalize(&mut u);
+        let v = e.t().dot(&u); // D × R: E's part along U is U vᵀ.
+        let mut next = v.clone();
+        normalize_columns(&mut next);
+        for (c, col) in next.axis_iter(Axis(1)).enumerate() {
+            if col.iter().any(|x| *x != 0.0) {
+                self.basis.column_mut(c).assign(&col);
+            }
+        }
+        let batch = FactorBatch {
+            origin: self.me,
+            clock,
+            scale: 1.0,
+            j,
+            d,
+            u: u.t().iter().copied().collect(),
+            v: VFactors::Dense(v.t().iter().copied().collect()),
+        };
+        self.public.apply(&[&batch])?;
+        Ok(batch)
+    }
+
+    /// `peer` is gone: its copy is dropped, the mean taken over the others.
+    pub fn forget(&mut self, peer: PeerId) {
+        self.copies.remove(&peer);
+        self.pending.retain(|k, _| k.1 != peer);
+    }
+}
+
+/// Modified Gram–Schmidt on the columns of `m`, in place; columns that vanish (relative
+/// to the largest) are moved to the end as zeros. Returns how many are kept.
+fn orthonormalize(m: &mut Array2<f32>) -> usize {
+    let cols = m.ncols();
+    let largest = m
+        .axis_iter(Axis(1))
+        .map(|c| c.dot(&c).sqrt())
+        .fold(0f32, f32::max);
+    if largest == 0.0 || !largest.is_finite() {
+        return 0;
+    }
+    let mut kept = 0;
+    for c in 0..cols {
+        let mut col = m.column(c).to_owned();
+        for k in 0..kept {
+            let q = m.column(k);
+            let r = q.dot(&col);
+            col.scaled_add(-r, &q);
+        }
+        let n = col.dot(&col).sqrt();
+        if n > 1e-6 * largest {
+            col /= n;
+            m.column_mut(kept).assign(&col);
+            kept += 1;
+        }
+    }
+    for c in kept..cols {
+        m.column_mut(c).fill(0.0);
+    }
+    kept
+}
+
+fn normalize_columns(m: &mut Array2<f32>) {
+    for mut col in m.axis_iter_mut(Axis(1)) {
+        let n = col.dot(&col).sqrt();
+        if n > 0.0 && n.is_finite() {
+            col /= n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(rank: usize, step: f32, peers: usize) -> Config {
+        Config {
+            rank,
+            step: Some(step),
+            weights: vec![1.0; peers].into(),
+        }
+    }
+
+    /// A message sent is what the receiver's copy gains, and the sender's public copy
+    /// gains the same: after any sequence both copies are equal bit for bit.
+    #[test]
+    fn the_receivers_copy_tracks_the_senders_public_copy_exactly() {
+        let w0 = Array2::<f32>::zeros((5, 7));
+        let mut a = Mixer::new(PeerId(0), &[PeerId(1)], &w0, &cfg(2, 0.5, 2)).unwrap();
+        let mut b = Mixer::new(PeerId(1), &[PeerId(0)], &w0, &cfg(2, 0.5, 2)).unwrap();
+        let mut w = w0.clone();
+        for t in 0..20u64 {
+            w.iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x += ((i as u64 * 31 + t * 7) % 11) as f32 - 5.0);
+            let q = a.compress(w.view(), t).unwrap();
+            assert_eq!(q.len(), 2, "always R pairs");
+            b.receive(PeerId(0), Arc::new(q)).unwrap();
+            b.fold(Some(t + 1)).unwrap();
+            assert_eq!(a.public.w(), b.copies[&PeerId(0)].w());
+        }
+    }
+
+    /// With a rank at least that of `E`, one message sends all of it (the public copy then
+    /// equals W); with rank 1 the error `‖W − Ŵ‖` never grows and shrinks over clocks.
+    #[test]
+    fn compression_sends_everything_when_the_rank_allows_and_feeds_back_the_rest() {
+        let w0 = Array2::<f32>::zeros((4, 6));
+        let w = Array2::from_shape_fn((4, 6), |(i, k)| (i as f32 + 1.0) * (k as f32 - 2.5));
+        // Rank-1 matrix: one message holds it.
+        let mut m = Mixer::new(PeerId(0), &[], &w0, &cfg(1, 0.1, 1)).unwrap();
+        // The warm start is random: two iterations on a fixed W.
+        m.compress(w.view(), 0).unwrap();
+        let err = (&w - &m.public.w()).mapv(f32::abs).sum();
+        assert!(err < 1e-3, "left {err}");
+        // Full rank, rank-1 messages: the error falls clock after clock.
+        let w = Array2::from_shape_fn((4, 6), |(i, k)| ((i * 7 + k * 3) % 5) as f32 - 2.0);
+        let mut m = Mixer::new(PeerId(0), &[], &w0, &cfg(1, 0.1, 1)).unwrap();
+        let mut last = f32::INFINITY;
+        for t in 0..30 {
+            m.compress(w.view(), t).unwrap();
+            let err = (&w - &m.public.w()).mapv(|x| x * x).sum().sqrt();
+            assert!(err <= last * 1.0001, "clock {t}: {err} after {last}");
+            last = err;
+        }
+        assert!(last < 1e-2, "left {last}");
+    }
+
+    #[test]
+    fn a_bad_message_is_refused_and_changes_nothing() {
+        let w0 = Array2::<f32>::zeros((3, 4));
+        let mut m = Mixer::new(PeerId(0), &[PeerId(1)], &w0, &cfg(1, 0.5, 2)).unwrap();
+        let good = FactorBatch {
+            origin: PeerId(1),
+            clock: 0,
+            scale: 1.0,
+            j: 3,
+            d: 4,
+            u: vec![1.0; 3],
+            v: VFactors::Dense(vec![1.0; 4]),
+        };
+        let mut nan = good.clone();
+        nan.u[1] = f32::NAN;
+        assert!(m.receive(PeerId(1), Arc::new(nan)).is_err());
+        let mut shape = good.clone();
+        shape.j = 2;
+        shape.u.truncate(2);
+        assert!(m.receive(PeerId(1), Arc::new(shape)).is_err());
+        assert!(m.receive(PeerId(2), Arc::new(good.clone())).is_err());
+        assert_eq!(m.fold(None).unwrap(), 0);
+        assert_eq!(m.copies[&PeerId(1)].w(), w0.view());
+        m.receive(PeerId(1), Arc::new(good.clone())).unwrap();
+        assert!(m.receive(PeerId(1), Arc::new(good)).is_err(), "duplicate");
+        assert_eq!(m.fold(Some(0)).unwrap(), 0, "clock 0 is not < 0");
+        assert_eq!(m.fold(Some(1)).unwrap(), 1);
+    }
+
+    /// Two peers sending to each other, starting apart, with no gradients: the consensus
+    /// brings them together.
+    #[test]
+    fn consensus_alone_brings_two_replicas_together() {
+        let w0 = Array2::<f32>::zeros((3, 3));
+        let mut wa = Array2::from_shape_fn((3, 3), |(i, k)| (i + 2 * k) as f32);
+        let mut wb = Array2::from_shape_fn((3, 3), |(i, k)| -((i * k) as f32));
+        let start = (&wa - &wb).mapv(f32::abs).sum();
+        let mut a = Mixer::new(PeerId(0), &[PeerId(1)], &w0, &cfg(1, 0.3, 2)).unwrap();
+        let mut b = Mixer::new(PeerId(1), &[PeerId(0)], &w0, &cfg(1, 0.3, 2)).unwrap();
+        for t in 0..400 {
+            a.mix(wa.view_mut());
+            b.mix(wb.view_mut());
+            let qa = a.compress(wa.view(), t).unwrap();
+            let qb = b.compress(wb.view(), t).unwrap();
+            b.receive(PeerId(0), Arc::new(qa)).unwrap();
+            a.receive(PeerId(1), Arc::new(qb)).unwrap();
+            a.fold(Some(t + 1)).unwrap();
+            b.fold(Some(t + 1)).unwrap();
+        }
+        let end = (&wa - &wb).mapv(f32::abs).sum();
+        assert!(end < 1e-3 * start, "{start} → {end}");
+    }
+}
