@@ -123,6 +123,8 @@ fn every_option_lands_in_the_spec() {
         "0.25",
         "--gossip-own",
         "0.4",
+        "--gossip-gain",
+        "0.5",
     ]);
     let want = RunSpec {
         peers: 6,
@@ -173,6 +175,7 @@ fn every_option_lands_in_the_spec() {
             gossip_rank: Some(2),
             gossip_step: Some(0.25),
             gossip_own: Some(0.4),
+            gossip_gain: Some(0.5),
         },
         output: OutputOptions {
             metrics: Some("m.jsonl".into()),

@@ -202,6 +202,11 @@ pub struct NetArgs {
     /// measured worse.
     #[arg(long, value_name = "A")]
     pub gossip_own: Option<f32>,
+    /// How far the gossip mode's replicas' mean moves a clock, as a share of full
+    /// broadcast's step, in (0, 1]. Default: min(1, 3(Q+1)/P): no batch weighted more than
+    /// three times (a larger weight makes each replica's step noisier than the consensus averages).
+    #[arg(long, value_name = "G")]
+    pub gossip_gain: Option<f32>,
 }
 
 impl NetArgs {
@@ -223,6 +228,7 @@ impl NetArgs {
             gossip_rank: self.gossip_rank,
             gossip_step: self.gossip_step,
             gossip_own: self.gossip_own,
+            gossip_gain: self.gossip_gain,
             ..sfb_harness::NetOptions::default()
         }
     }
@@ -255,6 +261,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "gossip_rank",
     "gossip_step",
     "gossip_own",
+    "gossip_gain",
     "model",
     "synthetic",
     "batch",

@@ -125,6 +125,7 @@ impl Cluster {
         b.s.gossip_rank = spec.net.gossip_rank;
         b.s.gossip_step = spec.net.gossip_step;
         b.s.gossip_own = spec.net.gossip_own;
+        b.s.gossip_gain = spec.net.gossip_gain;
         b.s.aggregate = spec.net.aggregate.map(|c| c.rank);
         b.s.lost_shards = f.lost_shards;
         b.s.compress = spec.net.compress.map(|c| c.rank);
@@ -224,8 +225,9 @@ impl Resolved {
         });
     }
 
-    /// Peer `p`'s gossip-mode weights with own weight `alpha` (`sfb_topology::Learning`).
-    fn gossip_weights(&self, p: usize, alpha: f64) -> Result<Arc<[f32]>> {
+    /// Peer `p`'s gossip-mode weights with own weight `alpha` and gain `gain`
+    /// (`sfb_topology::Learning`).
+    fn gossip_weights(&self, p: usize, alpha: f64, gain: f64) -> Result<Arc<[f32]>> {
         let (t, l) = self
             .learning
             .get_or_init(|| {
@@ -242,7 +244,7 @@ impl Resolved {
             })?;
         Ok(l.gossip_weights(t, p, alpha)
             .iter()
-            .map(|&w| w as f32)
+            .map(|&w| (gain * w) as f32)
             .collect())
     }
 
@@ -294,6 +296,7 @@ struct Settings {
     gossip_rank: Option<usize>,
     gossip_step: Option<f32>,
     gossip_own: Option<f32>,
+    gossip_gain: Option<f32>,
     aggregate: Option<usize>,
     /// No arithmetic ([`sfb_core::Config::timing_only`]; the simulator's).
     timing_only: bool,
@@ -357,6 +360,7 @@ impl Default for Settings {
             gossip_rank: None,
             gossip_step: None,
             gossip_own: None,
+            gossip_gain: None,
             aggregate: None,
             timing_only: false,
             deterministic_topology: false,
@@ -1359,8 +1363,16 @@ impl<K: Kind> Builder<K> {
                     .gossip_own
                     .unwrap_or(sfb_core::gossip::Config::default_own(q)),
             );
-            let mut g =
-                sfb_core::gossip::Config::new(self.resolved()?.gossip_weights(id as usize, alpha)?);
+            let gain = f64::from(
+                self.s
+                    .gossip_gain
+                    .unwrap_or(sfb_core::gossip::Config::default_gain(self.s.peers, q)),
+            );
+            let mut g = sfb_core::gossip::Config::new(self.resolved()?.gossip_weights(
+                id as usize,
+                alpha,
+                gain,
+            )?);
             g.rank = self
                 .s
                 .gossip_rank

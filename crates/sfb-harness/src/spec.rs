@@ -914,6 +914,10 @@ pub struct NetOptions {
     /// (0, 1) (`--gossip-own A`). Default `1/(Q+1)`
     /// ([`sfb_core::gossip::Config::default_own`]).
     pub gossip_own: Option<f32>,
+    /// How far the gossip mode's replicas' mean moves a clock, as a share of a full
+    /// broadcast replica's step, in (0, 1] (`--gossip-gain G`). Default
+    /// [`sfb_core::gossip::Config::default_gain`].
+    pub gossip_gain: Option<f32>,
     /// libp2p, root only: every node in its own network namespace, sends shaped by the
     /// kernel's tbf at `bandwidth` (burst `burst`) instead of the token bucket.
     pub netns: bool,
@@ -938,6 +942,7 @@ impl Default for NetOptions {
             gossip_rank: None,
             gossip_step: None,
             gossip_own: None,
+            gossip_gain: None,
         }
     }
 }
@@ -1466,6 +1471,15 @@ impl RunSpec {
                 why: "it is the share of a replica's step that comes from its own batches",
             });
         }
+        if let Some(g) = n.gossip_gain
+            && !(g > 0.0 && g <= 1.0)
+        {
+            return Err(Error::Requires {
+                field: "net.gossip_gain",
+                requires: "a gain in (0, 1]",
+                why: "it is the share of full broadcast's step the replicas' mean takes a clock",
+            });
+        }
         if n.relay_compress.is_some() && !n.relay {
             return Err(Error::Requires {
                 field: "net.relay_compress",
@@ -1768,6 +1782,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "net.gossip_rank" => "--gossip-rank",
         "net.gossip_step" => "--gossip-step",
         "net.gossip_own" => "--gossip-own",
+        "net.gossip_gain" => "--gossip-gain",
         "net.relay_compress" => "--relay-compress",
         "net.aggregate" => "--aggregate",
         other => other,

@@ -325,7 +325,7 @@ pub fn demo(opts: &Demo, runner: &Runner) -> Result<Report> {
             .into(),
     );
     report.notes.push(
-        "Partial broadcast here does not relay (`--relay` would forward every update along shortest-path trees, at full broadcast's bytes): each replica gets its own and its in-neighbours' updates only, so it needs more samples per unit of progress but sends fewer bytes per clock."
+        "Partial broadcast here is the default gossip mode: each replica applies its own and its in-neighbours' updates, weighted so the replicas' mean moves as full broadcast's, and a small consensus message per link (K/8 pairs) pulls the replicas together; it sends Q/(P−1) of full broadcast's bytes and 1/8 more, and its replicas differ by a disagreement the consensus keeps small (`max_replica_divergence`)."
             .into(),
     );
     Ok(report)
