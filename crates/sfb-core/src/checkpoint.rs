@@ -85,6 +85,10 @@ pub struct NodeState {
     /// ([`Compressor::save_state`](crate::compress::Compressor::save_state)); empty
     /// without `--compress`.
     pub compressor: Vec<u8>,
+    /// The gossip mode's consensus state: the public copy, the copies of the
+    /// in-neighbours' and the power iteration's warm start
+    /// ([`Mixer::save_state`](crate::gossip::Mixer::save_state)); empty outside that mode.
+    pub mixer: Vec<u8>,
     /// The sampler of the node's shard (none for the server).
     pub sampler: Option<SamplerState>,
     /// The nodes this one waits for (in-neighbours; the clients; the server), sorted: a
@@ -107,6 +111,7 @@ struct Head {
     optimizer: u64,
     model: u64,
     compressor: u64,
+    mixer: u64,
     sampler: Option<SamplerState>,
     awaited: Vec<PeerId>,
     metrics: PeerMetrics,
@@ -134,6 +139,7 @@ impl NodeState {
             optimizer: self.optimizer.len() as u64,
             model: self.model.len() as u64,
             compressor: self.compressor.len() as u64,
+            mixer: self.mixer.len() as u64,
             sampler: self.sampler,
             awaited: self.awaited.clone(),
             metrics: self.metrics.clone(),
@@ -155,6 +161,7 @@ impl NodeState {
         out.extend_from_slice(&self.optimizer);
         out.extend_from_slice(&self.model);
         out.extend_from_slice(&self.compressor);
+        out.extend_from_slice(&self.mixer);
         out
     }
 
@@ -202,8 +209,12 @@ impl NodeState {
             .take(usize::try_from(head.compressor).unwrap_or(usize::MAX))
             .map_err(|_| bad("truncated in the compressor's state"))?
             .to_vec();
+        let mixer = r
+            .take(usize::try_from(head.mixer).unwrap_or(usize::MAX))
+            .map_err(|_| bad("truncated in the gossip mode's state"))?
+            .to_vec();
         r.finish()
-            .map_err(|e| bad(format!("{e} after the compressor's state")))?;
+            .map_err(|e| bad(format!("{e} after the gossip mode's state")))?;
         Ok(Self {
             role: head.role,
             id: head.id,
@@ -212,6 +223,7 @@ impl NodeState {
             optimizer,
             model,
             compressor,
+            mixer,
             sampler: head.sampler,
             awaited: head.awaited,
             metrics: head.metrics,
@@ -466,6 +478,7 @@ mod tests {
             optimizer: ByteWriter::new().f64s(&[1.0, 2.0]).finish(),
             model: vec![7, 8, 9],
             compressor: vec![1, 2],
+            mixer: vec![3, 4, 5],
             sampler: Some(SamplerState {
                 epoch: 3,
                 pos: 4,

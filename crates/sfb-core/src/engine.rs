@@ -104,7 +104,7 @@ pub struct Config {
     /// in-neighbours' are applied with the configured weights and the replicas are pulled
     /// together by compressed consensus messages. `None`: the paper's mode (each replica
     /// applies its own and its in-neighbours' batches, nothing more), or full broadcast.
-    /// Not with relay, checkpoints or rejoin. Default: none.
+    /// Not with relay or rejoin. Default: none.
     pub gossip: Option<crate::gossip::Config>,
     /// Timing only (`sfb sim --timing-only`): the node runs its whole protocol (clocks,
     /// barriers, sends, relays, records) but does no arithmetic: `compute_sv` becomes
@@ -222,14 +222,6 @@ impl Config {
                 return bad(
                     "--relay carries every batch to every replica; the gossip mode mixes \
                      replicas instead: pick one (--partial gossip|paper without --relay)"
-                        .into(),
-                );
-            }
-            if self.checkpoint_every > 0 {
-                return bad(
-                    "the gossip mode's copies of the neighbours' replicas are not held by \
-                     checkpoints yet: no checkpoints with it (use --partial paper or full \
-                     broadcast)"
                         .into(),
                 );
             }
@@ -846,6 +838,10 @@ impl<M: Model> Side<M> for PeerSide {
             (None, Some(p)) => p.save_state(),
             (None, None) => Vec::new(),
         };
+        state.mixer = self
+            .mixer
+            .as_ref()
+            .map_or_else(Vec::new, |m| m.save_state());
     }
 }
 
@@ -1122,6 +1118,25 @@ impl<M: Model> Engine<M> {
                 });
             }
             (None, None) => {}
+        }
+        match &mut self.side.mixer {
+            Some(_) if state.mixer.is_empty() => {
+                return Err(Error::Checkpoint {
+                    reason: "written by a run outside the gossip mode (no copies of the \
+                             neighbours' replicas); this run gossips (--partial paper \
+                             resumes it)"
+                        .into(),
+                });
+            }
+            Some(m) => m.restore_state(&state.mixer)?,
+            None if !state.mixer.is_empty() && !self.cfg.timing_only => {
+                return Err(Error::Checkpoint {
+                    reason: "written by a run in the gossip mode; this run does not gossip \
+                             (its copies of the neighbours' replicas would be lost)"
+                        .into(),
+                });
+            }
+            None => {}
         }
         self.worker.restore(&state, state.clock)
     }

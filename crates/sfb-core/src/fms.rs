@@ -375,6 +375,7 @@ impl<M: Model> Server<M> {
             optimizer: self.stepper.save_state(),
             model: self.model.save_state(),
             compressor: Vec::new(),
+            mixer: Vec::new(),
             sampler: None,
             awaited: (0..self.cfg.clients as u32).map(PeerId).collect(),
             metrics: self.metrics.clone(),

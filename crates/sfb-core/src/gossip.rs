@@ -56,8 +56,8 @@
 //!
 //! **Peer loss**: a lost in-neighbour's copy is dropped and the mean taken over the
 //! others; an in-neighbour gained by a repair is not mixed with (its public copy is not
-//! known here), its batches are applied. Checkpoints and rejoin do not hold the copies
-//! yet and are refused with this mode.
+//! known here), its batches are applied. Checkpoints hold the copies
+//! ([`Mixer::save_state`]); a rejoining peer cannot get them yet and is refused.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -358,6 +358,81 @@ impl Mixer {
         Ok(batch)
     }
 
+    /// The state a checkpoint holds: the public copy, each in-neighbour's copy (with its
+    /// id) and the power iteration's warm start. Messages not yet folded are not in it: a
+    /// checkpoint is a cut at a clock boundary where every message of the earlier clocks
+    /// has been folded (the same rule as the batches).
+    pub fn save_state(&self) -> Vec<u8> {
+        let (j, d) = self.public.dim();
+        let mut w = crate::checkpoint::ByteWriter::new();
+        w.u64(j as u64)
+            .u64(d as u64)
+            .u64(self.rank as u64)
+            .f32s(&self.public.w().iter().copied().collect::<Vec<_>>())
+            .f32s(&self.basis.iter().copied().collect::<Vec<_>>())
+            .u64(self.copies.len() as u64);
+        for (id, copy) in &self.copies {
+            w.u64(u64::from(id.0))
+                .f32s(&copy.w().iter().copied().collect::<Vec<_>>());
+        }
+        w.finish()
+    }
+
+    /// Puts back what [`save_state`](Self::save_state) wrote, for the same peer, shape,
+    /// rank and in-neighbours.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] naming what does not fit (shape, rank, neighbours, a truncated
+    /// or non-finite section); nothing changes then.
+    pub fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let bad = |reason: String| Error::Checkpoint {
+            reason: format!("the gossip mode's state: {reason}"),
+        };
+        let (j, d) = self.public.dim();
+        let mut r = crate::checkpoint::ByteReader::new(bytes);
+        let mut num = |what: &str| r.u64().map_err(|e| bad(format!("{what}: {e}")));
+        let (sj, sd, sr) = (num("J")?, num("D")?, num("rank")?);
+        if (sj, sd, sr) != (j as u64, d as u64, self.rank as u64) {
+            return Err(bad(format!(
+                "written for a {sj}×{sd} W with rank {sr}, this run has {j}×{d} and rank {}",
+                self.rank
+            )));
+        }
+        let matrix =
+            |r: &mut crate::checkpoint::ByteReader<'_>, rows: usize, cols: usize, what: &str| {
+                let v = r
+                    .f32s(Some(rows * cols))
+                    .map_err(|e| bad(format!("{what}: {e}")))?;
+                if v.iter().any(|x| !x.is_finite()) {
+                    return Err(bad(format!("{what} holds a non-finite value")));
+                }
+                Array2::from_shape_vec((rows, cols), v).map_err(|e| bad(format!("{what}: {e}")))
+            };
+        let public = matrix(&mut r, j, d, "the public copy")?;
+        let basis = matrix(&mut r, d, self.rank, "the warm start")?;
+        let n = r.u64().map_err(|e| bad(format!("copies: {e}")))?;
+        let mut copies = BTreeMap::new();
+        for _ in 0..n {
+            let id = r.u64().map_err(|e| bad(format!("a copy's peer: {e}")))?;
+            let id = PeerId(u32::try_from(id).map_err(|_| bad(format!("peer {id}")))?);
+            let w = matrix(&mut r, j, d, "a neighbour's copy")?;
+            copies.insert(id, Replica::new(w)?);
+        }
+        r.finish().map_err(|e| bad(e.to_string()))?;
+        let want: Vec<PeerId> = self.copies.keys().copied().collect();
+        let got: Vec<PeerId> = copies.keys().copied().collect();
+        if want != got {
+            return Err(bad(format!(
+                "copies of {got:?}, this peer's in-neighbours are {want:?}"
+            )));
+        }
+        self.public = Replica::new(public)?;
+        self.basis = basis;
+        self.copies = copies;
+        self.pending.clear();
+        Ok(())
+    }
+
     /// `peer` is gone: its copy is dropped, the mean taken over the others.
     pub fn forget(&mut self, peer: PeerId) {
         self.copies.remove(&peer);
@@ -490,6 +565,48 @@ mod tests {
         assert!(m.receive(PeerId(1), Arc::new(good)).is_err(), "duplicate");
         assert_eq!(m.fold(Some(0)).unwrap(), 0, "clock 0 is not < 0");
         assert_eq!(m.fold(Some(1)).unwrap(), 1);
+    }
+
+    /// A saved state restores bit for bit; a state of another shape or neighbourhood, or a
+    /// damaged one, is refused and changes nothing.
+    #[test]
+    fn the_state_round_trips_and_a_bad_one_changes_nothing() {
+        let w0 = Array2::<f32>::zeros((3, 4));
+        let mut a = Mixer::new(PeerId(0), &[PeerId(1), PeerId(2)], &w0, &cfg(1, 0.5, 3)).unwrap();
+        let w = Array2::from_shape_fn((3, 4), |(i, k)| (i * 4 + k) as f32 - 5.0);
+        let q = a.compress(w.view(), 0).unwrap();
+        a.receive(
+            PeerId(1),
+            Arc::new(FactorBatch {
+                origin: PeerId(1),
+                ..q
+            }),
+        )
+        .unwrap();
+        a.fold(None).unwrap();
+        let saved = a.save_state();
+        let mut b = Mixer::new(PeerId(0), &[PeerId(1), PeerId(2)], &w0, &cfg(1, 0.5, 3)).unwrap();
+        b.restore_state(&saved).unwrap();
+        assert_eq!(b.save_state(), saved);
+        assert_eq!(b.public.w(), a.public.w());
+        let fresh = Mixer::new(PeerId(0), &[PeerId(1), PeerId(2)], &w0, &cfg(1, 0.5, 3)).unwrap();
+        let before = fresh.save_state();
+        let mut c = fresh;
+        assert!(
+            c.restore_state(&saved[..saved.len() - 3]).is_err(),
+            "truncated"
+        );
+        let mut other = Mixer::new(PeerId(0), &[PeerId(1)], &w0, &cfg(1, 0.5, 3)).unwrap();
+        assert!(other.restore_state(&saved).is_err(), "other neighbours");
+        let mut bigger = Mixer::new(
+            PeerId(0),
+            &[PeerId(1), PeerId(2)],
+            &Array2::zeros((4, 4)),
+            &cfg(1, 0.5, 3),
+        )
+        .unwrap();
+        assert!(bigger.restore_state(&saved).is_err(), "other shape");
+        assert_eq!(c.save_state(), before);
     }
 
     /// The defaults: a batch weighted at most `GAIN_NEIGHBOURHOODS` times (gain × P/(Q+1)),

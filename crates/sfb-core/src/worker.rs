@@ -426,6 +426,7 @@ impl<M: Model> Worker<M> {
             optimizer: Vec::new(),
             model: self.model.save_state(),
             compressor: Vec::new(),
+            mixer: Vec::new(),
             sampler: Some(self.shard.sampler_state()),
             awaited,
             metrics: self.metrics.clone(),

@@ -38,6 +38,7 @@
 //!     optimizer: vec![0; 16],
 //!     model: Vec::new(),
 //!     compressor: Vec::new(),
+//!     mixer: Vec::new(),
 //!     sampler: None,
 //!     awaited: vec![PeerId(1 - id)],
 //!     metrics: Default::default(),
@@ -68,9 +69,10 @@ use crate::{Error, Result};
 /// Magic bytes at the start of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"SFBCKPT\n";
 
-/// The file format version this build writes and reads (3: a node's metrics carry the
-/// prioritizer's largest-pair energy, so a version-2 node state does not decode).
-pub const FORMAT: u32 = 3;
+/// The file format version this build writes and reads (4: a node's state holds the
+/// gossip mode's consensus state, so a version-3 node state does not decode; 3: a node's
+/// metrics carry the prioritizer's largest-pair energy).
+pub const FORMAT: u32 = 4;
 
 /// What run a checkpoint belongs to; a resumed run refuses a file whose meta differs from
 /// its own (the node's own checks then cover shape, topology, optimizer and data).
@@ -482,6 +484,7 @@ mod tests {
             optimizer: vec![1, 2, 3],
             model: vec![4],
             compressor: Vec::new(),
+            mixer: Vec::new(),
             sampler: None,
             awaited: vec![PeerId(0)],
             metrics: Default::default(),
@@ -563,9 +566,9 @@ mod tests {
         let mut long = bytes.clone();
         long.push(0);
         assert!(refuse(&long).contains("trailing bytes"));
-        let mut v2 = bytes.clone();
-        v2[8] = 2;
-        assert!(refuse(&v2).contains("format version 2, this sfb reads version 3"));
+        let mut v3 = bytes.clone();
+        v3[8] = 3;
+        assert!(refuse(&v3).contains("format version 3, this sfb reads version 4"));
         // Another run's files.
         let other = |meta: Meta| Store::open(dir.path(), 2, meta).unwrap().encode(&state(5));
         let e = refuse(&other(Meta::new("sfb", "dml", 2, 7)));

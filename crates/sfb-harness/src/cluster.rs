@@ -291,7 +291,7 @@ struct Settings {
     prioritize: Option<crate::PrioritizeSpec>,
     relay: bool,
     relay_compress: Option<usize>,
-    /// Partial broadcast's mode; `None`: gossip unless relay or checkpoints.
+    /// Partial broadcast's mode; `None`: gossip unless relay.
     partial: Option<crate::PartialSpec>,
     gossip_rank: Option<usize>,
     gossip_step: Option<f32>,
@@ -889,7 +889,7 @@ impl<K> Builder<K> {
     }
 
     /// Partial broadcast's mode ([`crate::PartialSpec`]): gossip (the default, also when
-    /// not called, unless relay or checkpoints) or the paper's literal mode.
+    /// not called, unless relay) or the paper's literal mode.
     pub fn partial(mut self, mode: crate::PartialSpec) -> Self {
         self.s.partial = Some(mode);
         self
@@ -1294,7 +1294,7 @@ impl<K: Kind> Builder<K> {
     }
 
     /// Whether this run's SFB peers use the gossip mode ([`sfb_core::gossip`]): partial
-    /// broadcast, and `--partial gossip` or no mode named, no relay and no checkpoints.
+    /// broadcast, and `--partial gossip` or no mode named, and no relay.
     pub fn gossips(&self) -> bool {
         let partial = match &self.s.topology {
             Topo::Full => false,
@@ -1307,7 +1307,7 @@ impl<K: Kind> Builder<K> {
             && match self.s.partial {
                 Some(crate::PartialSpec::Gossip) => true,
                 Some(crate::PartialSpec::Paper) => false,
-                None => self.s.checkpoints.is_none(),
+                None => true,
             }
     }
 

@@ -901,8 +901,8 @@ pub struct NetOptions {
     /// default; [`sfb_core::gossip`]: weighted neighbourhood updates plus compressed
     /// consensus, converges at `O(Q)` bytes) or `paper` (the paper's literal mode: no
     /// forwarding, no consensus; diverges or stalls on most topologies, see
-    /// `sfb_topology::Learning`). `None`: gossip, or paper where gossip cannot run yet
-    /// (with `--relay`, checkpoints or rejoin).
+    /// `sfb_topology::Learning`). `None`: gossip, or paper with `--relay`. A peer cannot
+    /// rejoin a gossip run yet.
     pub partial: Option<PartialSpec>,
     /// Pairs per consensus message in the gossip mode (`--gossip-rank R`). Default
     /// `max(1, K/8)` ([`sfb_core::gossip::Config::default_rank`]).
@@ -1438,11 +1438,11 @@ impl RunSpec {
                     "relay carries every batch to every replica; gossip mixes replicas instead",
                 );
             }
-            if f.checkpoint_dir.is_some() || f.rejoin {
+            if f.rejoin {
                 return refuse(
-                    "no checkpoints and no rejoin (or --partial paper)",
-                    "its copies of the neighbours' replicas are not checkpointed or \
-                     transferred yet",
+                    "no rejoin (or --partial paper)",
+                    "its copies of the neighbours' replicas are not transferred to a \
+                     rejoining peer yet",
                 );
             }
         }

@@ -262,6 +262,7 @@ mod control_tests {
             optimizer: vec![1, 2],
             model: Vec::new(),
             compressor: Vec::new(),
+            mixer: Vec::new(),
             sampler: None,
             awaited: Vec::new(),
             metrics: Default::default(),
