@@ -686,7 +686,7 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
     if let Some(full_t) = full.and_then(|a| a.time_to_target_s) {
         report.notes.push(relay_verdict(&report, full_t, p));
     }
-    report.notes.push("Without relay each replica applies its own updates and its in-neighbours' only ((Q+1)/P of them), so replicas drift apart (max divergence in the JSON) and the objective is the mean over peers. With relay every replica applies every update, as many clocks late as it is hops from its origin, and sends the bytes of full broadcast over Q connections.".into());
+    report.notes.push("Without relay (the default gossip mode) each replica applies its own and its in-neighbours' updates, weighted, and a consensus message of K/8 pairs per link pulls the replicas together; they differ by what the consensus has not yet removed (max divergence in the JSON) and the objective is the mean over peers. With relay every replica applies every update, as many clocks late as it is hops from its origin, and sends the bytes of full broadcast over Q connections.".into());
     Ok(report)
 }
 
