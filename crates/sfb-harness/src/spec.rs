@@ -1453,32 +1453,41 @@ impl RunSpec {
                 why: "rank 0 would never mix the replicas",
             });
         }
-        if let Some(g) = n.gossip_step
-            && !(g > 0.0 && g <= 1.0)
-        {
-            return Err(Error::Requires {
-                field: "net.gossip_step",
-                requires: "a step in (0, 1]",
-                why: "it is the fraction of the way to the neighbours' mean taken a clock",
-            });
-        }
-        if let Some(a) = n.gossip_own
-            && !(a > 0.0 && a < 1.0)
-        {
-            return Err(Error::Requires {
-                field: "net.gossip_own",
-                requires: "a weight in (0, 1)",
-                why: "it is the share of a replica's step that comes from its own batches",
-            });
-        }
-        if let Some(g) = n.gossip_gain
-            && !(g > 0.0 && g <= 1.0)
-        {
-            return Err(Error::Requires {
-                field: "net.gossip_gain",
-                requires: "a gain in (0, 1]",
-                why: "it is the share of full broadcast's step the replicas' mean takes a clock",
-            });
+        // The gossip mode's fractions: (field, value, whether 1 is allowed, what it needs,
+        // why).
+        let fractions = [
+            (
+                "net.gossip_step",
+                n.gossip_step,
+                true,
+                "a step in (0, 1]",
+                "it is the fraction of the way to the neighbours' mean taken a clock",
+            ),
+            (
+                "net.gossip_own",
+                n.gossip_own,
+                false,
+                "a weight in (0, 1)",
+                "it is the share of a replica's step that comes from its own batches",
+            ),
+            (
+                "net.gossip_gain",
+                n.gossip_gain,
+                true,
+                "a gain in (0, 1]",
+                "it is the share of full broadcast's step the replicas' mean takes a clock",
+            ),
+        ];
+        for (field, value, one, requires, why) in fractions {
+            if let Some(x) = value
+                && !(x > 0.0 && (x < 1.0 || (one && x == 1.0)))
+            {
+                return Err(Error::Requires {
+                    field,
+                    requires,
+                    why,
+                });
+            }
         }
         if n.relay_compress.is_some() && !n.relay {
             return Err(Error::Requires {
@@ -1923,6 +1932,52 @@ mod tests {
         assert!(
             bad(&|s| s.train.straggler = Some(StragglerSpec::Rotating { delay_ms: u64::MAX }))
                 .starts_with("train.straggler must be a delay of at most 31536000000 ms")
+        );
+        // The gossip mode's settings (issue 28): fractions with their open or closed ends,
+        // a rank of at least 1, no relay and no rejoin with it named.
+        for (field, set, ok, bad_values) in [
+            (
+                "net.gossip_step",
+                &(|s: &mut RunSpec, v| s.net.gossip_step = Some(v)) as &dyn Fn(&mut RunSpec, f32),
+                1.0,
+                [0.0, 1.5, f32::NAN],
+            ),
+            (
+                "net.gossip_own",
+                &|s, v| s.net.gossip_own = Some(v),
+                0.5,
+                [0.0, 1.0, f32::NAN],
+            ),
+            (
+                "net.gossip_gain",
+                &|s, v| s.net.gossip_gain = Some(v),
+                1.0,
+                [0.0, 1.5, f32::NAN],
+            ),
+        ] {
+            let mut s = RunSpec::default();
+            set(&mut s, ok);
+            s.validate().unwrap();
+            for v in bad_values {
+                let e = bad(&|s| set(s, v));
+                assert!(e.starts_with(field), "{v}: {e}");
+            }
+        }
+        assert!(bad(&|s| s.net.gossip_rank = Some(0)).starts_with("net.gossip_rank"));
+        let gossip = |s: &mut RunSpec| s.net.partial = Some(PartialSpec::Gossip);
+        assert!(
+            bad(&|s| {
+                gossip(s);
+                s.net.relay = true;
+            })
+            .starts_with("net.partial")
+        );
+        assert!(
+            bad(&|s| {
+                gossip(s);
+                s.fault.rejoin = true;
+            })
+            .starts_with("net.partial")
         );
         RunSpec::default().validate().unwrap();
         let mut s = RunSpec::default();
