@@ -222,3 +222,52 @@ fn the_learning_figures_are_reported() {
         "{text}"
     );
 }
+
+/// `--goal paper-stable` trades hops for the paper mode's stability where eq. 3's optimum
+/// makes it diverge (P = 12, Q = 3), and says so with both topologies' figures; a goal
+/// with a construction is refused.
+#[test]
+fn a_learning_goal_changes_the_choice_and_reports_both_figures() {
+    let o = sfb(&[
+        "--peers",
+        "12",
+        "--out-degree",
+        "3",
+        "--goal",
+        "paper-stable",
+        "--format",
+        "json",
+        "--time-limit",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["paper_mode"], "stalls", "{v}");
+    assert!(v["paper_min_real_part"].as_f64().unwrap() > 0.0);
+    assert!(
+        v["cost"].as_u64().unwrap() > 228,
+        "eq. 3's optimum (228) diverges"
+    );
+    assert_eq!(v["proven_optimal"], false);
+    let text = stderr(&o);
+    assert!(
+        text.contains("goal       paper-stable: met; eq. 3's optimum: cost 228"),
+        "{text}"
+    );
+    let o = sfb(&[
+        "--peers",
+        "12",
+        "--out-degree",
+        "3",
+        "--method",
+        "ring",
+        "--goal",
+        "mixing",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--goal is for --method optimal"),
+        "{}",
+        stderr(&o)
+    );
+}

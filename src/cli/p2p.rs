@@ -189,7 +189,8 @@ pub struct NetArgs {
     /// peer cannot --rejoin a gossip run yet.
     #[arg(long, value_name = "gossip|paper")]
     pub partial: Option<sfb_harness::PartialSpec>,
-    /// Pairs per consensus message of the gossip mode (default max(1, K/8) for mini-batches of K).
+    /// Pairs per consensus message of the gossip mode (default max(1, K/8) for mini-batches
+    /// of K, fewer where a peer would send more than full broadcast).
     #[arg(long, value_name = "R")]
     pub gossip_rank: Option<usize>,
     /// The gossip mode's consensus step in (0, 1] (default R / min(J, D), the largest

@@ -475,6 +475,12 @@ struct PeerSide {
     gossip_rank: usize,
     /// Timing only, gossip mode: consensus pairs received and not yet charged as folded.
     timing_folds: usize,
+    /// The clock whose consensus step and message are due (done in a step of their own
+    /// after the clock's factors went out, while they are on the wire).
+    gossip_due: Option<u64>,
+    /// The clock of the last consensus step (it changes W and the public copy after that
+    /// clock's cut).
+    last_gossip: Option<u64>,
 }
 
 /// A relaying peer's view of the trees ([`crate::relay`]).
@@ -613,9 +619,12 @@ impl PeerSide {
 }
 
 impl PeerSide {
-    /// The gossip mode's part of a clock (before the peer's factors go out, so a receiver
-    /// that has a clock's factors has its consensus message too): the consensus step on the
-    /// replica, then the consensus message to every out-neighbour.
+    /// The gossip mode's part of clock `clock`, in a step of its own after the clock's
+    /// factors went out (so it runs while they are on the wire): the consensus step on the
+    /// replica, then the consensus message to every out-neighbour. The message follows the
+    /// clock's factors on each link and comes before the next clock's, so a receiver folds
+    /// it one clock after the clock's batches ([`Mixer::fold`](crate::gossip::Mixer::fold)
+    /// with `limit − 1`): by then it has arrived, on every run alike.
     fn gossip<M: Model>(
         &mut self,
         worker: &mut Worker<M>,
@@ -692,10 +701,11 @@ impl<M: Model> Side<M> for PeerSide {
         time: &mut dyn TimeSource,
     ) -> Result<()> {
         let clocks = worker.plan.clocks;
-        // Consensus pairs folded into the copies of the in-neighbours' replicas: charged
-        // with the clock's apply (timing only: as many as were received).
+        // Consensus pairs folded into the copies of the in-neighbours' replicas, a clock
+        // after the batches (see `gossip`): charged with the clock's apply (timing only: as
+        // many as were received).
         let folded = match &mut self.mixer {
-            Some(m) => m.fold((worker.clock < clocks).then_some(limit))?,
+            Some(m) => m.fold((worker.clock < clocks).then_some(limit.saturating_sub(1)))?,
             None => std::mem::take(&mut self.timing_folds),
         };
         worker.metrics.mix_pairs += folded as u64;
@@ -778,7 +788,10 @@ impl<M: Model> Side<M> for PeerSide {
             wire::round_to_f16(&mut fb);
         }
         let t = fb.clock;
-        self.gossip(worker, t, time)?;
+        // Not after the last clock: nothing would fold it.
+        if self.gossip_rank > 0 && t + 1 < worker.plan.clocks {
+            self.gossip_due = Some(t);
+        }
         let fb = Arc::new(fb);
         let msg = Message::Factors {
             batch: Arc::clone(&fb),
@@ -826,6 +839,29 @@ impl<M: Model> Side<M> for PeerSide {
             .is_none_or(|r| r.settled(worker.plan.clocks))
     }
 
+    /// The gossip mode's consensus step of the clock just emitted, if due (and the run
+    /// still goes past that clock: a stop may have come since).
+    fn deferred(&mut self, worker: &mut Worker<M>, time: &mut dyn TimeSource) -> Result<bool> {
+        let Some(t) = self.gossip_due.take() else {
+            return Ok(false);
+        };
+        if t + 1 >= worker.plan.clocks {
+            return Ok(false);
+        }
+        self.gossip(worker, t, time)?;
+        self.last_gossip = Some(t);
+        Ok(true)
+    }
+
+    /// A cut at `t` also needs every in-neighbour's consensus message of clock `t − 1`
+    /// (held in the checkpoint, folded at `t + 1`).
+    fn cut_ready(&self, t: u64) -> bool {
+        match &self.mixer {
+            Some(m) if t > 0 => m.has_all(t - 1),
+            _ => true,
+        }
+    }
+
     fn role(&self) -> Role {
         Role::Peer
     }
@@ -841,7 +877,7 @@ impl<M: Model> Side<M> for PeerSide {
         state.mixer = self
             .mixer
             .as_ref()
-            .map_or_else(Vec::new, |m| m.save_state());
+            .map_or_else(Vec::new, |m| m.save_state(state.clock));
     }
 }
 
@@ -954,6 +990,8 @@ impl<M: Model> Engine<M> {
                     .as_ref()
                     .map_or(0, |g| g.rank_for(w0_dim.0, w0_dim.1)),
                 timing_folds: 0,
+                gossip_due: None,
+                last_gossip: None,
             },
             worker,
             cfg,
@@ -1235,12 +1273,21 @@ impl<M: Model> Engine<M> {
     /// (always under BSP; under SSP when every awaited node had delivered them) — and it
     /// checkpoints (if `t` was a checkpoint clock, the same state again). W and the
     /// optimizer state have not changed since (updates are applied when a clock starts),
-    /// so the state is exactly the one a checkpoint at `t` holds.
+    /// so the state is exactly the one a checkpoint at `t` holds. In the gossip mode, none
+    /// once the clock's consensus step has changed W (or before the consensus messages a
+    /// cut needs are in): the last checkpoint stands.
     pub fn final_state(&self) -> Option<NodeState> {
         if self.rejoining || self.worker.done {
             return None;
         }
         let mut state = self.worker.cut.clone()?;
+        // The gossip mode's consensus step of the cut's clock changes W after the cut, and
+        // the cut needs the consensus messages of the clock before it.
+        if self.side.last_gossip == Some(state.clock)
+            || !Side::<M>::cut_ready(&self.side, state.clock)
+        {
+            return None;
+        }
         Side::<M>::snapshot(&self.side, &mut state);
         Some(state)
     }

@@ -133,6 +133,16 @@ impl Config {
         (batch / 8).max(1)
     }
 
+    /// [`default_rank`](Self::default_rank), but never so many pairs that a peer sending
+    /// to `q` of `peers` sends more than full broadcast would (`q (K + R) ≤ (P − 1) K`),
+    /// and at least 1: near `Q = P − 1` the consensus has little to do (a replica misses
+    /// few batches) and every pair it sends costs what a missed batch's would. At P = 12,
+    /// K = 16: `R = 1` from Q = 10.
+    pub fn default_rank_for(batch: usize, peers: usize, q: usize) -> usize {
+        let room = peers.saturating_sub(1 + q) * batch / q.max(1);
+        Self::default_rank(batch).min(room).max(1)
+    }
+
     /// `γ = min(1/2, R / min(J, D))`: the largest step measured stable (see the module
     /// docs), and at most a half: a step of 1 replaces a replica by its in-neighbours' mean,
     /// which on a directed cycle only rotates the disagreement (the lazy step's
@@ -358,11 +368,20 @@ impl Mixer {
         Ok(batch)
     }
 
-    /// The state a checkpoint holds: the public copy, each in-neighbour's copy (with its
-    /// id) and the power iteration's warm start. Messages not yet folded are not in it: a
-    /// checkpoint is a cut at a clock boundary where every message of the earlier clocks
-    /// has been folded (the same rule as the batches).
-    pub fn save_state(&self) -> Vec<u8> {
+    /// Whether every in-neighbour mixed with has delivered its consensus message of
+    /// `clock` (held, not folded yet): what a checkpoint at `clock + 1` waits for.
+    pub fn has_all(&self, clock: u64) -> bool {
+        self.copies
+            .keys()
+            .all(|&m| self.pending.contains_key(&(clock, m)))
+    }
+
+    /// The state a checkpoint at clock `cut` holds: the public copy, each in-neighbour's
+    /// copy (with its id), the power iteration's warm start, and the messages received of
+    /// the clocks before `cut` and not folded yet (those of `cut − 1`: they are folded a
+    /// clock later than the batches, see the engine; later ones are sent again by a resumed
+    /// run).
+    pub fn save_state(&self, cut: u64) -> Vec<u8> {
         let (j, d) = self.public.dim();
         let mut w = crate::checkpoint::ByteWriter::new();
         w.u64(j as u64)
@@ -374,6 +393,18 @@ impl Mixer {
         for (id, copy) in &self.copies {
             w.u64(u64::from(id.0))
                 .f32s(&copy.w().iter().copied().collect::<Vec<_>>());
+        }
+        let held: Vec<_> = self.pending.range(..(cut, PeerId(0))).collect();
+        w.u64(held.len() as u64);
+        for ((clock, from), b) in held {
+            let VFactors::Dense(v) = &b.v else {
+                unreachable!("receive keeps dense consensus messages only")
+            };
+            w.u64(u64::from(from.0))
+                .u64(*clock)
+                .u64(b.len() as u64)
+                .f32s(&b.u)
+                .f32s(v);
         }
         w.finish()
     }
@@ -418,6 +449,44 @@ impl Mixer {
             let w = matrix(&mut r, j, d, "a neighbour's copy")?;
             copies.insert(id, Replica::new(w)?);
         }
+        let held = r.u64().map_err(|e| bad(format!("held messages: {e}")))?;
+        let mut pending = BTreeMap::new();
+        for _ in 0..held {
+            let mut num = |what: &str| {
+                r.u64()
+                    .map_err(|e| bad(format!("a held message's {what}: {e}")))
+            };
+            let (from, clock, len) = (num("sender")?, num("clock")?, num("length")?);
+            let from = PeerId(u32::try_from(from).map_err(|_| bad(format!("peer {from}")))?);
+            let len = usize::try_from(len)
+                .ok()
+                .filter(|&l| l <= self.rank.max(1) * 4)
+                .ok_or_else(|| bad(format!("a held message of {len} pairs")))?;
+            let u = r
+                .f32s(Some(len * j))
+                .map_err(|e| bad(format!("a held message's u: {e}")))?;
+            let v = r
+                .f32s(Some(len * d))
+                .map_err(|e| bad(format!("a held message's v: {e}")))?;
+            let batch = FactorBatch {
+                origin: from,
+                clock,
+                scale: 1.0,
+                j,
+                d,
+                u,
+                v: VFactors::Dense(v),
+            };
+            batch
+                .validate(j, d)
+                .map_err(|e| bad(format!("a held message: {e}")))?;
+            if !copies.contains_key(&from) {
+                return Err(bad(format!(
+                    "a held message from {from}, not an in-neighbour"
+                )));
+            }
+            pending.insert((clock, from), Arc::new(batch));
+        }
         r.finish().map_err(|e| bad(e.to_string()))?;
         let want: Vec<PeerId> = self.copies.keys().copied().collect();
         let got: Vec<PeerId> = copies.keys().copied().collect();
@@ -429,7 +498,7 @@ impl Mixer {
         self.public = Replica::new(public)?;
         self.basis = basis;
         self.copies = copies;
-        self.pending.clear();
+        self.pending = pending;
         Ok(())
     }
 
@@ -584,13 +653,29 @@ mod tests {
         )
         .unwrap();
         a.fold(None).unwrap();
-        let saved = a.save_state();
+        // Held, not folded: a message of clock 1 (in a cut at 2) and one of clock 2 (sent
+        // again by a run resumed at 2, so not in it).
+        for (from, clock) in [(1, 1), (2, 1), (2, 2)] {
+            let held = FactorBatch {
+                origin: PeerId(from),
+                clock,
+                ..a.compress(w.view(), clock).unwrap()
+            };
+            a.receive(PeerId(from), Arc::new(held)).unwrap();
+        }
+        assert!(a.has_all(1) && !a.has_all(2));
+        let saved = a.save_state(2);
         let mut b = Mixer::new(PeerId(0), &[PeerId(1), PeerId(2)], &w0, &cfg(1, 0.5, 3)).unwrap();
         b.restore_state(&saved).unwrap();
-        assert_eq!(b.save_state(), saved);
+        assert_eq!(b.save_state(2), saved);
         assert_eq!(b.public.w(), a.public.w());
+        assert!(
+            b.has_all(1) && !b.has_all(2),
+            "clock 1's messages held, 2's not"
+        );
+        assert_eq!(b.fold(None).unwrap(), 2);
         let fresh = Mixer::new(PeerId(0), &[PeerId(1), PeerId(2)], &w0, &cfg(1, 0.5, 3)).unwrap();
-        let before = fresh.save_state();
+        let before = fresh.save_state(0);
         let mut c = fresh;
         assert!(
             c.restore_state(&saved[..saved.len() - 3]).is_err(),
@@ -606,7 +691,7 @@ mod tests {
         )
         .unwrap();
         assert!(bigger.restore_state(&saved).is_err(), "other shape");
-        assert_eq!(c.save_state(), before);
+        assert_eq!(c.save_state(0), before);
     }
 
     /// The defaults: a batch weighted at most `GAIN_NEIGHBOURHOODS` times (gain × P/(Q+1)),

@@ -297,6 +297,24 @@ pub(crate) trait Side<M: Model> {
         true
     }
 
+    /// Work of the side's own between clocks (the gossip mode's consensus step, done
+    /// while the clock's factors are on the wire); whether there was any (the step then
+    /// ends there, its outputs go out). Default: none.
+    ///
+    /// # Errors
+    /// The side's own.
+    fn deferred(&mut self, worker: &mut Worker<M>, time: &mut dyn TimeSource) -> Result<bool> {
+        let _ = (worker, time);
+        Ok(false)
+    }
+
+    /// Whether the side holds what a cut (checkpoint) at clock `t` needs besides the
+    /// awaited nodes' batches of the clocks `< t`. Default: yes.
+    fn cut_ready(&self, t: u64) -> bool {
+        let _ = t;
+        true
+    }
+
     /// What kind of node this side makes.
     fn role(&self) -> Role;
 
@@ -535,6 +553,11 @@ impl<M: Model> Worker<M> {
         if self.done {
             return Ok(Progress::Done);
         }
+        if side.deferred(self, time)? {
+            // Its own step: not waiting, and its outputs go out before the next clock's.
+            self.last_step_end = Some(time.now());
+            return Ok(Progress::Stepped);
+        }
         let now = time.now();
         let started = *self.started.get_or_insert(now);
         let since = self.last_step_end.unwrap_or(started);
@@ -564,7 +587,7 @@ impl<M: Model> Worker<M> {
             self.evaluate(side.w(), time);
         }
         let checkpoint = self.checkpoint_due(self.clock);
-        if checkpoint && !self.inbound.all_delivered(self.clock) {
+        if checkpoint && !(self.inbound.all_delivered(self.clock) && side.cut_ready(self.clock)) {
             // The cut of a checkpoint: every update of clocks < t applied (module docs of
             // `checkpoint`).
             return Ok(Progress::Blocked);

@@ -895,7 +895,8 @@ impl<K> Builder<K> {
         self
     }
 
-    /// The gossip mode's pairs per consensus message (default `max(1, K/8)`) and step (default
+    /// The gossip mode's pairs per consensus message (default `max(1, K/8)`, fewer where
+    /// that would send more than full broadcast) and step (default
     /// `R / min(J, D)`; `None` keeps it).
     pub fn gossip(mut self, rank: usize, step: Option<f32>) -> Self {
         self.s.gossip_rank = Some(rank.max(1));
@@ -1376,7 +1377,11 @@ impl<K: Kind> Builder<K> {
             g.rank = self
                 .s
                 .gossip_rank
-                .unwrap_or(sfb_core::gossip::Config::default_rank(self.s.batch));
+                .unwrap_or(sfb_core::gossip::Config::default_rank_for(
+                    self.s.batch,
+                    self.s.peers,
+                    q,
+                ));
             g.step = self.s.gossip_step;
             cfg.gossip = Some(g);
         }

@@ -211,8 +211,11 @@ pub struct Estimate {
 pub struct Frames {
     /// One peer's K pairs (`Message::Factors`).
     pub factors: u64,
-    /// The gossip mode's consensus message of `max(1, K/8)` pairs (`Message::Mix`).
-    pub mix: u64,
+    /// The gossip mode's consensus message of one pair (`Message::Mix`): its header and
+    /// one pair's bytes; [`Frames::mix`] prices `R` pairs.
+    pub mix_one: u64,
+    /// One more pair of a consensus message.
+    pub mix_pair: u64,
     /// W from the FMS server (`Message::Params`).
     pub params: u64,
     /// A dense ΔW (`Message::Delta`).
@@ -292,6 +295,8 @@ struct Prices {
     latency: f64,
     pair_flops: f64,
     frames: Frames,
+    /// Nodes share a host's cores (their work and transport CPU compete for them).
+    shared: bool,
 }
 
 impl Prices {
@@ -364,11 +369,17 @@ fn bound(compute: f64, network: f64, cpu: f64) -> &'static str {
 /// (`δ` later), the previous take and the node's own last send. With one size this is
 /// `max(n·x + n·y, x + w + δ + n·y, x + w + (n − 1)·max(x, w) + δ + y)`.
 fn exchange(pr: &Prices, n: usize, f: &[u64]) -> f64 {
+    exchange_busy(pr, n, f, 0.0)
+}
+
+/// [`exchange`] for a node busy for `busy` seconds from the start of its sends (its own
+/// sends, and other work of its own): it takes no frame before then.
+fn exchange_busy(pr: &Prices, n: usize, f: &[u64], busy: f64) -> f64 {
     let frames: Vec<u64> = f.iter().flat_map(|&b| std::iter::repeat_n(b, n)).collect();
     if frames.is_empty() {
         return 0.0;
     }
-    let sends: f64 = frames.iter().map(|&b| pr.cpu(b)).sum();
+    let sends: f64 = frames.iter().map(|&b| pr.cpu(b)).sum::<f64>().max(busy);
     let (mut encoded, mut wired, mut taken) = (0.0f64, 0.0f64, 0.0f64);
     for &b in &frames {
         let (x, w, y) = (pr.cpu(b), pr.wire(b), pr.cpu(b));
@@ -379,31 +390,132 @@ fn exchange(pr: &Prices, n: usize, f: &[u64]) -> f64 {
     taken
 }
 
+/// The steady clock of the gossip mode under BSP, by a small schedule of one peer's three
+/// resources (every peer alike): a clock starts when the previous one's factors are
+/// taken and its consensus step is done; the node applies and computes (`work`), queues
+/// its `q` factor frames, runs the consensus step (`consensus`), queues its `q` consensus
+/// frames. Its transport thread encodes each frame it sends (`x`) and takes each frame it
+/// receives (`y`), one job at a time in the order they become ready; its egress NIC sends
+/// frames in order (`w` each). The `i`-th frame of each kind from its in-neighbours
+/// arrives `δ` after its own `i`-th leaves (the circulant stagger [`exchange`] assumes).
+/// Iterated from an idle start until the period settles.
+fn gossip_period(pr: &Prices, q: usize, (f, mix): (u64, u64), work: f64, consensus: f64) -> f64 {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Job {
+        Send(u64),
+        Take { factors: bool, bytes: u64 },
+    }
+    let (mut start, mut transport, mut egress, mut period) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    // Consensus frames still to be taken: they may be in the next clock's way.
+    let mut carried: Vec<(f64, Job)> = Vec::new();
+    for _ in 0..64 {
+        let computed = start + work;
+        let mixed = computed + consensus;
+        let mut jobs: Vec<(f64, Job)> = std::mem::take(&mut carried);
+        jobs.extend((0..q).map(|_| (computed, Job::Send(f))));
+        jobs.extend((0..q).map(|_| (mixed, Job::Send(mix))));
+        let mut factors_taken = computed;
+        while !jobs.is_empty() {
+            // FIFO by readiness; ties keep queue order.
+            let i = (0..jobs.len())
+                .min_by(|&a, &b| jobs[a].0.total_cmp(&jobs[b].0))
+                .expect("not empty");
+            let (ready, job) = jobs.remove(i);
+            match job {
+                Job::Send(bytes) => {
+                    transport = transport.max(ready) + pr.cpu(bytes);
+                    egress = egress.max(transport) + pr.wire(bytes);
+                    let arrives = egress + pr.latency;
+                    if bytes == f && ready == computed {
+                        jobs.push((
+                            arrives,
+                            Job::Take {
+                                factors: true,
+                                bytes,
+                            },
+                        ));
+                    } else {
+                        carried.push((
+                            arrives,
+                            Job::Take {
+                                factors: false,
+                                bytes,
+                            },
+                        ));
+                    }
+                }
+                Job::Take { factors, bytes } => {
+                    transport = transport.max(ready) + pr.cpu(bytes);
+                    if factors {
+                        factors_taken = factors_taken.max(transport);
+                    }
+                }
+            }
+        }
+        let next = mixed.max(factors_taken);
+        let step = next - start;
+        eprintln!(
+            "DBG start {start:.3e} work {work:.3e} cons {consensus:.3e} mixed {mixed:.3e} taken {factors_taken:.3e} egress {egress:.3e} wf {:.3e} wm {:.3e} lat {:.3e}",
+            pr.wire(f),
+            pr.wire(mix),
+            pr.latency
+        );
+        let settled = (step - period).abs() <= 1e-12 * step.max(1e-30);
+        period = step;
+        start = next;
+        if settled {
+            break;
+        }
+    }
+    if pr.shared {
+        // On a shared host the transport's CPU and the consensus step overlap nothing:
+        // every node's cores are busy with someone's work.
+        let cpu = 2.0 * q as f64 * (pr.cpu(f) + pr.cpu(mix));
+        period = period.max(work + consensus + cpu);
+    }
+    period
+}
+
+impl Frames {
+    /// A consensus message of `r ≥ 1` pairs.
+    pub fn mix(&self, r: usize) -> u64 {
+        self.mix_one + (r.max(1) as u64 - 1) * self.mix_pair
+    }
+}
+
 /// One BSP clock of an SFB peer with out- and in-degree `q`: `compute_sv` of K samples,
 /// the exchange of its batch ([`exchange`]), then one apply of its own and the `q`
 /// batches received ((q + 1)·K pairs and a pass over W). Partial broadcast (`q < P − 1`)
-/// is the default gossip mode's ([`sfb_core::gossip`], `R = K/8` pairs a consensus
-/// message, [`Frames::mix`]): a consensus message before the factors on every edge, the
-/// `q·R` pairs received folded with the apply, and the consensus step (`q + 2` passes over
-/// W) and the power iteration (`3R` pairs' flops) — as the engine charges them.
+/// is the default gossip mode's ([`sfb_core::gossip`], `R` pairs a consensus message by
+/// [`sfb_core::gossip::Config::default_rank_for`], [`Frames::mix`]): a consensus message
+/// after the factors on every edge, the `q·R` pairs received folded with the apply, and
+/// the consensus step (`q + 2` passes over W) and the power iteration (`3R` pairs' flops)
+/// while the factors are on the wire — as the engine charges them.
 fn sfb_clock(pr: &Prices, q: usize) -> Estimate {
     let f = pr.frames.factors;
     let gossip = q + 1 < pr.p && q > 0;
     let r = if gossip {
-        sfb_core::gossip::Config::default_rank(pr.k)
+        sfb_core::gossip::Config::default_rank_for(pr.k, pr.p, q)
     } else {
         0
     };
-    let frames: &[u64] = if gossip { &[pr.frames.mix, f] } else { &[f] };
+    let mix = pr.frames.mix(r);
+    let frames: &[u64] = if gossip { &[f, mix] } else { &[f] };
     let compute = pr.compute();
-    let net = exchange(pr, q, frames);
+    let net = exchange(pr, q, &[f]);
     let pairs = (q + 1) * pr.k;
-    let apply = pr.apply(pairs + q * r)
-        + if gossip {
-            pr.dense(q + 2, pr.j) + pr.apply(3 * r)
-        } else {
-            0.0
-        };
+    let apply = pr.apply(pairs + q * r);
+    // The consensus step runs while the factors are on the wire.
+    let consensus = if gossip {
+        pr.dense(q + 2, pr.j) + pr.apply(3 * r)
+    } else {
+        0.0
+    };
+    let clock = if gossip {
+        gossip_period(pr, q, (f, mix), compute + apply, consensus)
+    } else {
+        compute + net + apply
+    };
     let per_edge: u64 = frames.iter().sum();
     let bytes = q as u64 * per_edge;
     let cpu = 2.0 * q as f64 * frames.iter().map(|&b| pr.cpu(b)).sum::<f64>();
@@ -425,9 +537,9 @@ fn sfb_clock(pr: &Prices, q: usize) -> Estimate {
         latency_s: if q > 0 { pr.latency } else { 0.0 },
         compute_s: compute,
         apply_flops: pairs as f64 * pr.pair_flops,
-        apply_s: apply,
-        clock_s: compute + net + apply,
-        bound: bound(compute + apply, net - cpu.min(net), cpu),
+        apply_s: apply + consensus,
+        clock_s: clock,
+        bound: bound(compute + apply + consensus, net - cpu.min(net), cpu),
     }
 }
 
@@ -539,15 +651,17 @@ fn frames(j: usize, d: usize, k: usize, p: usize) -> Frames {
         v: VFactors::Dense(vec![0.0; k * d]),
     };
     let len = |m: &Message| wire::encoded_len_with(m, Dtype::F32) as u64;
-    let r = sfb_core::gossip::Config::default_rank(k);
-    let mix = len(&Message::Mix {
-        batch: Arc::new(FactorBatch {
-            scale: 1.0,
-            u: vec![0.0; r * j],
-            v: VFactors::Dense(vec![0.0; r * d]),
-            ..batch.clone()
-        }),
-    });
+    let mix = |r: usize| {
+        len(&Message::Mix {
+            batch: Arc::new(FactorBatch {
+                scale: 1.0,
+                u: vec![0.0; r * j],
+                v: VFactors::Dense(vec![0.0; r * d]),
+                ..batch.clone()
+            }),
+        })
+    };
+    let (mix_one, mix_pair) = (mix(1), mix(2) - mix(1));
     let factors = len(&Message::Factors {
         batch: Arc::new(batch),
         mean_iter_us: 100_000,
@@ -561,7 +675,8 @@ fn frames(j: usize, d: usize, k: usize, p: usize) -> Frames {
     let w = Arc::new(Array2::zeros((j, d)));
     Frames {
         factors,
-        mix,
+        mix_one,
+        mix_pair,
         params: len(&Message::Params { clock: 1000, w }),
         delta: len(&delta_of(j)),
         ring_chunk: len(&delta_of(j.div_ceil(p))),
@@ -617,6 +732,7 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
         latency: setup.sim.latency_s,
         pair_flops: counts.pair_flops,
         frames: frames(j, d, k, p),
+        shared: share > 1.0,
     };
     let partial: Vec<Estimate> = (1..p.saturating_sub(1))
         .map(|q| sfb_clock(&pr, q))

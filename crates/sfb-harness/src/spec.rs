@@ -905,7 +905,8 @@ pub struct NetOptions {
     /// rejoin a gossip run yet.
     pub partial: Option<PartialSpec>,
     /// Pairs per consensus message in the gossip mode (`--gossip-rank R`). Default
-    /// `max(1, K/8)` ([`sfb_core::gossip::Config::default_rank`]).
+    /// `max(1, K/8)`, fewer where that would send more than full broadcast
+    /// ([`sfb_core::gossip::Config::default_rank_for`]).
     pub gossip_rank: Option<usize>,
     /// The gossip mode's consensus step in (0, 1] (`--gossip-step G`). Default
     /// `R / min(J, D)` ([`sfb_core::gossip::Config::default_step`]).

@@ -19,7 +19,9 @@
 //!   [`Topology::from_toml_str`], [`Topology::to_toml`]), the JSON [`Report`] with the keys
 //!   `sfb topology --format json` promises, and DOT ([`Topology::to_dot`]).
 //! - Learning ([`Learning::of`]): whether the paper's no-forwarding mode converges,
-//!   stalls or diverges on a topology, and the gossip mode's mixing rate and weights.
+//!   stalls or diverges on a topology, and the gossip mode's mixing rate and weights;
+//!   [`optimize_for`] with a [`Goal`] keeps eq. 3 but requires the paper mode's stability
+//!   or puts the gossip mode's mixing rate first.
 //! - [`repair`]: a valid topology over the survivors of peer failures, changing few arcs.
 //!
 //! Peers are indices `0..P`; this crate knows nothing about networking.
@@ -58,6 +60,9 @@ pub use error::{Error, Result};
 pub use format::{ClusterFile, PeerEntry, Report, describe};
 pub use generate::{Method, circulant, exponential, full, generate, kautz, random, ring};
 pub use learning::{Learning, PaperMode};
-pub use optimize::{LOCAL_SEARCH_MAX_PEERS, Optimized, Options, Proof, optimize};
+pub use optimize::{
+    Chosen, GOAL_SEARCH_MAX_PEERS, Goal, LOCAL_SEARCH_MAX_PEERS, Optimized, Options, Proof,
+    optimize, optimize_for,
+};
 pub use repair::{Repaired, repair};
 pub use topology::{Topology, check_params};

@@ -1,7 +1,10 @@
 //! The Q-out optimizer: minimize Σ_{p≠q} dist(p, q) (SFB eq. 3) subject to out-degree Q.
 
 mod exact;
+mod goal;
 mod local;
+
+pub use goal::{Chosen, GOAL_SEARCH_MAX_PEERS, Goal, optimize_for};
 
 use std::time::{Duration, Instant};
 
