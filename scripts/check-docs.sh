@@ -14,6 +14,8 @@
 # under a time limit (SFB_DOCS_TIMEOUT, default 300 s); when it ends, anything it left
 # running is killed and counted as a failure. Every temporary file is removed on exit.
 #
+# SFB_DOCS_VERBOSE=1 prints every block's output, not only a failed one's.
+#
 # The `sfb` used: $SFB if set, else ${CARGO_TARGET_DIR:-target}/release/sfb, built first
 # with `cargo build --release --bin sfb` if it is missing. Exit status: 0 when every block
 # ran and exited 0, 1 otherwise.
@@ -111,6 +113,7 @@ for page in "${pages[@]}"; do
     if [ -z "$status" ]; then
       passed=$((passed + 1))
       printf 'ok    %s:%s (%.1f s)\n' "$page" "$line" "$secs"
+      if [ -n "${SFB_DOCS_VERBOSE:-}" ]; then sed 's/^/      > /' "$blocks/$f.out"; fi
     else
       failed=$((failed + 1))
       failures+=("$page:$line")
