@@ -1,6 +1,6 @@
 #!/bin/bash
-# The paper's Fig. 9 (the Q sweep) on the simulator against real processes (README,
-# "Simulating a cluster"): `sfb bench --scenario q-sweep` over libp2p (P = 12 processes on
+# The paper's Fig. 9 (the Q sweep) on the simulator against real processes (results/README.md,
+# "The Q sweep at P = 12"): `sfb bench --scenario q-sweep` over libp2p (P = 12 processes on
 # this machine, 1 Gbit/s token buckets), then the same scenario on the simulator with
 # this machine's setting (calibrated once, then the same rates for every arm; ingress
 # unlimited: loopback; --colocate 12:CORES: every node on this host's cores), and per arm the ratio of simulated to

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The transport's CPU per frame beyond its bytes (`sfb sim --frame-cpu`), measured with
-# real processes (README, "Simulating a cluster"): P peers over libp2p on this machine
+# real processes (results/README.md, "The simulator against real processes"): P peers over libp2p on this machine
 # (1 Gbit/s token buckets, as the validation runs) on an MLR model too small to compute
 # (J = D = 16, frames of ~2 KB), at out-degree 1 and P − 1, each for 2 and 2 + CLOCKS
 # clocks under /usr/bin/time (the launcher waits for its peers, so their CPU is counted).

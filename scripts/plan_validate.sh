@@ -1,5 +1,5 @@
 #!/bin/bash
-# `sfb plan` against the real P = 8 fms-vs-sfb bench (README, "Planning a cluster"): the
+# `sfb plan` against the real P = 8 fms-vs-sfb bench (results/README.md, "The planner against the simulator and the bench"): the
 # bench over libp2p on this machine, then three plans right after it, each calibrated two
 # ways: kernels timed together as the co-located nodes run (`--calibrate --colocate`) and
 # each kernel timed alone (`--calibrate` without --colocate, its rates then priced with

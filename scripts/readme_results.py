@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Builds README.md's results section from the Markdown files `sfb bench --scenario all -o
-results` wrote: the per-scenario tables and sections, with image paths under results/.
+"""Builds the per-scenario section of results/README.md from the Markdown files `sfb bench
+--scenario NAME -o results` wrote: the tables and sections, with image paths relative to
+results/.
 Text between the markers <!-- results:begin --> and <!-- results:end --> is replaced;
 findings written by hand go above the begin marker."""
 import re
@@ -15,7 +16,7 @@ ORDER = [
 ]
 # Scenarios `all` does not run, each from its own command.
 SEPARATE = {"budget-check": "sfb bench --scenario budget-check -o results  # as root; skipped otherwise"}
-# The plots shown in the README; every other one is linked from results/<scenario>.md.
+# The plots shown in results/README.md; every other one is linked from results/<scenario>.md.
 SHOWN = {
     "fms-vs-sfb": ["fms-vs-sfb-objective-vs-time.png", "fms-vs-sfb-time-split.png"],
     "q-sweep": ["q-sweep-time-to-target.png", "q-sweep-final-objective.png"],
@@ -41,7 +42,7 @@ def section(name: str) -> str:
         m = re.match(r"!\[(.*)\]\((.*)\)", line)
         if m:
             if m.group(2) in SHOWN.get(name, []):
-                out.append(f"![{m.group(1)}](results/{m.group(2)})")
+                out.append(f"![{m.group(1)}]({m.group(2)})")
             continue
         if line.startswith("## "):
             line = "### " + line[3:]
@@ -50,18 +51,18 @@ def section(name: str) -> str:
         out.append(line)
     text = "\n".join(out).strip()
     text = re.sub(r"\n{3,}", "\n\n", text)
-    return text + f"\n\nAll files: [`results/{name}.md`](results/{name}.md), `.json`, `.csv`, plots.\n"
+    return text + f"\n\nAll files: [`{name}.md`]({name}.md), `.json`, `.csv`, plots.\n"
 
 
 def main() -> None:
     body = "\n\n".join(section(n) for n in ORDER if (RESULTS / f"{n}.md").exists())
-    readme = (ROOT / "README.md").read_text()
+    readme = (RESULTS / "README.md").read_text()
     begin, end = "<!-- results:begin -->", "<!-- results:end -->"
     if begin not in readme:
-        sys.exit("README.md has no results markers")
+        sys.exit("results/README.md has no results markers")
     head, rest = readme.split(begin, 1)
     _, tail = rest.split(end, 1)
-    (ROOT / "README.md").write_text(f"{head}{begin}\n{body}\n{end}{tail}")
+    (RESULTS / "README.md").write_text(f"{head}{begin}\n{body}\n{end}{tail}")
 
 
 if __name__ == "__main__":

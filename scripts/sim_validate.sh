@@ -1,5 +1,5 @@
 #!/bin/bash
-# The simulator against real processes (README, "Simulating a cluster"): for P = 4 and 8,
+# The simulator against real processes (results/README.md, "The simulator against real processes"): for P = 4 and 8,
 # SFB full broadcast and FMS, one `sfb run --transport libp2p --bandwidth 1gbit` (token
 # bucket, processes on this machine) and one `sfb sim --costs calibrate` of the same run
 # with the processes' setting (ingress unlimited: loopback; --colocate NODES:CORES: all

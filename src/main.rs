@@ -14,27 +14,31 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The main job: a local cluster on built-in data, compared across consistency models.
+    /// The main job: SFB full vs partial broadcast vs the FMS parameter server on a local
+    /// cluster and built-in data; prints a table, writes plots.
     Demo(cli::demo::DemoArgs),
-    /// Run a whole cluster (P peers) in one command.
+    /// Train on a whole local cluster (P peers, threads or one process each) in one command.
     Run(cli::run::RunArgs),
-    /// Run a whole cluster on the discrete-event simulator: real engines, a modelled
-    /// network (NIC rates, link delay) and machine (GEMM rate, memory bandwidth);
-    /// deterministic, in simulated seconds.
+    /// Train a whole cluster on the deterministic simulator, in simulated seconds.
+    ///
+    /// Real engines, a modelled network (NIC rates, link delay) and machine (GEMM rate,
+    /// memory bandwidth); deterministic, in simulated seconds.
     Sim(Box<cli::sim::SimArgs>),
-    /// Predict the time per clock of SFB full and partial broadcast, FMS and a ring
-    /// allreduce at given shapes, cluster size, link and machine, and recommend one.
+    /// Predict the time per clock of each backend for a cluster, and recommend one.
+    ///
+    /// SFB full and partial broadcast, FMS and a ring allreduce at given shapes, cluster
+    /// size, link and machine.
     Plan(Box<cli::plan::PlanArgs>),
-    /// Run one peer of a cluster file until its clocks are done.
+    /// Run one peer (or FMS client) of a cluster file until its clocks are done.
     Peer(Box<cli::p2p::PeerArgs>),
-    /// Q-out partial-broadcast topologies: optimize, construct, analyse, repair.
+    /// Build, analyse or repair a Q-out partial-broadcast topology; write it as TOML, JSON or DOT.
     Topology(cli::topology::TopologyArgs),
     /// Run the FMS parameter server of a cluster file.
     Server(Box<cli::p2p::ServerArgs>),
-    /// Cluster files.
+    /// Write the cluster files (addresses, keys, topology) that `sfb peer` and `sfb server` read.
     #[command(subcommand)]
     Cluster(cli::p2p::ClusterCmd),
-    /// Benchmarks: paired comparisons measured in one run.
+    /// Run a benchmark scenario and write its report (Markdown, JSON, CSV, PNG).
     Bench(cli::bench::BenchArgs),
 }
 
