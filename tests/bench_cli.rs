@@ -303,7 +303,9 @@ fn q_sweep_runs_every_q_and_plots_the_trade_off() {
         }
     }
     let md = std::fs::read_to_string(out.join("q-sweep.md")).unwrap();
-    assert!(md.contains("not checked at P=5"), "{md}");
+    for mode in ["in the gossip mode", "with relay"] {
+        assert!(md.contains(&format!("not checked {mode} at P=5")), "{md}");
+    }
     assert!(is_png(&out.join("q-sweep-time-to-target.png")));
     assert!(is_png(&out.join("q-sweep-final-objective.png")));
 }

@@ -70,7 +70,7 @@ pub enum Message {
     },
     /// A peer's consensus message of one clock in the gossip mode ([`crate::gossip`]): a
     /// few dense pairs its out-neighbours add to their copy of its public replica. Sent
-    /// before its factors of the same clock.
+    /// after its factors of the same clock (and before the next clock's).
     Mix {
         /// The pairs (scale 1), origin the sender.
         batch: Arc<FactorBatch>,

@@ -897,7 +897,7 @@ impl<K> Builder<K> {
 
     /// The gossip mode's pairs per consensus message (default `max(1, K/8)`, fewer where
     /// that would send more than full broadcast) and step (default
-    /// `R / min(J, D)`; `None` keeps it).
+    /// [`sfb_core::gossip::Config::default_step`]; `None` keeps it).
     pub fn gossip(mut self, rank: usize, step: Option<f32>) -> Self {
         self.s.gossip_rank = Some(rank.max(1));
         self.s.gossip_step = step;

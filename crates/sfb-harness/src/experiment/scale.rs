@@ -7,8 +7,10 @@
 //! would take too long here (full broadcast at large P: every peer applies (P − 1)·K
 //! pairs a clock) run timing-only ([`crate::sim::SimOptions::timing_only`]): the same
 //! protocol and frames, so bytes and times are measured, but no learning, so no time to
-//! target; they run 10 clocks (a steady per-clock time needs no more). The report says
-//! which arm ran how.
+//! target; they run 10 clocks (a steady per-clock time needs no more). Partial-broadcast
+//! arms run up to [`PARTIAL_CLOCKS_MAX`] times the clocks (their clocks are cheaper and
+//! each applies fewer batches: equal clocks would not compare equal times). The report
+//! says which arm ran how.
 
 use std::fmt::Write as _;
 
@@ -34,6 +36,14 @@ const TIMING_ONLY_CLOCKS: u64 = 10;
 
 /// The partial-broadcast out-degrees of the scenario.
 const QS: [usize; 2] = [3, 10];
+
+/// At most this many times the scenario's clocks for a partial-broadcast arm: a clock of
+/// partial broadcast costs about `Q/(P − 1)` of full broadcast's, and a replica applies
+/// `(Q + 1)/P` of the batches, so equal clocks would compare unequal times; the arm runs
+/// `min(10, (P − 1)/Q)` times the clocks (fewer if its arithmetic would pass
+/// [`REAL_ARITHMETIC_FLOPS`]), enough to reach full broadcast's target if it does so within
+/// full broadcast's time.
+const PARTIAL_CLOCKS_MAX: u64 = 10;
 
 /// One arm of the scenario and what it stands for.
 struct Planned {
@@ -134,7 +144,16 @@ fn arm(base: &RunSpec, p: usize, n: usize, k: usize, clocks: u64, kind: Kind) ->
         // The server's dense adds and the clients' U·Vᵀ: about P rank-K products.
         Kind::Fms => p,
     };
-    let flops = applied_per_clock as f64 * k as f64 * 2.0 * (n * n) as f64 * clocks as f64;
+    let flops_per_clock = applied_per_clock as f64 * k as f64 * 2.0 * (n * n) as f64;
+    let clocks = match kind {
+        Kind::Partial(q) => {
+            let times = ((p - 1) / q).clamp(1, PARTIAL_CLOCKS_MAX as usize) as u64;
+            let affordable = (REAL_ARITHMETIC_FLOPS / (flops_per_clock * clocks as f64)) as u64;
+            clocks * times.min(affordable).max(1)
+        }
+        _ => clocks,
+    };
+    let flops = flops_per_clock * clocks as f64;
     let timing_only = kind != Kind::Fms && flops > REAL_ARITHMETIC_FLOPS;
     match kind {
         Kind::Full => spec.topology.out_degree = None,
@@ -142,6 +161,13 @@ fn arm(base: &RunSpec, p: usize, n: usize, k: usize, clocks: u64, kind: Kind) ->
         Kind::Fms => spec.backend = Backend::Fms,
     }
     spec.sim.timing_only = timing_only;
+    if spec.train.clocks > 0 && clocks > spec.train.clocks {
+        // About twice the evaluations of the other arms, not ten times (each costs every
+        // peer a pass over the held-out set).
+        let times = clocks / spec.train.clocks;
+        spec.train.eval_every = spec.train.eval_every.max(1) * times.div_ceil(2);
+    }
+    spec.train.clocks = clocks;
     if timing_only {
         // Nothing to learn: enough clocks for a steady per-clock time. (Full broadcast
         // at P = 1024 is P² frames a clock, and each frame costs its receiver O(P) in the
