@@ -220,6 +220,10 @@ pub struct Mixer {
     pending: BTreeMap<(u64, PeerId), Arc<FactorBatch>>,
     /// Consensus messages ignored (from a peer with no copy here: gained by a repair).
     pub ignored: u64,
+    /// This peer's last consensus message: in its public copy already, in its
+    /// out-neighbours' copies only a clock later (they fold a clock after the batches), so
+    /// the consensus step leaves it out, as they do.
+    last_sent: Option<FactorBatch>,
 }
 
 impl Mixer {
@@ -247,6 +251,7 @@ impl Mixer {
             basis,
             pending: BTreeMap::new(),
             ignored: 0,
+            last_sent: None,
         })
     }
 
@@ -325,7 +330,9 @@ impl Mixer {
         Ok(pairs)
     }
 
-    /// The consensus step on `w`: `W += γ (mean_m Ŵ_m − Ŵ_p)` (nothing without copies).
+    /// The consensus step on `w`: `W += γ (mean_m Ŵ_m − Ŵ_p)` (nothing without copies),
+    /// with `Ŵ_p` as the out-neighbours hold it: without the last message sent, which they
+    /// fold a clock later (as this peer's copies of its in-neighbours lack theirs).
     pub fn mix(&self, mut w: ArrayViewMut2<'_, f32>) {
         if self.copies.is_empty() {
             return;
@@ -339,6 +346,16 @@ impl Mixer {
             Zip::from(&mut w)
                 .and(&copy.w())
                 .for_each(|x, &c| *x += each * c);
+        }
+        if let Some(q) = &self.last_sent {
+            let (j, d) = self.public.dim();
+            let r = q.len();
+            let VFactors::Dense(v) = &q.v else {
+                unreachable!("consensus messages are dense")
+            };
+            let u = ArrayView2::from_shape((r, j), &q.u).expect("validated shape");
+            let v = ArrayView2::from_shape((r, d), v).expect("validated shape");
+            ndarray::linalg::general_mat_mul(g, &u.t(), &v, 1.0, &mut w);
         }
     }
 
@@ -381,6 +398,7 @@ impl Mixer {
             v: VFactors::Dense(v.t().iter().copied().collect()),
         };
         self.public.apply(&[&batch])?;
+        self.last_sent = Some(batch.clone());
         Ok(batch)
     }
 
@@ -409,6 +427,17 @@ impl Mixer {
         for (id, copy) in &self.copies {
             w.u64(u64::from(id.0))
                 .f32s(&copy.w().iter().copied().collect::<Vec<_>>());
+        }
+        match &self.last_sent {
+            Some(q) => {
+                let VFactors::Dense(v) = &q.v else {
+                    unreachable!("consensus messages are dense")
+                };
+                w.u64(q.len() as u64).u64(q.clock).f32s(&q.u).f32s(v);
+            }
+            None => {
+                w.u64(0);
+            }
         }
         let held: Vec<_> = self.pending.range(..(cut, PeerId(0))).collect();
         w.u64(held.len() as u64);
@@ -465,6 +494,38 @@ impl Mixer {
             let w = matrix(&mut r, j, d, "a neighbour's copy")?;
             copies.insert(id, Replica::new(w)?);
         }
+        let sent = r
+            .u64()
+            .map_err(|e| bad(format!("the last message sent: {e}")))?;
+        let last_sent = if sent == 0 {
+            None
+        } else {
+            let len = usize::try_from(sent)
+                .ok()
+                .filter(|&l| l <= self.rank.max(1) * 4)
+                .ok_or_else(|| bad(format!("a last message of {sent} pairs")))?;
+            let clock = r
+                .u64()
+                .map_err(|e| bad(format!("the last message's clock: {e}")))?;
+            let u = r
+                .f32s(Some(len * j))
+                .map_err(|e| bad(format!("the last message's u: {e}")))?;
+            let v = r
+                .f32s(Some(len * d))
+                .map_err(|e| bad(format!("the last message's v: {e}")))?;
+            let q = FactorBatch {
+                origin: self.me,
+                clock,
+                scale: 1.0,
+                j,
+                d,
+                u,
+                v: VFactors::Dense(v),
+            };
+            q.validate(j, d)
+                .map_err(|e| bad(format!("the last message: {e}")))?;
+            Some(q)
+        };
         let held = r.u64().map_err(|e| bad(format!("held messages: {e}")))?;
         let mut pending = BTreeMap::new();
         for _ in 0..held {
@@ -515,6 +576,7 @@ impl Mixer {
         self.basis = basis;
         self.copies = copies;
         self.pending = pending;
+        self.last_sent = last_sent;
         Ok(())
     }
 
