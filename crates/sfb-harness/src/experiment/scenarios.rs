@@ -617,12 +617,15 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
         .arms
         .sort_by_key(|a| (relayed(a), a.summary.out_degree));
     let pts = |relay: bool, f: &dyn Fn(&ArmReport) -> Option<f64>| -> Vec<(f64, f64)> {
-        report
+        let mut v: Vec<(f64, f64)> = report
             .arms
             .iter()
             .filter(|a| relayed(a) == relay || a.summary.out_degree + 1 == p)
             .filter_map(|a| f(a).map(|y| (a.summary.out_degree as f64, y)))
-            .collect()
+            .collect();
+        // By Q: full broadcast (Q = P − 1) ends both lines, wherever its arm sorts.
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
     };
     let two = |f: &dyn Fn(&ArmReport) -> Option<f64>| {
         vec![
