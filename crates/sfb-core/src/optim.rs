@@ -63,7 +63,7 @@
 //! update sharing one `v` up to scale); it is off where `G` is far from rank 1, most for
 //! entries whose row and column are both large but which themselves never moved. Tested
 //! against [`Method::AdaGrad`] and against a per-sample dense reference in
-//! `tests/optim.rs`. The FMS server with dense push receives `ΔW`, not factors, so it
+//! `tests/it/optim.rs`. The FMS server with dense push receives `ΔW`, not factors, so it
 //! refuses this method (use factor push, or the dense [`Method::AdaGrad`]).
 //!
 //! # AdaRevision

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
-use common::{Started, assert_gone, init, signal, start, tempdir};
+use crate::common::{Started, assert_gone, init, signal, start, tempdir};
 
 /// This binary's group of temporary directories.
 const GROUP: &str = "pauses";
@@ -107,14 +106,16 @@ fn pause_run(name: &str, consistency: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// The survivors waited about as long as the victim was stopped.
+/// The survivors waited out the pause: their metrics count (about) the time the victim was
+/// stopped as waiting. No upper bound: how much longer a loaded machine takes is not the
+/// property (that they went on afterwards is, in `assert_named_the_victim`).
 fn assert_waited_out_the_pause(runs: &[(String, f64)]) {
     for (i, (err, wait)) in runs.iter().enumerate() {
         eprintln!("peer {i}: wait_s {wait:.2}");
         if i != VICTIM {
             let low = PAUSE.as_secs_f64() - 1.5;
             assert!(
-                *wait >= low && *wait < PAUSE.as_secs_f64() + 10.0,
+                *wait >= low,
                 "peer {i} waited {wait:.2} s for a {PAUSE:?} pause:\n{err}"
             );
         }
@@ -202,15 +203,22 @@ fn a_peer_stopped_past_the_liveness_timeout_is_lost_for_want_of_heartbeats() {
         eprintln!("peer {i} after {took:.2} s: {line}");
         lines.push((took, line));
     }
-    // The first to notice blames peer 2's silence, within the timeout and a small margin;
-    // the other may instead report the first one's exit (a cascade).
+    // The first to notice blames peer 2's silence, not before the timeout (by its own clock,
+    // and by ours, less the time between peer 2's last heartbeat and the signal); the other
+    // may instead report the first one's exit (a cascade). How soon after the timeout is
+    // not asserted (load decides it); the 30 s wait above guards against a hang.
     let (took, line) = lines
         .iter()
         .find(|(_, l)| l.starts_with("error: lost peer 2: no heartbeat for "))
         .unwrap_or_else(|| panic!("nobody lost peer 2 for want of heartbeats: {lines:?}"));
+    let silent: f64 = line["error: lost peer 2: no heartbeat for ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no silence in: {line}"));
     assert!(
-        *took >= TIMEOUT - 0.5 && *took <= TIMEOUT + 3.0,
-        "lost after {took:.2} s with a {TIMEOUT} s liveness timeout: {line}"
+        silent >= TIMEOUT && *took >= TIMEOUT - 0.5,
+        "lost after {silent} s of silence ({took:.2} s after the signal) with a {TIMEOUT} s liveness timeout: {line}"
     );
     assert!(line.contains("(liveness timeout 3 s;"), "{line}");
     drop(c); // kills the stopped peer

@@ -288,7 +288,7 @@ fn a_straggler_slows_only_its_peer() {
 
 /// The figure for the FMS note: server bytes per clock against 2·P·J·D·4 (+ factor
 /// bytes). `SFB_FMS_MEASURE=J,D,K,P,clocks` overrides the shape.
-/// Run: `cargo test -p sfb-harness --test cluster -- --ignored --nocapture measure`.
+/// Run: `cargo test -p sfb-harness --test it -- --ignored --nocapture measure`.
 #[test]
 #[ignore = "measurement; prints figures"]
 fn measure_server_bytes_per_clock() {

@@ -1,11 +1,9 @@
 //! The FMS parameter-server baseline over the in-memory transport, like for like with SFB:
 //! same model, data, seed and initial W.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use sfb_core::fms::Push;
 use sfb_core::wire::{self, Message};
 use sfb_core::{Consistency, PeerId};

@@ -2,8 +2,7 @@
 //! proportion to R, the same learning thanks to error feedback, nothing changed when R
 //! covers the batch, clear refusals.
 
-mod common;
-use common::{num as f, refused, short_bsp_run as run, tempdir};
+use crate::common::{num as f, refused, short_bsp_run as run, tempdir};
 
 #[test]
 fn rank_r_sends_r_pairs_and_learns_as_well() {

@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
-use common::{SFB, running, signal, tempdir, wait_timeout};
+use crate::common::{SFB, running, signal, tempdir, wait_timeout};
 
 /// Longest any wait here may take.
 const WAIT: Duration = Duration::from_secs(120);

@@ -2,8 +2,7 @@
 //! covers the batch changes nothing; half the pairs per clock sends half the bytes, keeps
 //! the replicas equal under BSP and learns on every policy; clear refusals.
 
-mod common;
-use common::{num as f, refused, short_bsp_run as run, tempdir};
+use crate::common::{num as f, refused, short_bsp_run as run, tempdir};
 
 #[test]
 fn half_the_pairs_per_clock_sends_half_the_bytes_and_still_learns() {

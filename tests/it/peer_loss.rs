@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-mod common;
-use common::{SFB, Started, assert_gone, init, start, tempdir};
+use crate::common;
+use crate::common::{SFB, Started, assert_gone, init, start, tempdir};
 
 const GROUP: &str = "peer-loss";
 const PEERS: usize = 8;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
-use common::{Children, SFB, assert_gone, children_of, init, start, tempdir, wait_timeout};
+use crate::common;
+use crate::common::{Children, SFB, assert_gone, children_of, init, start, tempdir, wait_timeout};
 
 const GROUP: &str = "checkpoints";
 

@@ -144,7 +144,7 @@ fn budget_check_without_root_says_it_skipped_and_why() {
 }
 
 #[test]
-#[ignore = "needs root and iproute2 (cargo test --test netns -- --ignored, as root)"]
+#[ignore = "needs root and iproute2 (cargo test --test it netns:: -- --ignored, as root)"]
 fn budget_check_as_root_compares_the_shapers() {
     assert_eq!(euid(), Some(0), "this test needs root");
     let d = tempdir("budget-check");

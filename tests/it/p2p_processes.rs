@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-mod common;
-use common::{SFB, Started, init, start, tempdir};
+use crate::common::{SFB, Started, init, start, tempdir};
 
 /// This binary's group of temporary directories.
 const GROUP: &str = "p2p-processes";

@@ -2,11 +2,9 @@
 //! same learning and traffic as the in-memory transport, time that follows the modelled
 //! network, and clear refusals of what it does not model.
 
-mod common;
-
 use std::process::Command;
 
-use common::{SFB, num, run_summary, tempdir};
+use crate::common::{SFB, num, run_summary, tempdir};
 use serde_json::Value;
 
 const SMALL: &[&str] = &[

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-mod common;
-use common::{Children, SFB, assert_gone, init, start, tempdir};
+use crate::common::{Children, SFB, assert_gone, init, start, tempdir};
 
 /// The DESIGN's `--summary` keys.
 const SUMMARY_KEYS: &[&str] = &[

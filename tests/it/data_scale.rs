@@ -2,7 +2,7 @@
 //! LIBSVM file, and a file larger than memory / P works. The process-per-peer runs agree
 //! with the in-memory transport; bad input is an error naming file and line. The peak-RSS
 //! check on a ≥ 2 GiB file is `#[ignore]`d (minutes of I/O): run it with
-//! `cargo test --test data_scale -- --ignored --nocapture`.
+//! `cargo test --test it data_scale:: -- --ignored --nocapture`.
 
 use std::io::Write;
 use std::path::Path;

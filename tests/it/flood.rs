@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
-mod common;
-use common::{Children, SFB, assert_gone, init, running, start, tempdir};
+use crate::common::{Children, SFB, assert_gone, init, running, start, tempdir};
 
 /// The `error:` line a failed node printed last.
 fn error_line(stderr: &str) -> &str {
@@ -359,14 +358,13 @@ fn a_second_process_on_a_peers_address_fails_at_once_with_address_in_use() {
             .spawn()
             .unwrap(),
     )]);
-    let (status, err) = second.wait_one(0, Duration::from_secs(30));
-    let took = t0.elapsed();
-    eprintln!("second peer 0 ({took:.2?}): {err}");
+    // "At once": with no other peer ever started, a second peer 0 that got past its listen
+    // would wait for peer 1 until the hang guard below fires; the exit with the listen
+    // error is the event under test, not how long it took (a loaded machine can take
+    // seconds).
+    let (status, err) = second.wait_one(0, Duration::from_secs(60));
+    eprintln!("second peer 0 ({:.2?}): {err}", t0.elapsed());
     assert_eq!(status.code(), Some(1), "{status}: {err}");
-    assert!(
-        took < Duration::from_secs(5),
-        "refused after {took:?}, not at once"
-    );
     let line = error_line(&err);
     assert!(
         line.contains(&format!("peer 0 cannot listen on {ours}: address in use"))

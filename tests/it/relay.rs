@@ -4,8 +4,7 @@
 
 use std::process::Command;
 
-mod common;
-use common::{SFB, num, run_summary, tempdir};
+use crate::common::{SFB, num, run_summary, tempdir};
 
 const SPEC: &[&str] = &[
     "--peers",

@@ -1,9 +1,7 @@
 //! MLR on 4 peers reaches at least 0.9 of the single-process accuracy for the same number
 //! of samples.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use sfb_core::Consistency;
 
 #[test]

@@ -3,11 +3,9 @@
 //! (model costs, deterministic; no wall-clock figure is asserted). And the command's
 //! output and refusals.
 
-mod common;
-
 use std::process::Command;
 
-use common::SFB;
+use crate::common::SFB;
 use sfb_harness::plan::{Plan, Setup, Strategy, plan};
 use sfb_harness::sim::{Ingress, SimOptions};
 use sfb_harness::{Backend, DataSource, Push, RunSpec, TopologyOptions, Transport};

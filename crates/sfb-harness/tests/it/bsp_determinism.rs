@@ -1,9 +1,7 @@
 //! BSP with full broadcast: every replica is bitwise identical, and identical to a
 //! single-process run that applies the same batches in the same order.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use sfb_core::{Consistency, FactorBatch, Model, PeerId, Replica, SvList};
 use sfb_models::{Mlr, synthetic};
 
