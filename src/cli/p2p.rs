@@ -194,7 +194,7 @@ pub struct NetArgs {
     #[arg(long, value_name = "R")]
     pub gossip_rank: Option<usize>,
     /// The gossip mode's consensus step in (0, 1] (default R·max(1/m, 0.4/m^0.75) for
-    /// m = min(J, D), at most 1/2: half or less of the largest measured stable).
+    /// m = min(J, D), at most 1/4: half or less of the largest measured stable).
     #[arg(long, value_name = "G")]
     pub gossip_step: Option<f32>,
     /// The gossip mode's weight on a peer's own batches against its in-neighbours', in

@@ -909,7 +909,7 @@ pub struct NetOptions {
     /// ([`sfb_core::gossip::Config::default_rank_for`]).
     pub gossip_rank: Option<usize>,
     /// The gossip mode's consensus step in (0, 1] (`--gossip-step G`). Default
-    /// `R · max(1/m, 0.4/m^¾)` for `m = min(J, D)`, at most ½
+    /// `R · max(1/m, 0.4/m^¾)` for `m = min(J, D)`, at most ¼
     /// ([`sfb_core::gossip::Config::default_step`]).
     pub gossip_step: Option<f32>,
     /// The gossip mode's weight on a peer's own batches against its in-neighbours', in
