@@ -369,17 +369,11 @@ fn bound(compute: f64, network: f64, cpu: f64) -> &'static str {
 /// (`δ` later), the previous take and the node's own last send. With one size this is
 /// `max(n·x + n·y, x + w + δ + n·y, x + w + (n − 1)·max(x, w) + δ + y)`.
 fn exchange(pr: &Prices, n: usize, f: &[u64]) -> f64 {
-    exchange_busy(pr, n, f, 0.0)
-}
-
-/// [`exchange`] for a node busy for `busy` seconds from the start of its sends (its own
-/// sends, and other work of its own): it takes no frame before then.
-fn exchange_busy(pr: &Prices, n: usize, f: &[u64], busy: f64) -> f64 {
     let frames: Vec<u64> = f.iter().flat_map(|&b| std::iter::repeat_n(b, n)).collect();
     if frames.is_empty() {
         return 0.0;
     }
-    let sends: f64 = frames.iter().map(|&b| pr.cpu(b)).sum::<f64>().max(busy);
+    let sends: f64 = frames.iter().map(|&b| pr.cpu(b)).sum();
     let (mut encoded, mut wired, mut taken) = (0.0f64, 0.0f64, 0.0f64);
     for &b in &frames {
         let (x, w, y) = (pr.cpu(b), pr.wire(b), pr.cpu(b));
