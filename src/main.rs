@@ -40,6 +40,10 @@ enum Command {
     Cluster(cli::p2p::ClusterCmd),
     /// Run a benchmark scenario and write its report (Markdown, JSON, CSV, PNG).
     Bench(cli::bench::BenchArgs),
+    /// Predict with a saved model (--save-model): a label per sample (dml: its embedding).
+    Predict(cli::model::PredictArgs),
+    /// Evaluate a saved classifier on labelled data: mean cross-entropy and accuracy.
+    Eval(cli::model::EvalArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -60,6 +64,8 @@ fn main() -> std::process::ExitCode {
         Command::Cluster(c) => cli::p2p::cluster(c),
         Command::Topology(a) => cli::topology::run(a),
         Command::Bench(a) => cli::bench::run(a),
+        Command::Predict(a) => cli::model::predict(a),
+        Command::Eval(a) => cli::model::eval(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

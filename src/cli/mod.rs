@@ -7,6 +7,7 @@ pub mod bench_train;
 pub mod demo;
 pub mod experiment;
 pub mod fms;
+pub mod model;
 pub mod netns;
 pub mod p2p;
 pub mod plan;

@@ -154,6 +154,10 @@ pub struct TrainArgs {
     /// Write the run summary JSON here.
     #[arg(long)]
     pub summary: Option<PathBuf>,
+    /// Save the trained model here (W, intercept, scaling, labels, model and its
+    /// hyper-parameters; versioned and checksummed) for sfb predict and sfb eval.
+    #[arg(long, value_name = "FILE")]
+    pub save_model: Option<PathBuf>,
     /// Slow peers down: PEER:MILLISECONDS adds the delay to each of that peer's steps;
     /// rotate:MILLISECONDS adds it to one peer per clock, a different (seeded) one each
     /// clock. The ASYNC paper's patterns, relative to a peer's own compute time:
@@ -167,12 +171,18 @@ pub struct TrainArgs {
     /// memory; BSP and SSP ignore it).
     #[arg(long, value_name = "N", default_value_t = sfb_core::DEFAULT_MAX_DRIFT)]
     pub max_drift: u64,
-    /// Feature scaling: auto (standard for dense data, maxabs for sparse; none for sc),
-    /// none, standard
-    /// (dense: zero mean, unit variance) or maxabs (divide by each feature's largest
-    /// magnitude; keeps sparse data sparse). Statistics from the training data only.
+    /// Feature scaling, statistics from the training data only (saved with the model):
+    /// auto decides by the data, not the file format — standard when at least a quarter
+    /// of the training entries are non-zero, else maxabs (none for sc); standard (zero
+    /// mean, unit variance; a constant column is divided by its magnitude, never zeroed);
+    /// maxabs (divide by each feature's largest magnitude; keeps sparse data sparse);
+    /// none.
     #[arg(long, default_value = "auto")]
     pub scale: ScaleSpec,
+    /// No intercept: by default mlr and l2mlr fit a bias per class (a constant-1 feature
+    /// appended after scaling; l2mlr regularizes it as liblinear does).
+    #[arg(long)]
+    pub no_intercept: bool,
     /// Write every node's state (W, optimizer and model state, sampler, counters) to this
     /// folder every --checkpoint-every clocks, as `peer-I.cCLOCK.sfbck` (FMS:
     /// `client-I…`, `server…`); checked at start-up.
@@ -296,10 +306,12 @@ impl TrainArgs {
             straggler: self.straggler,
             max_drift: self.max_drift,
             scale: self.scale,
+            intercept: !self.no_intercept,
         };
         spec.output = OutputOptions {
             metrics: self.metrics.clone(),
             summary: self.summary.clone(),
+            save_model: self.save_model.clone(),
             ..OutputOptions::default()
         };
         spec.fault = FaultOptions {

@@ -358,7 +358,7 @@ fn damaged_foreign_and_missing_checkpoints_are_refused_in_one_line() {
     for (extra, reason) in [
         (
             vec!["--synthetic", "classes=9,features=64,samples=4000"],
-            "another model shape: W is 8×64, this run's is 9×64",
+            "another model shape: W is 8×65, this run's is 9×65",
         ),
         (
             vec!["--model", "dml"],

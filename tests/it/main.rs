@@ -23,6 +23,7 @@ mod plan;
 mod prioritize;
 mod relay;
 mod run_spec;
+mod saved_models;
 mod scale_cli;
 mod sim;
 mod topology_cli;

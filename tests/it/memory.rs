@@ -32,7 +32,8 @@ fn refused(args: &[&str]) -> String {
 
 #[test]
 fn replicas_that_cannot_fit_are_refused_before_they_are_allocated() {
-    // 1024×1024 f32 = 4 MiB per replica; enough peers for twice the available memory.
+    // 1024×1024 f32 = 4 MiB per replica (one more column: the intercept); enough peers
+    // for twice the available memory.
     let replica = 1024 * 1024 * 4;
     let peers = (2 * available() / replica + 1).to_string();
     for transport in ["mem", "libp2p"] {
@@ -48,7 +49,7 @@ fn replicas_that_cannot_fit_are_refused_before_they_are_allocated() {
             "classes=1024,features=1024,samples=200",
         ]);
         assert!(
-            err.contains(&format!("{peers} replicas of a 1024×1024 W")) && err.contains(" need "),
+            err.contains(&format!("{peers} replicas of a 1024×1025 W")) && err.contains(" need "),
             "{transport}: {err}"
         );
         assert!(err.contains("is available (MemAvailable)"), "{err}");

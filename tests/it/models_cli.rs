@@ -51,7 +51,7 @@ fn digits_mlr_on_four_peers_matches_sklearn_logistic_regression() {
     let s = run_ok(&[
         "--peers", "4", "--model", "mlr",
         "--data", train.to_str().unwrap(), "--test-data", test.to_str().unwrap(),
-        "--clocks", "500", "--batch", "16", "--lr", "1.0", "--eval-every", "0", "--seed", "1",
+        "--clocks", "500", "--batch", "16", "--eval-every", "0", "--seed", "1",
     ], &summary);
     let ours = s["test_accuracy"].as_f64().unwrap();
     let reference = json(&fixture("digits_reference.json"));

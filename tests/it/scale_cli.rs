@@ -1,6 +1,6 @@
 //! `--scale`: statistics from the training data, the same on every peer (BSP replicas
-//! stay bitwise equal, in memory and over libp2p), and a clear refusal of `standard` on
-//! sparse data.
+//! stay bitwise equal, in memory and over libp2p), and one rule for one data set whether
+//! it is written as CSV or LIBSVM.
 
 use std::process::Command;
 
@@ -57,31 +57,54 @@ fn standard_scaling_is_the_same_on_every_peer_and_changes_the_run() {
 }
 
 #[test]
-fn standard_scaling_of_sparse_data_is_refused() {
-    let dir = std::env::temp_dir().join(format!("sfb-test-scale-sparse-{}", std::process::id()));
+fn sparse_and_dense_files_of_the_same_data_scale_alike() {
+    let dir = std::env::temp_dir().join(format!("sfb-test-scale-files-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let data = dir.join("d.svm");
-    std::fs::write(&data, "0 1:1 3:2\n1 2:1\n0 1:3\n1 3:1\n").unwrap();
-    let (rc, err, _) = run(
-        &[
-            "--peers",
-            "2",
-            "--clocks",
-            "1",
-            "--batch",
-            "1",
-            "--data",
-            data.to_str().unwrap(),
-            "--scale",
-            "standard",
-        ],
-        "sparse",
-    );
-    assert_eq!(rc, 1, "{err}");
-    assert!(
-        err.contains("centring would make sparse data dense: use maxabs"),
-        "{err}"
-    );
-    assert!(!err.contains("panicked"), "{err}");
+    // The same 8 samples as LIBSVM (sparse) and CSV (dense); half the entries non-zero.
+    let rows = [
+        (0, [1.0, 0.0, 2.0]),
+        (1, [0.0, 1.0, 0.0]),
+        (0, [3.0, 0.0, 0.0]),
+        (1, [0.0, 0.0, 1.0]),
+        (0, [2.0, 0.5, 0.0]),
+        (1, [0.0, 2.0, 1.5]),
+        (0, [4.0, 0.0, 0.0]),
+        (1, [0.5, 3.0, 0.0]),
+    ];
+    let (mut svm, mut csv) = (String::new(), String::new());
+    for (y, x) in rows {
+        svm.push_str(&y.to_string());
+        for (k, v) in x.iter().enumerate().filter(|(_, v)| **v != 0.0) {
+            svm.push_str(&format!(" {}:{v}", k + 1));
+        }
+        svm.push('\n');
+        csv.push_str(&format!("{y},{},{},{}\n", x[0], x[1], x[2]));
+    }
+    let (svm_path, csv_path) = (dir.join("d.svm"), dir.join("d.csv"));
+    std::fs::write(&svm_path, svm).unwrap();
+    std::fs::write(&csv_path, csv).unwrap();
+    let mut runs = Vec::new();
+    for (data, scale) in [
+        (&svm_path, "auto"),
+        (&csv_path, "auto"),
+        (&svm_path, "standard"),
+    ] {
+        #[rustfmt::skip]
+        let (rc, err, s) = run(
+            &["--peers", "2", "--clocks", "5", "--batch", "2", "--holdout", "0.25",
+              "--data", data.to_str().unwrap(), "--scale", scale],
+            "sparse",
+        );
+        assert_eq!(rc, 0, "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        runs.push(s);
+    }
+    // One rule for one data set: standard scaling (≥ 25 % non-zero), whatever the format,
+    // so the same model bit for bit.
+    for s in &runs {
+        assert_eq!(s["data"], "standard scaling (50 % non-zero) · intercept");
+        assert_eq!(s["replica_checksums"], runs[0]["replica_checksums"]);
+        assert_eq!(s["objective"], runs[0]["objective"]);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -191,6 +191,10 @@ pub struct RunInfo {
     pub optimizer: String,
     /// The learning rate every node used.
     pub lr: f32,
+    /// What the model trains on, after its preprocessing (e.g. `standard scaling (51 %
+    /// non-zero) · intercept`); empty when not known (a custom model's data).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub data: String,
 }
 
 fn one() -> f64 {
@@ -265,6 +269,9 @@ pub struct Summary {
     /// The learning rate every node used.
     #[serde(default)]
     pub lr: f64,
+    /// The data's preprocessing ([`RunInfo::data`]); absent when not known.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub data: String,
     /// Longest peer wall time, seconds.
     pub wall_s: f64,
     /// Mean over peers of the held-out objective of their final replicas.
@@ -426,6 +433,7 @@ impl Summary {
             batch: info.batch,
             optimizer: info.optimizer,
             lr: f64::from(info.lr),
+            data: info.data,
             wall_s,
             objective: mean_opt(&|r| r.objective),
             test_accuracy: mean_opt(&|r| r.test_accuracy),
@@ -617,6 +625,9 @@ impl std::fmt::Display for Summary {
             s.optimizer,
             s.lr as f32
         )?;
+        if !s.data.is_empty() {
+            writeln!(f, "  {} · data: {}", s.model, s.data)?;
+        }
         writeln!(
             f,
             "  objective {}  test accuracy {}  wall {:.2}s  {:.0} samples/s",

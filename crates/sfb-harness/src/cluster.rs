@@ -15,7 +15,7 @@ use sfb_core::{
     Config, Consistency, Engine, Evaluator, Model, PeerId, Role, Shard, ShardSource, shard_indices,
 };
 use sfb_models::stream::{Local, Streamed};
-use sfb_models::{Example, ModelSpec, Problem};
+use sfb_models::{Example, ModelSpec, Preprocess, Problem};
 use sfb_topology::{Method, Topology};
 
 use crate::checkpoint::{Meta, Store};
@@ -83,7 +83,8 @@ impl Cluster {
         let b = Cluster::builder()
             .peers(spec.peers)
             .spec(spec.model.spec_for(t.method_for(&spec.model)));
-        let b = match spec.data.stream(&spec.model, t.seed, scale)? {
+        let intercept = t.intercept_for(&spec.model);
+        let b = match spec.data.stream(&spec.model, t.seed, scale, intercept)? {
             Some(streamed) => {
                 let samples = usize::try_from(streamed.train_samples()).unwrap_or(usize::MAX);
                 if t.batch > samples {
@@ -96,9 +97,14 @@ impl Cluster {
                 b.streamed(streamed)
             }
             None => {
-                let problem = spec.data.load(&spec.model, t.seed)?.scaled(scale)?;
+                let limits = sfb_models::Limits::from_env()?;
+                let (problem, prep) = spec.data.load(&spec.model, t.seed)?.prepare(
+                    scale,
+                    t.intercept_for(&spec.model),
+                    &limits,
+                )?;
                 problem.check_batch(t.batch)?;
-                b.data(problem)
+                b.data(problem).preprocess(prep)
             }
         };
         let mut b = b
@@ -433,9 +439,20 @@ pub struct Builtin {
     /// `problem`'s mean ℓ1 norm, computed once (every peer's default step needs it, and
     /// a pass over the training set per peer is O(P·N)).
     mean_l1: std::sync::OnceLock<f64>,
+    /// What `problem`'s data went through ([`Builder::preprocess`]).
+    prep: Option<Preprocess>,
 }
 
 impl Builtin {
+    /// What the data went through: the streamed data's, else the one given with
+    /// [`Builder::preprocess`].
+    pub fn preprocess(&self) -> Option<Preprocess> {
+        match &self.streamed {
+            Some(s) => Some(s.preprocess().clone()),
+            None => self.prep.clone(),
+        }
+    }
+
     /// Peer `peer`'s part of the streamed data as a [`Problem`] (its held-out slice as
     /// `test`, no `train`: a streaming peer holds no other peer's samples) and its shard;
     /// for a `probe` (a node that trains on nothing: the FMS server, the memory check) no
@@ -470,7 +487,8 @@ impl Builtin {
             train: Arc::new(Vec::new()),
             test: Arc::new(local.held_out),
             classes: data.classes(),
-            features: data.features(),
+            features: data.preprocess().features(),
+            labels: data.preprocess().labels().clone(),
         };
         Ok((problem, local.train))
     }
@@ -498,6 +516,11 @@ mod kind {
         type Model: Model;
         /// Its name in summaries.
         fn name(&self) -> &'static str;
+        /// What its data went through ([`sfb_models::Preprocess::describe`]) for the
+        /// run's header; empty when not known.
+        fn data_description(&self) -> String {
+            String::new()
+        }
         /// Builds `peer`'s model, starting matrix, shard and evaluator; a `probe` is a node
         /// that trains on nothing (the FMS server, the memory check): its shard may be
         /// left empty.
@@ -601,6 +624,9 @@ impl Kind for Builtin {
     type Model = sfb_models::AnyModel;
     fn name(&self) -> &'static str {
         self.spec.name()
+    }
+    fn data_description(&self) -> String {
+        self.preprocess().map(|p| p.describe()).unwrap_or_default()
     }
     fn default_method(&self) -> sfb_core::Method {
         crate::spec::method_for(&self.spec)
@@ -966,6 +992,7 @@ impl Builder<NoModel> {
                 streamed: None,
                 init_std: 0.0,
                 mean_l1: std::sync::OnceLock::new(),
+                prep: None,
             },
         }
     }
@@ -997,7 +1024,20 @@ impl Builder<Builtin> {
         self.kind.problem = Some(problem);
         self.kind.streamed = None;
         self.kind.mean_l1 = std::sync::OnceLock::new();
+        self.kind.prep = None;
         self
+    }
+
+    /// What [`data`](Self::data)'s problem went through ([`Problem::prepare`]): shown in
+    /// the run's header and kept with a saved model ([`sfb_models::saved`]).
+    pub fn preprocess(mut self, prep: Preprocess) -> Self {
+        self.kind.prep = Some(prep);
+        self
+    }
+
+    /// The preprocessing of this builder's data ([`Builtin::preprocess`]).
+    pub fn preprocessing(&self) -> Option<Preprocess> {
+        self.kind.preprocess()
     }
 
     /// Streamed data ([`crate::DataSource::stream`]) instead of a [`Problem`]: each peer
@@ -1102,7 +1142,7 @@ impl Builder<Builtin> {
             server_at: self.s.peers,
         };
         let batch = self.s.batch;
-        let (summary, records, report) = match fms {
+        let (summary, records, report, w) = match fms {
             None => {
                 let engines = self.build_engines()?;
                 let (j, d) = engines.first().map_or((0, 0), |e| e.replica().dim());
@@ -1121,9 +1161,10 @@ impl Builder<Builtin> {
                     .map(|n| NodeOutcome::from_engine(&n.node, &n.records))
                     .collect();
                 let summary = summarize(info, &nodes, None);
+                let w = nodes.first().map(|n| n.w.to_owned());
                 let report = sim_report(report, run.end, run.stats.events);
                 let records = run.nodes.into_iter().flat_map(|n| n.records).collect();
-                (summary, records, report)
+                (summary, records, report, w)
             }
             Some(push) => {
                 let (server, clients) = self.build_fms(push)?;
@@ -1142,6 +1183,7 @@ impl Builder<Builtin> {
                     .collect();
                 let server = run.nodes.iter().find_map(|n| n.node.as_server());
                 let summary = summarize(info, &nodes, server.map(|s| s.metrics()));
+                let w = nodes.first().map(|n| n.w.to_owned());
                 let report = sim_report(report, run.end, run.stats.events);
                 // Clients' records in peer order, then the server's.
                 let (srv, cli): (Vec<_>, Vec<_>) = run
@@ -1149,7 +1191,7 @@ impl Builder<Builtin> {
                     .into_iter()
                     .partition(|n| n.node.as_server().is_some());
                 let records = cli.into_iter().chain(srv).flat_map(|n| n.records).collect();
-                (summary, records, report)
+                (summary, records, report, w)
             }
         };
         if let Some(f) = &observer.file {
@@ -1163,7 +1205,11 @@ impl Builder<Builtin> {
         );
         let mut summary = summary;
         summary.sim = Some(report);
-        Ok(Outcome { summary, records })
+        Ok(Outcome {
+            summary,
+            records,
+            w,
+        })
     }
 }
 
@@ -1629,6 +1675,7 @@ impl<K: Kind> Builder<K> {
             batch: self.s.batch,
             optimizer: self.resolved_optimizer().0.to_string(),
             lr: self.resolved_optimizer().1,
+            data: self.kind.data_description(),
         }
     }
 
@@ -1798,6 +1845,9 @@ pub struct Outcome {
     /// Every worker's records in peer order, then the FMS server's (peer
     /// [`PeerId::SERVER`]).
     pub records: Vec<ClockRecord>,
+    /// The final replica of the first worker that finished (peer 0's unless it was lost;
+    /// an FMS client's holds the server's W): what `--save-model` keeps.
+    pub w: Option<Array2<f32>>,
 }
 
 /// A finished in-memory SFB run.
@@ -1831,8 +1881,16 @@ impl<M: Model> MemRun<M> {
     /// The summary and every peer's records.
     pub fn into_outcome(self) -> Outcome {
         let summary = self.summary();
+        let w = self
+            .peers
+            .first()
+            .map(|r| r.engine.replica().w().to_owned());
         let records = self.peers.into_iter().flat_map(|r| r.records).collect();
-        Outcome { summary, records }
+        Outcome {
+            summary,
+            records,
+            w,
+        }
     }
 }
 
@@ -1872,6 +1930,7 @@ impl<M: Model> FmsRun<M> {
     /// The summary, every client's records, then the server's.
     pub fn into_outcome(self) -> Outcome {
         let summary = self.summary();
+        let w = self.run.clients.first().map(|r| r.client.w().to_owned());
         let records = self
             .run
             .clients
@@ -1879,7 +1938,11 @@ impl<M: Model> FmsRun<M> {
             .flat_map(|r| r.records)
             .chain(self.run.server.records)
             .collect();
-        Outcome { summary, records }
+        Outcome {
+            summary,
+            records,
+            w,
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use sfb_models::data::{self, CsvOptions, Dataset, LibsvmOptions};
+use sfb_models::data::{self, CsvOptions, Dataset, LabelMap, LibsvmOptions};
 use sfb_models::stream::{LineRule, StreamOptions, Streamed};
 use sfb_models::{
     ClassificationSpec, ClusterSpec, Limits, Problem, SignalSpec, Warning, synthetic,
@@ -121,6 +121,7 @@ impl DataSource {
                     test: Arc::new(test),
                     classes,
                     features,
+                    labels: LabelMap::identity(classes),
                 };
                 (p, Vec::new(), at)
             }
@@ -152,6 +153,7 @@ impl DataSource {
         model: &ModelChoice,
         seed: u64,
         scale: sfb_models::Scale,
+        intercept: bool,
     ) -> Result<Option<Streamed>> {
         let DataSource::Files {
             train,
@@ -178,6 +180,7 @@ impl DataSource {
             },
             features: *features,
             scale,
+            intercept,
             limits,
         };
         let s = Streamed::open(train, test.as_deref(), &opts)?;
@@ -257,6 +260,7 @@ fn load_files(
 ) -> Result<(Problem, Vec<Warning>)> {
     let mut train = read(path, None, features, limits)?;
     let (classes, features) = (train.labels.classes(), train.features);
+    let labels = train.labels.clone();
     if features == 0 {
         return Err(Error::NoFeatures {
             path: path.to_path_buf(),
@@ -304,6 +308,7 @@ fn load_files(
         test: Arc::new(test),
         classes,
         features,
+        labels,
     };
     Ok((problem, warnings))
 }

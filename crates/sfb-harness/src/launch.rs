@@ -300,6 +300,7 @@ fn drive_node(
         file,
         id,
         checkpoint,
+        prep: builder.preprocessing(),
     };
     match (fms, role) {
         (true, Role::Server) => {
@@ -368,6 +369,8 @@ struct NodeRun<'a> {
     file: ClusterFile,
     id: usize,
     checkpoint: Option<Arc<crate::checkpoint::Store>>,
+    /// What the node's data went through (kept by `--save-model`).
+    prep: Option<sfb_models::Preprocess>,
 }
 
 /// A JSON-lines sink shared with the driver's progress callback.
@@ -394,6 +397,7 @@ impl NodeRun<'_> {
             mut file,
             id,
             checkpoint,
+            prep,
         } = self;
         let mut sinks: Vec<Sink> = Vec::new();
         if let Some(path) = &run.output.metrics {
@@ -563,6 +567,9 @@ impl NodeRun<'_> {
         }
         if let Some(path) = &run.output.summary {
             write_json(path, &summary, true)?;
+        }
+        if let Some(path) = &run.output.save_model {
+            crate::run::save_model(path, run, prep, f.w.view())?;
         }
         Ok(NodeDone {
             summary,
@@ -1233,7 +1240,11 @@ fn merge(dir: &Path, spec: &RunSpec, fms: bool, lost: &[usize]) -> crate::Result
     if let Some(m) = &metrics {
         m.finish()?;
     }
-    Ok(Outcome { summary, records })
+    Ok(Outcome {
+        summary,
+        records,
+        w: ws.into_iter().next(),
+    })
 }
 
 /// Node `me`'s neighbours in the topology `out` repaired for a set of lost peers

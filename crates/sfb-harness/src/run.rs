@@ -1,5 +1,11 @@
 //! Carrying out a [`RunSpec`].
 
+use std::path::Path;
+
+use ndarray::ArrayView2;
+use sfb_models::Preprocess;
+use sfb_models::saved::SavedModel;
+
 use crate::Result;
 use crate::cluster::{Cluster, Outcome, Progress};
 use crate::launch::Launcher;
@@ -29,27 +35,64 @@ pub fn run(spec: &RunSpec, progress: Option<Progress>) -> Result<Outcome> {
 }
 
 fn run_validated(spec: &RunSpec, progress: Option<Progress>) -> Result<Outcome> {
-    if spec.transport == Transport::Libp2p {
+    let (out, prep) = if spec.transport == Transport::Libp2p {
         let mut launcher = Launcher::from_env()?;
         if let Some(p) = progress {
             launcher = launcher.progress(p);
         }
-        return launcher.run(spec);
-    }
-    let mut builder = Cluster::from_spec(spec)?;
-    if let Some(p) = progress {
-        builder = builder.progress(p);
-    }
-    if spec.transport == Transport::Sim {
-        let fms = (spec.backend == Backend::Fms).then_some(spec.fms_push);
-        let mut sim = spec.sim.clone();
-        if sim.costs == crate::sim::CostModel::Calibrate {
-            crate::sim::calibrate_compute(spec)?.fill(&mut sim);
+        let out = launcher.run(spec)?;
+        // The nodes prepared their data in their own processes: the same again here.
+        let prep = match spec.output.save_model {
+            Some(_) => Cluster::from_spec(spec)?.preprocessing(),
+            None => None,
+        };
+        (out, prep)
+    } else {
+        let mut builder = Cluster::from_spec(spec)?;
+        if let Some(p) = progress {
+            builder = builder.progress(p);
         }
-        return builder.run_sim(&sim, spec.net.bandwidth, fms);
+        let prep = builder.preprocessing();
+        let out = if spec.transport == Transport::Sim {
+            let fms = (spec.backend == Backend::Fms).then_some(spec.fms_push);
+            let mut sim = spec.sim.clone();
+            if sim.costs == crate::sim::CostModel::Calibrate {
+                crate::sim::calibrate_compute(spec)?.fill(&mut sim);
+            }
+            builder.run_sim(&sim, spec.net.bandwidth, fms)?
+        } else {
+            match spec.backend {
+                Backend::Sfb => builder.run_mem()?.into_outcome(),
+                Backend::Fms => builder.run_fms_mem(spec.fms_push)?.into_outcome(),
+            }
+        };
+        (out, prep)
+    };
+    if let (Some(path), Some(w)) = (&spec.output.save_model, &out.w) {
+        save_model(path, spec, prep, w.view())?;
     }
-    Ok(match spec.backend {
-        Backend::Sfb => builder.run_mem()?.into_outcome(),
-        Backend::Fms => builder.run_fms_mem(spec.fms_push)?.into_outcome(),
-    })
+    Ok(out)
+}
+
+/// Saves the model `spec` trained into the replica `w` (on data prepared by `prep`) to
+/// `path` ([`SavedModel`]); returns what was saved.
+///
+/// # Errors
+/// [`Error::Models`](crate::Error::Models): a replica that does not fit the model (or
+/// holds a non-finite value), or the operating system's reason the file cannot be written.
+pub fn save_model(
+    path: &Path,
+    spec: &RunSpec,
+    prep: Option<Preprocess>,
+    w: ArrayView2<'_, f32>,
+) -> Result<SavedModel> {
+    let model = spec.model.spec_for(spec.train.method_for(&spec.model));
+    let prep = prep.unwrap_or_else(|| {
+        let (classes, d) = (w.nrows(), w.ncols());
+        Preprocess::identity(d, sfb_models::data::LabelMap::identity(classes))
+    });
+    let saved = SavedModel::new(model, prep, w.to_owned())?;
+    saved.save(path)?;
+    tracing::info!("saved the model to {}", path.display());
+    Ok(saved)
 }

@@ -362,6 +362,10 @@ pub struct TrainOptions {
     /// training set only, applied to training and held-out data alike. Default auto
     /// (standard for dense data, maxabs for sparse).
     pub scale: ScaleSpec,
+    /// Fit an intercept (a bias per class) for the linear classifiers (`mlr`, `l2mlr`):
+    /// one more feature, constant 1, appended after scaling. Default true; `dml` and
+    /// `sc` have none (a metric's and a dictionary's have no meaning).
+    pub intercept: bool,
 }
 
 /// [`sfb_models::Scale`] as JSON and command line write it (`none`, `standard`,
@@ -485,6 +489,12 @@ impl TrainOptions {
         }
     }
 
+    /// Whether `model` gets an intercept column: [`intercept`](Self::intercept) for the
+    /// linear classifiers, never for `dml` and `sc`.
+    pub fn intercept_for(&self, model: &ModelChoice) -> bool {
+        self.intercept && matches!(model, ModelChoice::Mlr | ModelChoice::L2mlr { .. })
+    }
+
     /// The method for `model`: the one named, else [`default_method`].
     pub fn method_for(&self, model: &ModelChoice) -> sfb_core::Method {
         self.optimizer
@@ -589,6 +599,7 @@ impl Default for TrainOptions {
             straggler: None,
             max_drift: sfb_core::DEFAULT_MAX_DRIFT,
             scale: ScaleSpec::default(),
+            intercept: true,
         }
     }
 }
@@ -1102,6 +1113,10 @@ pub struct OutputOptions {
     /// that plot curves). Default false: records stream to `metrics` as they happen and
     /// only each node's final record is kept.
     pub keep_records: bool,
+    /// Save the trained model here at the end (`--save-model`): the first worker's final
+    /// replica (a hand-run node: its own), the model's kind and hyper-parameters and the
+    /// data's preprocessing ([`sfb_models::saved`]), for `sfb predict` and `sfb eval`.
+    pub save_model: Option<PathBuf>,
 }
 
 /// Checkpoints (Bösen's consistent checkpoint at clock boundaries) and resuming from them;
@@ -1674,6 +1689,7 @@ impl RunSpec {
         for (field, path) in [
             ("output.metrics", &o.metrics),
             ("output.summary", &o.summary),
+            ("output.save_model", &o.save_model),
         ] {
             if let Some(path) = path {
                 preflight::output_file(field, path)?;
@@ -1708,6 +1724,7 @@ impl RunSpec {
             // The launcher resolves a data-dependent default before it writes the nodes'
             // specs (`Launcher::run`), so every node and the summary see the same rate.
             lr: self.train.lr_for(&self.model),
+            data: String::new(),
         }
     }
 }
@@ -1781,6 +1798,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "fms_push" => "--fms-push",
         "output.metrics" => "--metrics",
         "output.summary" => "--summary",
+        "output.save_model" => "--save-model",
         "fault.checkpoint_every" => "--checkpoint-every",
         "fault.checkpoint_keep" => "--checkpoint-keep",
         "fault.checkpoint_dir" => "--checkpoint-dir",
@@ -1844,6 +1862,7 @@ mod tests {
                 metrics: Some("m.jsonl".into()),
                 summary: None,
                 keep_records: true,
+                save_model: Some("m.sfbm".into()),
             },
             fault: FaultOptions {
                 checkpoint_dir: Some("ck".into()),

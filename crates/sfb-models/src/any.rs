@@ -7,6 +7,7 @@ use std::sync::Arc;
 use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use sfb_core::{Evaluator, Model, ModelError, SvList};
 
+use crate::data::LabelMap;
 use crate::{
     Dml, DmlEvaluator, Error, Example, L2Mlr, L2MlrEvaluator, Limits, Mlr, MlrEvaluator,
     PrimalEvaluator, Result, Saga, SparseCoding, SparseCodingEvaluator, dml, sparse_coding,
@@ -170,6 +171,8 @@ pub struct Problem {
     pub classes: usize,
     /// Features `D`.
     pub features: usize,
+    /// The file's label values of the classes ([`LabelMap::identity`] for synthetic data).
+    pub labels: LabelMap,
 }
 
 impl Problem {
@@ -191,6 +194,7 @@ impl Problem {
     ///     test: Arc::new(vec![]),
     ///     classes: 2,
     ///     features: 1,
+    ///     labels: sfb_models::data::LabelMap::identity(2),
     /// };
     /// assert!(p.check_batch(10).is_ok());
     /// assert_eq!(

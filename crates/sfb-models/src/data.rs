@@ -53,7 +53,7 @@ use crate::{Error, Example, Features, LimitKind, Limits, Result, Warning};
 /// distinct label of the training data.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LabelMap {
-    values: Vec<f64>,
+    pub(crate) values: Vec<f64>,
 }
 
 impl LabelMap {
@@ -67,6 +67,13 @@ impl LabelMap {
         values.sort_by(f64::total_cmp);
         values.dedup();
         Self { values }
+    }
+
+    /// Classes `0..classes` as their own labels (synthetic data).
+    pub fn identity(classes: usize) -> Self {
+        Self {
+            values: (0..classes).map(|c| c as f64).collect(),
+        }
     }
 
     /// Number of classes `J`.

@@ -80,6 +80,14 @@ pub enum Error {
         /// Training samples in all.
         samples: usize,
     },
+    /// A model file ([`crate::saved`]) is refused.
+    #[error("{}: {reason}", path.display())]
+    ModelFile {
+        /// The file.
+        path: PathBuf,
+        /// Why, in one line.
+        reason: String,
+    },
     /// A model or reader parameter is out of range.
     #[error("invalid parameter {name} = {value}: {reason}")]
     Parameter {

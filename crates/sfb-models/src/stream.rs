@@ -54,7 +54,7 @@ use crate::data::{
     parse_libsvm_record,
 };
 use crate::limits::data_bytes;
-use crate::scale::{Affine, max_abs_map, standard_map, standard_refused};
+use crate::scale::{Preprocess, max_abs_map, standard_map};
 use crate::warning::label_warnings;
 use crate::{Error, Example, Features, LimitKind, Limits, Result, Scale, Warning};
 
@@ -152,8 +152,11 @@ pub struct StreamOptions {
     /// Number of features `D`; `None`: the largest index + 1 (LIBSVM) or the fields − 1
     /// of the first row (CSV).
     pub features: Option<usize>,
-    /// Feature scaling, its statistics from the training records.
+    /// Feature scaling, its statistics from the training records ([`Scale::Auto`]: by
+    /// the fraction of non-zero entries, as in memory).
     pub scale: Scale,
+    /// Append an intercept column (constant 1) after scaling.
+    pub intercept: bool,
     /// Line length, feature and size limits; [`Limits::max_data_bytes`] bounds what one
     /// peer holds.
     pub limits: Limits,
@@ -280,10 +283,13 @@ struct Scan {
     train: u64,
     held_out: u64,
     /// Per raw feature index, over training records: largest magnitude, sum of
-    /// magnitudes, sum (dense only).
+    /// magnitudes, sum, stored values.
     max_abs: Vec<f64>,
     abs_sum: Vec<f64>,
     sum: Vec<f64>,
+    seen: Vec<u64>,
+    /// Non-zero values of the training records.
+    nonzero: u64,
 }
 
 impl Scan {
@@ -319,14 +325,19 @@ impl Scan {
                     if let Some(&m) = indices.last()
                         && m as usize >= self.max_abs.len()
                     {
-                        self.max_abs.resize(m as usize + 1, 0.0);
-                        self.abs_sum.resize(m as usize + 1, 0.0);
+                        for v in [&mut self.max_abs, &mut self.abs_sum, &mut self.sum] {
+                            v.resize(m as usize + 1, 0.0);
+                        }
+                        self.seen.resize(m as usize + 1, 0);
                     }
                     for (&k, &a) in indices.iter().zip(values) {
-                        let a = f64::from(a).abs();
+                        let a = f64::from(a);
                         let k = k as usize;
-                        self.max_abs[k] = self.max_abs[k].max(a);
-                        self.abs_sum[k] += a;
+                        self.max_abs[k] = self.max_abs[k].max(a.abs());
+                        self.abs_sum[k] += a.abs();
+                        self.sum[k] += a;
+                        self.seen[k] += 1;
+                        self.nonzero += u64::from(a != 0.0);
                     }
                 }
             }
@@ -338,12 +349,15 @@ impl Scan {
                         for v in [&mut self.max_abs, &mut self.abs_sum, &mut self.sum] {
                             v.resize(x.len(), 0.0);
                         }
+                        self.seen.resize(x.len(), 0);
                     }
                     for (k, &a) in x.iter().enumerate() {
                         let a = f64::from(a);
                         self.max_abs[k] = self.max_abs[k].max(a.abs());
                         self.abs_sum[k] += a.abs();
                         self.sum[k] += a;
+                        self.seen[k] += 1;
+                        self.nonzero += u64::from(a != 0.0);
                     }
                 }
             }
@@ -380,8 +394,7 @@ pub struct Streamed {
     dense: bool,
     train: u64,
     held_out: u64,
-    scale: Scale,
-    map: Option<Affine>,
+    prep: Preprocess,
     mean_l1: f64,
     warnings: Vec<Warning>,
 }
@@ -472,17 +485,23 @@ impl Streamed {
         };
         let max_abs = by_feature(std::mem::take(&mut scan.max_abs));
         let abs_sum = by_feature(std::mem::take(&mut scan.abs_sum));
+        let sum = by_feature(std::mem::take(&mut scan.sum));
+        let seen = by_feature(scan.seen.iter().map(|&c| c as f64).collect());
         let n = scan.train as f64;
+        let nonzero = scan.nonzero as f64 / (n * d.max(1) as f64);
         let scale = match opts.scale {
-            Scale::Auto if scan.dense => Scale::Standard,
-            Scale::Auto => Scale::MaxAbs,
+            Scale::Auto => Scale::auto_for(nonzero),
             s => s,
         };
         let (map, l1_by_feature) = match scale {
-            Scale::Standard if !scan.dense => return Err(standard_refused()),
             Scale::Standard => {
-                let mean: Vec<f64> = scan.sum.iter().map(|s| s / n).collect();
+                let mean: Vec<f64> = sum.iter().map(|s| s / n).collect();
                 let (mut sq, mut dev) = (vec![0f64; d], vec![0f64; d]);
+                let mut add = |k: usize, a: f32| {
+                    let c = f64::from(a) - mean[k];
+                    sq[k] += c * c;
+                    dev[k] += c.abs();
+                };
                 pass(
                     train,
                     format,
@@ -492,18 +511,39 @@ impl Streamed {
                     &mut Vec::new(),
                     |part| matches!(part, Part::Train(_)),
                     |_, _, _, raw| {
-                        if let Raw::Dense { x, .. } = raw {
-                            for (k, &a) in x.iter().enumerate() {
-                                let c = f64::from(a) - mean[k];
-                                sq[k] += c * c;
-                                dev[k] += c.abs();
+                        match raw {
+                            Raw::Dense { x, .. } => {
+                                x.iter().enumerate().for_each(|(k, &a)| add(k, a));
+                            }
+                            Raw::Sparse {
+                                indices, values, ..
+                            } => {
+                                for (&k, &a) in indices.iter().zip(&values) {
+                                    add(k as usize - shift, a);
+                                }
                             }
                         }
                         Ok(())
                     },
                 )?;
+                // The entries a sparse record does not store are zeros.
+                for k in 0..d {
+                    let missing = (n - seen[k]).max(0.0);
+                    sq[k] += missing * mean[k] * mean[k];
+                    dev[k] += missing * mean[k].abs();
+                }
                 let map = standard_map(mean, &sq, n);
-                let l1 = dev.iter().zip(&map.factor).map(|(s, f)| s * f).collect();
+                // A constant feature is divided by its magnitude, not centred.
+                let l1 = (0..d)
+                    .map(|k| {
+                        let raw = if map.shift[k] == 0.0 {
+                            abs_sum[k]
+                        } else {
+                            dev[k]
+                        };
+                        raw * map.factor[k]
+                    })
+                    .collect();
                 (Some(map), l1)
             }
             Scale::MaxAbs => {
@@ -517,7 +557,8 @@ impl Streamed {
             }
             _ => (None, abs_sum),
         };
-        let mean_l1 = l1_by_feature.iter().sum::<f64>() / n;
+        let intercept = if opts.intercept { n } else { 0.0 };
+        let mean_l1 = (l1_by_feature.iter().sum::<f64>() + intercept) / n;
         let labels = LabelMap::from_labels(scan.labels.iter().map(|&b| f64::from_bits(b)));
         warnings.extend(label_warnings(
             &train.display().to_string(),
@@ -546,13 +587,12 @@ impl Streamed {
             rule,
             limits: *limits,
             features: d,
-            labels,
+            labels: labels.clone(),
             base,
             dense: scan.dense,
             train: scan.train,
             held_out,
-            scale,
-            map,
+            prep: Preprocess::from_parts(d, scale, nonzero, map, opts.intercept, labels),
             mean_l1,
             warnings,
         })
@@ -578,9 +618,17 @@ impl Streamed {
         self.held_out
     }
 
-    /// The scaling applied (`auto` resolved: standard for CSV, max-abs for LIBSVM).
+    /// The scaling applied (`auto` resolved by the fraction of non-zero training
+    /// entries, [`Scale::auto_for`]).
     pub fn scale(&self) -> Scale {
-        self.scale
+        self.prep.scale()
+    }
+
+    /// What turns a record into a sample (scaling, intercept, labels): the
+    /// [`Preprocess`] a saved model keeps. Its [`features`](Preprocess::features) is the
+    /// model's `D` (one more than [`features`](Self::features) with an intercept).
+    pub fn preprocess(&self) -> &Preprocess {
+        &self.prep
     }
 
     /// The mean ℓ1 norm of the scaled training features, `(1/n) Σ_i ‖x_i‖₁`, from
@@ -648,7 +696,8 @@ impl Streamed {
                 |part| want(part) && (rule.is_some() || matches!(part, Part::HeldOut(_))),
                 |line, part, record, raw| {
                     let e = self.example(path, line, record, raw)?;
-                    bytes += data_bytes(1, e.x.nnz() as u128, !self.dense);
+                    let sparse = matches!(e.x, Features::Sparse { .. });
+                    bytes += data_bytes(1, e.x.nnz() as u128, sparse);
                     if bytes > u128::from(self.limits.max_data_bytes) {
                         let at = format!("{}:{line}", path.display());
                         self.limits
@@ -725,9 +774,7 @@ impl Streamed {
             ))
         })?;
         let mut x = x;
-        if let Some(map) = &self.map {
-            map.apply_mut(&mut x);
-        }
+        self.prep.apply_mut(&mut x);
         Ok(Example::new(x, y, id))
     }
 }
@@ -832,32 +879,37 @@ mod tests {
     #[test]
     fn statistics_and_scaling_match_the_in_memory_reader_on_the_same_split() {
         let f = file(&svm(120), ".svm");
-        let s = Streamed::open(f.path(), None, &opts(0.2, Scale::Auto)).unwrap();
         let all = read_libsvm(f.path(), &LibsvmOptions::default()).unwrap();
-        assert_eq!(
-            (s.features(), s.classes()),
-            (all.features, all.labels.classes())
-        );
-        assert_eq!(s.scale(), Scale::MaxAbs);
-        let whole = s.shard(1, 0).unwrap();
-        let (train, test): (Vec<Example>, Vec<Example>) = all
-            .samples
-            .iter()
-            .cloned()
-            .partition(|e| whole.train.iter().any(|t| t.id == e.id));
-        let p = Problem {
-            train: Arc::new(train),
-            test: Arc::new(test),
-            classes: s.classes(),
-            features: s.features(),
+        // A quarter of the entries are non-zero: auto standardizes, as in memory.
+        let auto = Streamed::open(f.path(), None, &opts(0.2, Scale::Auto)).unwrap();
+        assert_eq!(auto.scale(), Scale::Standard);
+        for scale in [Scale::MaxAbs, Scale::Standard] {
+            let s = Streamed::open(f.path(), None, &opts(0.2, scale)).unwrap();
+            assert_eq!(
+                (s.features(), s.classes()),
+                (all.features, all.labels.classes())
+            );
+            let whole = s.shard(1, 0).unwrap();
+            let (train, test): (Vec<Example>, Vec<Example>) = all
+                .samples
+                .iter()
+                .cloned()
+                .partition(|e| whole.train.iter().any(|t| t.id == e.id));
+            let p = Problem {
+                train: Arc::new(train),
+                test: Arc::new(test),
+                classes: s.classes(),
+                features: s.features(),
+                labels: crate::data::LabelMap::identity(s.classes()),
+            }
+            .scaled(scale)
+            .unwrap();
+            assert_eq!(*p.train, whole.train, "{scale}: bitwise the same samples");
+            assert_eq!(*p.test, whole.held_out);
+            let rel = (p.mean_l1() - s.mean_l1()).abs() / p.mean_l1();
+            // In memory the f32-rounded scaled values are summed: equal to f32 rounding.
+            assert!(rel < 1e-6, "{scale}: {} vs {}", p.mean_l1(), s.mean_l1());
         }
-        .scaled(Scale::MaxAbs)
-        .unwrap();
-        assert_eq!(*p.train, whole.train, "bitwise the same scaled samples");
-        assert_eq!(*p.test, whole.held_out);
-        let rel = (p.mean_l1() - s.mean_l1()).abs() / p.mean_l1();
-        // In memory the f32-rounded scaled values are summed: equal to f32 rounding.
-        assert!(rel < 1e-6, "{} vs {}", p.mean_l1(), s.mean_l1());
     }
 
     #[test]
@@ -891,6 +943,7 @@ mod tests {
             test: Arc::new(Vec::new()),
             classes: 2,
             features: 2,
+            labels: crate::data::LabelMap::identity(2),
         }
         .scaled(Scale::Standard)
         .unwrap();
@@ -948,13 +1001,6 @@ mod tests {
         assert!(
             e.contains("feature index 8 is beyond the 4 features asked for"),
             "{e}"
-        );
-        let sparse_standard = Streamed::open(f.path(), None, &opts(0.2, Scale::Standard));
-        assert!(
-            sparse_standard
-                .unwrap_err()
-                .to_string()
-                .contains("use maxabs")
         );
     }
 

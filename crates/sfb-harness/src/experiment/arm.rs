@@ -228,6 +228,9 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     if n.relay {
         a.push("--relay".into());
     }
+    if !spec.train.intercept {
+        a.push("--no-intercept".into());
+    }
     if n.netns {
         a.push("--netns".into());
     }

@@ -52,8 +52,9 @@ fn fms_matches_sfb_and_counts_the_server_bytes() {
         .sum();
     assert_eq!(server_received, client_sent);
     assert_eq!(fms.bytes_sent, client_sent + server_sent);
-    // W pushes: P frames of J·D floats (plus a few header bytes) per clock.
-    let w_bytes = (6 * 10 * 4) as u64;
+    // W pushes: P frames of J·D floats (plus a few header bytes) per clock; D counts the
+    // intercept column.
+    let w_bytes = (6 * 11 * 4) as u64;
     assert!(server_sent >= 8 * p as u64 * w_bytes);
     assert!(server_sent <= 8 * p as u64 * (w_bytes + 16));
     assert_eq!(
@@ -69,12 +70,17 @@ fn spec_and_builder_give_the_same_bitwise_run_and_the_summary_reports_it() {
     s.train.eval_every = 3;
     s.output.keep_records = true;
     let from_spec = run(&s, None).unwrap();
-    // The spec scales the data it loads (train.scale); a builder takes data as given.
-    let problem = s
+    // The spec prepares the data it loads (train.scale, train.intercept); a builder takes
+    // data as given.
+    let (problem, _) = s
         .data
         .load(&s.model, s.train.seed)
         .unwrap()
-        .scaled(s.train.scale_for(&s.model))
+        .prepare(
+            s.train.scale_for(&s.model),
+            s.train.intercept_for(&s.model),
+            &Default::default(),
+        )
         .unwrap();
     let by_hand = Cluster::builder()
         .peers(3)
@@ -352,7 +358,7 @@ fn l2mlr_with_saga_trains_the_primal_on_w() {
     s.validate().unwrap();
     let mut b = Cluster::from_spec(&s).unwrap();
     let e = b.build_peer(0).unwrap();
-    assert_eq!(e.replica().dim(), (4, 8));
+    assert_eq!(e.replica().dim(), (4, 8 + 1)); // + the intercept column
     let o = &e.config().optimizer;
     assert_eq!(
         (o.method, o.saga_samples, o.l2),

@@ -551,6 +551,7 @@ fn a_batch_larger_than_the_training_set_is_refused() {
         test: Arc::new(Vec::new()),
         classes: 2,
         features: 1,
+        labels: sfb_models::data::LabelMap::identity(2),
     };
     p.check_batch(25).unwrap();
     // Larger than a shard is allowed (drawn with repeats), not larger than everything.

@@ -160,6 +160,7 @@ fn sdca_closes_the_gap_at_the_sklearn_optimum() {
         test: Arc::new(test),
         classes: 10,
         features: 64,
+        labels: sfb_models::data::LabelMap::identity(10),
     };
     let spec = ModelSpec::L2Mlr { lambda };
     let runs = sfb_net::mem::run(engines(&spec, &problem, 4, 250, 16, 1.0, 3), &opts()).unwrap();
@@ -276,6 +277,7 @@ fn sparse_coding_matches_sklearn_dictionary_learning() {
         test: Arc::new(test),
         classes: 10,
         features: 64,
+        labels: sfb_models::data::LabelMap::identity(10),
     };
     let spec = ModelSpec::SparseCoding {
         atoms,
@@ -349,6 +351,7 @@ fn dml_beats_euclidean_nearest_neighbour() {
         test: Arc::new(test),
         classes: 5,
         features: 20,
+        labels: sfb_models::data::LabelMap::identity(5),
     };
     let model = ModelSpec::Dml {
         latent: 5,
