@@ -48,8 +48,9 @@ fn main() -> anyhow::Result<()> {
             .init_w(Array2::zeros((3, 8)))
             .data(data.clone())
             .clocks(clocks as u64)
-            .lr(0.2)
     };
+    let (step, lr) = cluster().resolved_optimizer();
+    println!("default step: {step} · lr {lr}");
     let full = cluster().run_mem()?;
     let partial = cluster().out_degree(q).run_mem()?;
     let paper = cluster()

@@ -347,6 +347,7 @@ impl Config {
             clocks: self.clocks,
             batch_size: self.batch_size,
             lr: self.lr,
+            optimizer: self.optimizer.to_string(),
             eval_every: self.eval_every,
             max_drift: self.max_drift,
             checkpoint_every: self.checkpoint_every,

@@ -229,6 +229,7 @@ impl Config {
             clocks: self.clocks,
             batch_size: self.batch_size,
             lr: self.lr,
+            optimizer: self.optimizer.to_string(),
             eval_every: self.eval_every,
             // FMS runs only the bounded models, which ignore it.
             max_drift: crate::DEFAULT_MAX_DRIFT,

@@ -612,9 +612,15 @@ impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = self;
         let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.4}"));
+        // A model with its own step rule (SDCA) reports no learning rate.
+        let lr = if s.lr > 0.0 {
+            format!(" · lr {}", s.lr as f32)
+        } else {
+            String::new()
+        };
         writeln!(
             f,
-            "{} over {} · {} peers · Q={} · {} · {} clocks × K={} · {} · lr {}",
+            "{} over {} · {} peers · Q={} · {} · {} clocks × K={} · {}{lr}",
             s.backend,
             s.transport,
             s.peers,
@@ -623,7 +629,6 @@ impl std::fmt::Display for Summary {
             s.clocks,
             s.batch,
             s.optimizer,
-            s.lr as f32
         )?;
         if !s.data.is_empty() {
             writeln!(f, "  {} · data: {}", s.model, s.data)?;

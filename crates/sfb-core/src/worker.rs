@@ -26,8 +26,8 @@ use crate::engine::{Event, Output, Progress};
 use crate::metrics::{ClockRecord, PeerMetrics};
 use crate::time::{TimeSource, Work, secs};
 use crate::{
-    Consistency, Error, Evaluation, Evaluator, FactorBatch, Model, PeerId, PeerStatus, Result,
-    Shard, StatusView, SvList,
+    Consistency, Error, Evaluation, Evaluator, FactorBatch, Model, ModelError, PeerId, PeerStatus,
+    Result, Shard, StatusView, SvList,
 };
 
 /// What a node runs: shared by the SFB engine's and the FMS configurations.
@@ -37,6 +37,8 @@ pub(crate) struct Plan {
     pub(crate) clocks: u64,
     pub(crate) batch_size: usize,
     pub(crate) lr: f32,
+    /// The optimizer as displayed (`sgd`, `factored`, …): named when the model diverges.
+    pub(crate) optimizer: String,
     pub(crate) eval_every: u64,
     /// The flow-control bound of the models without a staleness bound (see
     /// [`Config::max_drift`](crate::Config::max_drift)).
@@ -710,7 +712,16 @@ impl<M: Model> Worker<M> {
         let fb = self.sv.commit(self.id, clock, scale);
         fb.validate(j, d).map_err(|e| Error::Model {
             clock,
-            source: e.into(),
+            source: match e {
+                // The commonest cause by far: a step too large for the data.
+                Error::NonFinite { .. } => ModelError::msg(format!(
+                    "{e}: the model diverged; its step was {} at lr {}: try a smaller step \
+                     (--lr, Builder::lr) or the adaptive one (--optimizer factored, \
+                     Builder::optimizer)",
+                    self.plan.optimizer, self.plan.lr
+                )),
+                other => other.into(),
+            },
         })?;
         let t1 = time.after(Work::Compute {
             peer: self.id,

@@ -410,10 +410,50 @@ pub struct NoModel;
 
 /// A user model made by a factory, trained on user samples.
 pub struct Custom<M: Model, F> {
-    factory: F,
+    /// In a cell: measuring the default step builds one model outside `parts`.
+    factory: std::cell::RefCell<F>,
     data: Option<Arc<Vec<M::Sample>>>,
     init_w: Option<Array2<f32>>,
     evaluator: Option<EvaluatorFactory>,
+    /// The mean ℓ1 norm of the model's `v` factors at the starting W, measured once.
+    mean_v_l1: std::sync::OnceLock<Option<f64>>,
+}
+
+/// Samples the default step of a custom model is measured on ([`Custom::mean_v_l1`]).
+const STEP_PROBE_SAMPLES: usize = 256;
+
+impl<M: Model, F: FnMut(&Peer) -> M> Custom<M, F> {
+    /// The mean ℓ1 norm of the `v` factors a model (built for peer 0) computes at the
+    /// starting W on the first [`STEP_PROBE_SAMPLES`] samples: what the adaptive step's
+    /// first move scales a score by, as the features' ℓ1 norm is for the built-in models
+    /// (`v` is the sample for MLR). The same for every peer; `None` without data or W, or
+    /// when the model refuses them (the run then reports its error).
+    fn mean_v_l1(&self, peers: usize) -> Option<f64> {
+        *self.mean_v_l1.get_or_init(|| {
+            let (data, w0) = (self.data.as_ref()?, self.init_w.as_ref()?);
+            let peer = Peer {
+                id: PeerId(0),
+                peers,
+                seed: 0,
+            };
+            let mut model = self.factory.try_borrow_mut().ok()?(&peer);
+            let batch: Vec<&M::Sample> = data.iter().take(STEP_PROBE_SAMPLES).collect();
+            let mut sv = sfb_core::SvList::new(w0.nrows(), w0.ncols());
+            model.compute_sv(w0.view(), &batch, &mut sv).ok()?;
+            let b = sv.to_batch(PeerId(0), 0, 1.0);
+            let pairs = b.len();
+            let total: f64 = (0..pairs)
+                .map(|i| {
+                    b.v_row(i)
+                        .values()
+                        .iter()
+                        .map(|x| f64::from(x.abs()))
+                        .sum::<f64>()
+                })
+                .sum();
+            (pairs > 0 && total.is_finite()).then(|| total / pairs as f64)
+        })
+    }
 }
 
 type EvaluatorFactory = Box<dyn FnMut(&Peer) -> Box<dyn Evaluator>>;
@@ -521,12 +561,18 @@ mod kind {
         fn data_description(&self) -> String {
             String::new()
         }
+        /// The model's own step rule when it has no step size (SDCA), for the header in
+        /// place of the optimizer and learning rate.
+        fn own_step(&self) -> Option<&'static str> {
+            None
+        }
         /// Builds `peer`'s model, starting matrix, shard and evaluator; a `probe` is a node
         /// that trains on nothing (the FMS server, the memory check): its shard may be
         /// left empty.
         fn parts(&mut self, peer: &Peer, seed: u64, probe: bool) -> Result<Parts<Self::Model>>;
-        /// The optimizer when none is set: plain SGD for a user's model (its factors mean
-        /// exactly `W += scale · Σ u vᵀ`), the built-in model's default otherwise.
+        /// The optimizer when none is set: the model's default (for a user's model the
+        /// factored adaptive step, as for the built-in SGD models: robust to the data's
+        /// scale; plain SGD keeps `W += scale · Σ u vᵀ` exact when asked for).
         fn default_method(&self) -> sfb_core::Method {
             sfb_core::Method::Sgd
         }
@@ -595,6 +641,16 @@ where
     fn name(&self) -> &'static str {
         "custom"
     }
+    fn default_method(&self) -> sfb_core::Method {
+        sfb_core::Method::Factored
+    }
+    fn default_lr(&self, method: sfb_core::Method) -> f32 {
+        let peers = 1; // the probe's peer count does not change its factors
+        match self.mean_v_l1(peers) {
+            Some(l1) => crate::spec::default_lr_for_factors(method, l1),
+            None => crate::default_lr(method),
+        }
+    }
     fn samples(&self) -> Option<usize> {
         self.data.as_ref().map(|d| d.len())
     }
@@ -613,7 +669,7 @@ where
         }
         Ok(Parts {
             w0: self.init_w.clone().ok_or(Error::MissingInitialW)?,
-            model: (self.factory)(peer),
+            model: (self.factory.get_mut())(peer),
             shard,
             evaluator: self.evaluator.as_mut().map(|f| f(peer)),
         })
@@ -627,6 +683,9 @@ impl Kind for Builtin {
     }
     fn data_description(&self) -> String {
         self.preprocess().map(|p| p.describe()).unwrap_or_default()
+    }
+    fn own_step(&self) -> Option<&'static str> {
+        crate::spec::own_step(&self.spec)
     }
     fn default_method(&self) -> sfb_core::Method {
         crate::spec::method_for(&self.spec)
@@ -973,10 +1032,11 @@ impl Builder<NoModel> {
         Builder {
             s: self.s,
             kind: Custom {
-                factory,
+                factory: std::cell::RefCell::new(factory),
                 data: None,
                 init_w: None,
                 evaluator: None,
+                mean_v_l1: std::sync::OnceLock::new(),
             },
         }
     }
@@ -1673,8 +1733,14 @@ impl<K: Kind> Builder<K> {
             out_degree,
             clocks: self.s.clocks,
             batch: self.s.batch,
-            optimizer: self.resolved_optimizer().0.to_string(),
-            lr: self.resolved_optimizer().1,
+            optimizer: self
+                .kind
+                .own_step()
+                .map_or_else(|| self.resolved_optimizer().0.to_string(), str::to_string),
+            lr: match self.kind.own_step() {
+                Some(_) => 0.0,
+                None => self.resolved_optimizer().1,
+            },
             data: self.kind.data_description(),
         }
     }

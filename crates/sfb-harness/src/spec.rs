@@ -412,6 +412,16 @@ pub fn default_method(model: &ModelChoice) -> sfb_core::Method {
     method_for(&model.spec())
 }
 
+/// What a run's header says in place of the optimizer for a model with its own step rule
+/// and no step size: `l2mlr` by SDCA (each dual step is an exact coordinate maximization;
+/// `--lr` does not apply). `None` for the others.
+pub fn own_step(spec: &ModelSpec) -> Option<&'static str> {
+    match spec {
+        ModelSpec::L2Mlr { .. } => Some("sdca (exact dual steps, no step size)"),
+        _ => None,
+    }
+}
+
 /// [`default_method`] of a built model.
 pub(crate) fn method_for(spec: &ModelSpec) -> sfb_core::Method {
     match spec {
@@ -464,6 +474,14 @@ pub fn score_step(model: &ModelSpec) -> f64 {
         ModelSpec::SparseCoding { .. } => 0.5,
         _ => 5.0,
     }
+}
+
+/// The default learning rate of `method` for a user's model whose `v` factors have mean
+/// ℓ1 norm `mean_v_l1` at the starting W: [`score_step`] of MLR (5) over it for the
+/// adaptive methods (as for the built-ins, whose `v` is the sample), [`default_lr`]
+/// otherwise.
+pub fn default_lr_for_factors(method: sfb_core::Method, mean_v_l1: f64) -> f32 {
+    default_lr_for_data(method, &ModelSpec::Mlr, mean_v_l1)
 }
 
 /// The default learning rate of `method` for `model` on training data whose features
@@ -1705,6 +1723,7 @@ impl RunSpec {
     /// `P − 1` for full broadcast, 1 for FMS).
     pub fn run_info(&self) -> RunInfo {
         let p = self.peers;
+        let model = self.model.spec_for(self.train.method_for(&self.model));
         let out_degree = match (self.backend, &self.topology.explicit) {
             (Backend::Fms, _) => 1,
             (Backend::Sfb, Some(out)) => out.first().map_or(0, Vec::len),
@@ -1720,10 +1739,16 @@ impl RunSpec {
             out_degree,
             clocks: self.train.clocks,
             batch: self.train.batch,
-            optimizer: self.train.optimizer_for(&self.model).to_string(),
+            optimizer: own_step(&model).map_or_else(
+                || self.train.optimizer_for(&self.model).to_string(),
+                str::to_string,
+            ),
             // The launcher resolves a data-dependent default before it writes the nodes'
             // specs (`Launcher::run`), so every node and the summary see the same rate.
-            lr: self.train.lr_for(&self.model),
+            lr: match own_step(&model) {
+                Some(_) => 0.0,
+                None => self.train.lr_for(&self.model),
+            },
             data: String::new(),
         }
     }

@@ -71,6 +71,9 @@ where
         .consistency(c.consistency.clone())
         .clocks(c.clocks)
         .batch(c.batch)
+        // Plain SGD: the single-process references compute `W += scale · Σ u vᵀ` (a custom
+        // model's default is the adaptive step).
+        .optimizer(sfb_core::Optimizer::new(sfb_core::Method::Sgd))
         .lr(c.lr)
         .seed(c.seed)
         .eval_every(0);
