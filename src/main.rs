@@ -70,8 +70,22 @@ fn main() -> std::process::ExitCode {
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, each cause once: most of our errors already
+/// name their cause in their own message (`file: No such file or directory`), which
+/// `{:#}` would repeat.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg = format!("{msg}: {c}");
+        }
+    }
+    msg
 }
