@@ -172,8 +172,8 @@ pub struct TrainArgs {
     #[arg(long, value_name = "N", default_value_t = sfb_core::DEFAULT_MAX_DRIFT)]
     pub max_drift: u64,
     /// Feature scaling, statistics from the training data only (saved with the model):
-    /// auto decides by the data, not the file format — standard when at least a quarter
-    /// of the training entries are non-zero, else maxabs (none for sc); standard (zero
+    /// auto decides by the data, not the file format — standard when at least three
+    /// quarters of the training entries are non-zero, else maxabs (none for sc); standard (zero
     /// mean, unit variance; a constant column is divided by its magnitude, never zeroed);
     /// maxabs (divide by each feature's largest magnitude; keeps sparse data sparse);
     /// none.

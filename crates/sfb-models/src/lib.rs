@@ -54,7 +54,7 @@ pub use limits::{LimitKind, Limits};
 pub use mlr::{Mlr, MlrEvaluator};
 pub use saga::{PrimalEvaluator, Saga};
 pub use sample::{Example, Features, dot};
-pub use scale::{Preprocess, STANDARDIZE_AT, Scale, nonzero_fraction};
+pub use scale::{Preprocess, STANDARDIZE_AT, STORE_DENSE_AT, Scale, nonzero_fraction};
 pub use sdca::{L2Mlr, L2MlrEvaluator};
 pub use sparse_coding::{SparseCoding, SparseCodingEvaluator};
 pub use synthetic::{ClassificationSpec, ClusterSpec, SignalSpec};

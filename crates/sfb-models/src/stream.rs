@@ -880,9 +880,9 @@ mod tests {
     fn statistics_and_scaling_match_the_in_memory_reader_on_the_same_split() {
         let f = file(&svm(120), ".svm");
         let all = read_libsvm(f.path(), &LibsvmOptions::default()).unwrap();
-        // A quarter of the entries are non-zero: auto standardizes, as in memory.
+        // A quarter of the entries are non-zero: auto max-abs scales, as in memory.
         let auto = Streamed::open(f.path(), None, &opts(0.2, Scale::Auto)).unwrap();
-        assert_eq!(auto.scale(), Scale::Standard);
+        assert_eq!(auto.scale(), Scale::MaxAbs);
         for scale in [Scale::MaxAbs, Scale::Standard] {
             let s = Streamed::open(f.path(), None, &opts(0.2, scale)).unwrap();
             assert_eq!(
