@@ -164,9 +164,11 @@ pub enum ModelChoice {
     },
     /// Distance metric learning.
     Dml {
-        /// Rows of the learned projection. CLI default 8.
+        /// Rows of the learned projection; 0: `min(features, 64)`. CLI default 0.
         latent: usize,
-        /// Hinge margin of dissimilar pairs. CLI default 1.
+        /// The starting scale: median squared distance from a training sample to its
+        /// nearest candidate when training starts (how soft the neighbour choice is). CLI
+        /// default 0.3.
         margin: f32,
     },
     /// Sparse coding / dictionary learning.
@@ -244,10 +246,13 @@ impl ModelChoice {
                 lambda,
                 lambda.is_finite() && lambda > 0.0,
             ),
-            ModelChoice::Dml { latent, margin } => {
-                check("model.latent", "at least 1", latent as f64, latent >= 1)?;
-                check("model.margin", "finite", margin.into(), margin.is_finite())
-            }
+            // Any latent rank: 0 picks min(features, 64).
+            ModelChoice::Dml { margin, .. } => check(
+                "model.margin",
+                "a positive number",
+                margin.into(),
+                margin.is_finite() && margin > 0.0,
+            ),
             ModelChoice::Sc {
                 atoms,
                 lambda,

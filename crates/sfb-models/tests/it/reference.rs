@@ -362,7 +362,7 @@ fn dml_beats_euclidean_nearest_neighbour() {
     let euclid = ev.extra.get("knn_accuracy_euclidean").unwrap();
     eprintln!(
         "DML held-out 1-NN accuracy: learned metric {learned:.4}, Euclidean {euclid:.4}, \
-         initial random projection {:.4}; pair loss {:.4} → {:.4}",
+         initial projection {:.4}; held-out neighbour loss {:.4} → {:.4}",
         initial.accuracy.unwrap(),
         initial.objective,
         ev.objective
