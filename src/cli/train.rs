@@ -58,10 +58,16 @@ pub struct ModelOptions {
     #[arg(long, default_value_t = 0)]
     pub latent: usize,
     /// dml: the starting scale of L: the median squared distance from a training sample to
-    /// its nearest of 256 candidates when training starts (how soft NCA's neighbour choice
+    /// its nearest of 256 seeded samples when training starts (how soft NCA's neighbour choice
     /// is at first; 0.3 measured best of 0.1, 0.3, 1, 3 over five data sets).
     #[arg(long, default_value_t = 0.3)]
     pub margin: f32,
+    /// dml: samples of the peer's shard drawn each clock besides the mini-batch as
+    /// neighbours (the other batch samples are neighbours too). Each costs one (u, v) pair
+    /// per clock: K + candidates pairs in all (docs/concepts.md: accuracy and bytes for
+    /// 0 … 256).
+    #[arg(long, default_value_t = sfb_models::dml::DEFAULT_CANDIDATES)]
+    pub candidates: usize,
     /// sc: dictionary size (atoms).
     #[arg(long, default_value_t = 32)]
     pub dict_size: usize,
@@ -84,6 +90,7 @@ impl Default for ModelOptions {
             lambda: None,
             latent: 0,
             margin: 0.3,
+            candidates: sfb_models::dml::DEFAULT_CANDIDATES,
             dict_size: 32,
             sweeps: 10,
             decay: 0.0,
@@ -254,6 +261,7 @@ impl ModelKind {
             ModelKind::Dml => ModelChoice::Dml {
                 latent: o.latent,
                 margin: o.margin,
+                candidates: o.candidates,
             },
             ModelKind::Sc => ModelChoice::Sc {
                 atoms: o.dict_size,

@@ -170,6 +170,10 @@ pub enum ModelChoice {
         /// nearest candidate when training starts (how soft the neighbour choice is). CLI
         /// default 0.3.
         margin: f32,
+        /// Samples of the shard drawn per clock besides the mini-batch as neighbours; each
+        /// sends one pair (K + candidates pairs per clock). CLI default 16.
+        #[serde(default = "default_candidates")]
+        candidates: usize,
     },
     /// Sparse coding / dictionary learning.
     Sc {
@@ -200,7 +204,15 @@ impl ModelChoice {
         match *self {
             ModelChoice::Mlr => ModelSpec::Mlr,
             ModelChoice::L2mlr { lambda } => ModelSpec::L2Mlr { lambda },
-            ModelChoice::Dml { latent, margin } => ModelSpec::Dml { latent, margin },
+            ModelChoice::Dml {
+                latent,
+                margin,
+                candidates,
+            } => ModelSpec::Dml {
+                latent,
+                margin,
+                candidates,
+            },
             ModelChoice::Sc {
                 atoms,
                 lambda,
@@ -318,6 +330,10 @@ pub(crate) const STREAMED_MODELS: &str = "mlr (with any optimizer)";
 pub(crate) const STREAMED_TAKEOVER: &str = "a streaming peer holds only its own shard: taking a \
      lost peer's over would re-read the data file inside the clock loop, stalling the peer for \
      a scan of the whole file; use --lost-shards drop";
+
+fn default_candidates() -> usize {
+    sfb_models::dml::DEFAULT_CANDIDATES
+}
 
 fn default_holdout() -> f64 {
     0.2
@@ -1772,6 +1788,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "model.lambda" => "--lambda",
         "model.latent" => "--latent",
         "model.margin" => "--margin",
+        "model.candidates" => "--candidates",
         "model.atoms" => "--dict-size",
         "model.decay" => "--decay",
         "data.holdout" => "--holdout",

@@ -136,6 +136,9 @@ pub enum ModelSpec {
         /// The starting scale: the median squared distance from a training sample to its
         /// nearest candidate at the start ([`dml::init_projection`]); > 0.
         margin: f32,
+        /// Shard samples drawn per clock besides the mini-batch as neighbours
+        /// ([`dml::DEFAULT_CANDIDATES`] by default); each sends one pair.
+        candidates: usize,
     },
     /// [`SparseCoding`]: the dictionary is `features × atoms`.
     SparseCoding {
@@ -304,7 +307,7 @@ impl ModelSpec {
         match *self {
             ModelSpec::Mlr | ModelSpec::MlrPrimal { .. } => synthetic::init_w(j, d, init_std, seed),
             ModelSpec::L2Mlr { .. } => L2Mlr::init_z(j, d),
-            ModelSpec::Dml { latent, margin } => {
+            ModelSpec::Dml { latent, margin, .. } => {
                 dml::init_projection(&problem.train, dml::latent_for(latent, d), d, margin, seed)
             }
             ModelSpec::SparseCoding { atoms, .. } => {
@@ -402,7 +405,11 @@ impl ModelSpec {
             ModelSpec::L2Mlr { lambda } => {
                 AnyModel::L2Mlr(L2Mlr::new(j, d, lambda, problem.train.len(), peers, shard)?)
             }
-            ModelSpec::Dml { latent, margin } => {
+            ModelSpec::Dml {
+                latent,
+                margin,
+                candidates,
+            } => {
                 if !(margin.is_finite() && margin > 0.0) {
                     return Err(crate::Error::Parameter {
                         name: "margin",
@@ -413,6 +420,7 @@ impl ModelSpec {
                 AnyModel::Dml(Box::new(Dml::new(
                     dml::latent_for(latent, d),
                     d,
+                    candidates,
                     Arc::new(shard.to_vec()),
                     seed,
                 )?))
@@ -446,10 +454,11 @@ impl ModelSpec {
                 Arc::clone(&problem.test),
                 lambda,
             )),
-            ModelSpec::Dml { .. } => Box::new(DmlEvaluator::new(
+            ModelSpec::Dml { candidates, .. } => Box::new(DmlEvaluator::new(
                 &problem.train,
                 &problem.test,
                 problem.features,
+                candidates,
                 seed,
             )),
             ModelSpec::SparseCoding { lambda, .. } => Box::new(SparseCodingEvaluator::new(

@@ -353,6 +353,7 @@ fn dml_beats_euclidean_nearest_neighbour() {
     let model = ModelSpec::Dml {
         latent: 5,
         margin: 1.0,
+        candidates: sfb_models::dml::DEFAULT_CANDIDATES,
     };
     let mut before = model.evaluator(&problem, 9);
     let initial = before.evaluate(model.init_w(&problem, 0.0, 9).view());
