@@ -286,6 +286,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "lambda",
     "latent",
     "margin",
+    "candidates",
     "dict_size",
     "sweeps",
     "decay",

@@ -53,12 +53,21 @@ pub struct ModelOptions {
     /// (default 0.1).
     #[arg(long)]
     pub lambda: Option<f64>,
-    /// dml: rows of the learned projection L (latent dimension).
-    #[arg(long, default_value_t = 8)]
+    /// dml: rows of the learned projection L (latent dimension); 0: min(D, 64), starting
+    /// at the identity (D ≤ 64) or the top principal directions.
+    #[arg(long, default_value_t = 0)]
     pub latent: usize,
-    /// dml: hinge margin of dissimilar pairs (distances start near 1).
-    #[arg(long, default_value_t = 1.0)]
+    /// dml: the starting scale of L: the median squared distance from a training sample to
+    /// its nearest of 256 seeded samples when training starts (how soft NCA's neighbour choice
+    /// is at first; 0.3 measured best of 0.1, 0.3, 1, 3 over five data sets).
+    #[arg(long, default_value_t = 0.3)]
     pub margin: f32,
+    /// dml: samples of the peer's shard drawn each clock besides the mini-batch as
+    /// neighbours (the other batch samples are neighbours too). Each costs one (u, v) pair
+    /// per clock: K + candidates pairs in all (docs/concepts.md: accuracy and bytes for
+    /// 0 … 256).
+    #[arg(long, default_value_t = sfb_models::dml::DEFAULT_CANDIDATES)]
+    pub candidates: usize,
     /// sc: dictionary size (atoms).
     #[arg(long, default_value_t = 32)]
     pub dict_size: usize,
@@ -79,8 +88,9 @@ impl Default for ModelOptions {
             features: None,
             stream: false,
             lambda: None,
-            latent: 8,
-            margin: 1.0,
+            latent: 0,
+            margin: 0.3,
+            candidates: sfb_models::dml::DEFAULT_CANDIDATES,
             dict_size: 32,
             sweeps: 10,
             decay: 0.0,
@@ -261,6 +271,7 @@ impl ModelKind {
             ModelKind::Dml => ModelChoice::Dml {
                 latent: o.latent,
                 margin: o.margin,
+                candidates: o.candidates,
             },
             ModelKind::Sc => ModelChoice::Sc {
                 atoms: o.dict_size,

@@ -376,6 +376,7 @@ mod tests {
         let dml = ModelChoice::Dml {
             latent: 1 << 20,
             margin: 1.0,
+            candidates: 32,
         };
         let err = synthetic("features=1024", &dml).unwrap_err();
         assert!(
@@ -442,6 +443,7 @@ mod tests {
         let dml = ModelChoice::Dml {
             latent: 2,
             margin: 1.0,
+            candidates: 32,
         };
         let err = files(f.path(), 0.3)
             .load_within(&dml, 1, &small)

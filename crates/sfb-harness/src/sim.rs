@@ -377,14 +377,17 @@ pub struct Counts {
 
 impl Counts {
     /// The counts of `model` at `s`: `compute_sv` is a forward pass (mlr: `2·J·nnz` for the
-    /// scores plus ~20 flops per class for the softmax; dml: two projections of a
-    /// difference, `4·J·D`; sc: the code's coordinate descent, `(2 + 2·sweeps)·J·D`), an
+    /// scores plus ~20 flops per class for the softmax; dml: the sample's and, spread
+    /// over a batch of 16, the C candidates' projections, `2·J·D·(1 + C/16)`; sc: the
+    /// code's coordinate descent, `(2 + 2·sweeps)·J·D`), an
     /// apply is a rank-one update (`2·J·(nnz or D)` per pair) plus one pass over W
     /// (`8·J·D` bytes, read and write).
     pub fn of(model: &sfb_models::ModelSpec, s: Shapes) -> Self {
         let (j, d) = (s.j as f64, s.d as f64);
         let sample_flops = match model {
-            sfb_models::ModelSpec::Dml { .. } => 4.0 * j * d,
+            sfb_models::ModelSpec::Dml { candidates, .. } => {
+                2.0 * (1.0 + *candidates as f64 / 16.0) * j * d
+            }
             sfb_models::ModelSpec::SparseCoding { sweeps, .. } => {
                 (2.0 + 2.0 * *sweeps as f64) * j * d
             }

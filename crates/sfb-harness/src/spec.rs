@@ -164,10 +164,16 @@ pub enum ModelChoice {
     },
     /// Distance metric learning.
     Dml {
-        /// Rows of the learned projection. CLI default 8.
+        /// Rows of the learned projection; 0: `min(features, 64)`. CLI default 0.
         latent: usize,
-        /// Hinge margin of dissimilar pairs. CLI default 1.
+        /// The starting scale: median squared distance from a training sample to its
+        /// nearest candidate when training starts (how soft the neighbour choice is). CLI
+        /// default 0.3.
         margin: f32,
+        /// Samples of the shard drawn per clock besides the mini-batch as neighbours; each
+        /// sends one pair (K + candidates pairs per clock). CLI default 16.
+        #[serde(default = "default_candidates")]
+        candidates: usize,
     },
     /// Sparse coding / dictionary learning.
     Sc {
@@ -198,7 +204,15 @@ impl ModelChoice {
         match *self {
             ModelChoice::Mlr => ModelSpec::Mlr,
             ModelChoice::L2mlr { lambda } => ModelSpec::L2Mlr { lambda },
-            ModelChoice::Dml { latent, margin } => ModelSpec::Dml { latent, margin },
+            ModelChoice::Dml {
+                latent,
+                margin,
+                candidates,
+            } => ModelSpec::Dml {
+                latent,
+                margin,
+                candidates,
+            },
             ModelChoice::Sc {
                 atoms,
                 lambda,
@@ -244,10 +258,13 @@ impl ModelChoice {
                 lambda,
                 lambda.is_finite() && lambda > 0.0,
             ),
-            ModelChoice::Dml { latent, margin } => {
-                check("model.latent", "at least 1", latent as f64, latent >= 1)?;
-                check("model.margin", "finite", margin.into(), margin.is_finite())
-            }
+            // Any latent rank: 0 picks min(features, 64).
+            ModelChoice::Dml { margin, .. } => check(
+                "model.margin",
+                "a positive number",
+                margin.into(),
+                margin.is_finite() && margin > 0.0,
+            ),
             ModelChoice::Sc {
                 atoms,
                 lambda,
@@ -313,6 +330,10 @@ pub(crate) const STREAMED_MODELS: &str = "mlr (with any optimizer)";
 pub(crate) const STREAMED_TAKEOVER: &str = "a streaming peer holds only its own shard: taking a \
      lost peer's over would re-read the data file inside the clock loop, stalling the peer for \
      a scan of the whole file; use --lost-shards drop";
+
+fn default_candidates() -> usize {
+    sfb_models::dml::DEFAULT_CANDIDATES
+}
 
 fn default_holdout() -> f64 {
     0.2
@@ -1809,6 +1830,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "model.lambda" => "--lambda",
         "model.latent" => "--latent",
         "model.margin" => "--margin",
+        "model.candidates" => "--candidates",
         "model.atoms" => "--dict-size",
         "model.decay" => "--decay",
         "data.holdout" => "--holdout",

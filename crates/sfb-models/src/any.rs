@@ -132,10 +132,14 @@ pub enum ModelSpec {
     },
     /// [`Dml`]: the projection is `latent × features`.
     Dml {
-        /// Rows of the projection.
+        /// Rows of the projection (0: `min(features, 64)`, [`dml::latent_for`]).
         latent: usize,
-        /// Hinge margin of dissimilar pairs.
+        /// The starting scale: the median squared distance from a training sample to its
+        /// nearest candidate at the start ([`dml::init_projection`]); > 0.
         margin: f32,
+        /// Shard samples drawn per clock besides the mini-batch as neighbours
+        /// ([`dml::DEFAULT_CANDIDATES`] by default); each sends one pair.
+        candidates: usize,
     },
     /// [`SparseCoding`]: the dictionary is `features × atoms`.
     SparseCoding {
@@ -252,7 +256,7 @@ impl ModelSpec {
         let (rows, cols) = match *self {
             ModelSpec::Mlr => (classes, features),
             ModelSpec::L2Mlr { .. } => (classes, features.saturating_add(1)),
-            ModelSpec::Dml { latent, .. } => (latent, features),
+            ModelSpec::Dml { latent, .. } => (dml::latent_for(latent, features), features),
             ModelSpec::SparseCoding { atoms, .. } => (features, atoms),
             ModelSpec::MlrPrimal { .. } => (classes, features),
         };
@@ -294,7 +298,7 @@ impl ModelSpec {
         match *self {
             ModelSpec::Mlr | ModelSpec::MlrPrimal { .. } => (j, d),
             ModelSpec::L2Mlr { .. } => (j, d + 1),
-            ModelSpec::Dml { latent, .. } => (latent, d),
+            ModelSpec::Dml { latent, .. } => (dml::latent_for(latent, d), d),
             ModelSpec::SparseCoding { atoms, .. } => (d, atoms),
         }
     }
@@ -307,7 +311,9 @@ impl ModelSpec {
         match *self {
             ModelSpec::Mlr | ModelSpec::MlrPrimal { .. } => synthetic::init_w(j, d, init_std, seed),
             ModelSpec::L2Mlr { .. } => L2Mlr::init_z(j, d),
-            ModelSpec::Dml { latent, .. } => dml::init_projection(&problem.train, latent, d, seed),
+            ModelSpec::Dml { latent, margin, .. } => {
+                dml::init_projection(&problem.train, dml::latent_for(latent, d), d, margin, seed)
+            }
             ModelSpec::SparseCoding { atoms, .. } => {
                 sparse_coding::init_dictionary(&problem.train, d, atoms, seed)
             }
@@ -403,12 +409,22 @@ impl ModelSpec {
             ModelSpec::L2Mlr { lambda } => {
                 AnyModel::L2Mlr(L2Mlr::new(j, d, lambda, problem.train.len(), peers, shard)?)
             }
-            ModelSpec::Dml { latent, margin } => {
-                positive("latent", latent)?;
+            ModelSpec::Dml {
+                latent,
+                margin,
+                candidates,
+            } => {
+                if !(margin.is_finite() && margin > 0.0) {
+                    return Err(crate::Error::Parameter {
+                        name: "margin",
+                        value: margin.to_string(),
+                        reason: "must be positive".into(),
+                    });
+                }
                 AnyModel::Dml(Box::new(Dml::new(
-                    latent,
+                    dml::latent_for(latent, d),
                     d,
-                    margin,
+                    candidates,
                     Arc::new(shard.to_vec()),
                     seed,
                 )?))
@@ -442,11 +458,11 @@ impl ModelSpec {
                 Arc::clone(&problem.test),
                 lambda,
             )),
-            ModelSpec::Dml { margin, .. } => Box::new(DmlEvaluator::new(
+            ModelSpec::Dml { candidates, .. } => Box::new(DmlEvaluator::new(
                 &problem.train,
                 &problem.test,
                 problem.features,
-                margin,
+                candidates,
                 seed,
             )),
             ModelSpec::SparseCoding { lambda, .. } => Box::new(SparseCodingEvaluator::new(

@@ -66,7 +66,7 @@ pub(crate) fn logits(w: ArrayView2<'_, f32>, batch: &[&Example], out: &mut Array
 /// Threads for a GEMM of `macs` multiply-adds: below ~16M (a few hundred µs) handing it
 /// to the rayon pool costs more in wake-ups than it saves (a mini-batch's logits at
 /// J = D = 128 is 0.3M), so it runs on the calling thread.
-fn gemm_par(macs: usize) -> Par {
+pub(crate) fn gemm_par(macs: usize) -> Par {
     if macs < 1 << 24 {
         Par::Seq
     } else {

@@ -337,7 +337,14 @@ fn kind_params(spec: &ModelSpec) -> (&'static str, Vec<f64>) {
         ModelSpec::MlrPrimal { lambda, saga } => {
             ("mlr-primal", vec![lambda, f64::from(u8::from(saga))])
         }
-        ModelSpec::Dml { latent, margin } => ("dml", vec![latent as f64, f64::from(margin)]),
+        ModelSpec::Dml {
+            latent,
+            margin,
+            candidates,
+        } => (
+            "dml",
+            vec![latent as f64, f64::from(margin), candidates as f64],
+        ),
         ModelSpec::SparseCoding {
             atoms,
             lambda,
@@ -383,10 +390,11 @@ fn spec_of(kind: &str, p: &[f64]) -> std::result::Result<ModelSpec, String> {
             }
         }
         "dml" => {
-            want(2)?;
+            want(3)?;
             ModelSpec::Dml {
                 latent: p[0] as usize,
                 margin: p[1] as f32,
+                candidates: p[2] as usize,
             }
         }
         "sc" => {

@@ -101,10 +101,15 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
             put("model", "l2mlr".into());
             put("lambda", lambda.to_string());
         }
-        ModelChoice::Dml { latent, margin } => {
+        ModelChoice::Dml {
+            latent,
+            margin,
+            candidates,
+        } => {
             put("model", "dml".into());
             put("latent", latent.to_string());
             put("margin", margin.to_string());
+            put("candidates", candidates.to_string());
         }
         ModelChoice::Sc {
             atoms,

@@ -384,6 +384,7 @@ fn l2mlr_with_saga_trains_the_primal_on_w() {
     bad.model = sfb_harness::ModelChoice::Dml {
         latent: 2,
         margin: 1.0,
+        candidates: 32,
     };
     assert!(matches!(bad.validate(), Err(Error::Requires { .. })));
     let mut bad = s.clone();

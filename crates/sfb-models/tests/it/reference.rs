@@ -356,6 +356,7 @@ fn dml_beats_euclidean_nearest_neighbour() {
     let model = ModelSpec::Dml {
         latent: 5,
         margin: 1.0,
+        candidates: sfb_models::dml::DEFAULT_CANDIDATES,
     };
     let mut before = model.evaluator(&problem, 9);
     let initial = before.evaluate(model.init_w(&problem, 0.0, 9).view());
@@ -365,7 +366,7 @@ fn dml_beats_euclidean_nearest_neighbour() {
     let euclid = ev.extra.get("knn_accuracy_euclidean").unwrap();
     eprintln!(
         "DML held-out 1-NN accuracy: learned metric {learned:.4}, Euclidean {euclid:.4}, \
-         initial random projection {:.4}; pair loss {:.4} → {:.4}",
+         initial projection {:.4}; held-out neighbour loss {:.4} → {:.4}",
         initial.accuracy.unwrap(),
         initial.objective,
         ev.objective
