@@ -15,10 +15,10 @@ train_test_split(test_size=0.3, random_state=0, stratify=y), in the CSV format s
 (crates/sfb-models/tests/fixtures/digits_{train,test}.libsvm, see make_fixtures.py) and
 make_classification.py's unscaled12 set, prints JSON with the test 1-NN accuracy
 (KNeighborsClassifier(n_neighbors=1), the whole training split as reference) on features
-standardized by a StandardScaler fit on the training split (what `sfb run`'s default
-`--scale auto` does to dense data): `euclidean`, and `nca` after
-NeighborhoodComponentsAnalysis(random_state=0) (all defaults: n_components = D,
-init='auto', max_iter=50) fit on the standardized training split.
+scaled as `sfb run`'s default `--scale auto` does (a StandardScaler fit on the training
+split when at least 75 % of its entries are non-zero, else a MaxAbsScaler: the digits):
+`euclidean`, and `nca` after NeighborhoodComponentsAnalysis(random_state=0) (all
+defaults: n_components = D, init='auto', max_iter=50) fit on the scaled training split.
 """
 
 import argparse
@@ -30,7 +30,7 @@ import numpy as np
 from sklearn import datasets
 from sklearn.model_selection import train_test_split
 from sklearn.neighbors import KNeighborsClassifier, NeighborhoodComponentsAnalysis
-from sklearn.preprocessing import StandardScaler
+from sklearn.preprocessing import MaxAbsScaler, StandardScaler
 
 from make_classification import read_csv, write_csv  # same CSV format as sfb reads
 
@@ -56,7 +56,11 @@ def one_nn(xtr, ytr, xte, yte):
 
 
 def references(xtr, ytr, xte, yte):
-    s = StandardScaler().fit(xtr)
+    # sfb's `--scale auto`: standard from 75 % non-zero training entries, else max-abs.
+    if (xtr != 0).mean() >= 0.75:
+        s = StandardScaler().fit(xtr)
+    else:
+        s = MaxAbsScaler().fit(xtr)
     xtr, xte = s.transform(xtr), s.transform(xte)
     nca = NeighborhoodComponentsAnalysis(random_state=0).fit(xtr, ytr)
     return {
