@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use sfb_models::data::{self, CsvOptions, Dataset, LabelMap, LibsvmOptions};
+use sfb_models::data::{self, LabelMap};
 use sfb_models::stream::{LineRule, StreamOptions, Streamed};
 use sfb_models::{
     ClassificationSpec, ClusterSpec, Limits, Problem, SignalSpec, Warning, synthetic,
@@ -204,51 +204,6 @@ impl DataSource {
     }
 }
 
-fn is_csv(p: &Path) -> bool {
-    p.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"))
-}
-
-/// Reads `path` as CSV or LIBSVM with options derived from `train` (a held-out file) or
-/// from `features` (the training file).
-fn read(
-    path: &Path,
-    train: Option<&Dataset>,
-    features: Option<usize>,
-    limits: &Limits,
-) -> Result<Dataset> {
-    Ok(if is_csv(path) {
-        let opts = match train {
-            Some(t) => CsvOptions::like(t),
-            None => CsvOptions {
-                features,
-                ..CsvOptions::default()
-            },
-        };
-        data::read_csv(
-            path,
-            &CsvOptions {
-                limits: *limits,
-                ..opts
-            },
-        )?
-    } else {
-        let opts = match train {
-            Some(t) => LibsvmOptions::like(t),
-            None => LibsvmOptions {
-                features,
-                ..LibsvmOptions::default()
-            },
-        };
-        data::read_libsvm(
-            path,
-            &LibsvmOptions {
-                limits: *limits,
-                ..opts
-            },
-        )?
-    })
-}
-
 fn load_files(
     path: &Path,
     test: Option<&Path>,
@@ -258,7 +213,7 @@ fn load_files(
     seed: u64,
     limits: &Limits,
 ) -> Result<(Problem, Vec<Warning>)> {
-    let mut train = read(path, None, features, limits)?;
+    let mut train = data::read_file(path, (features, None, None), limits)?;
     let (classes, features) = (train.labels.classes(), train.features);
     let labels = train.labels.clone();
     if features == 0 {
@@ -285,7 +240,7 @@ fn load_files(
     }
     let (train, test) = match test {
         Some(tp) => {
-            let mut test = read(tp, Some(&train), None, limits)?;
+            let mut test = data::read_file(tp, train.shape(), limits)?;
             if model.dense() {
                 test.densify_within(limits, &tp.display().to_string())?;
             }

@@ -128,6 +128,16 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// What a held-out file must share with this training set, for [`read_file`]: `D`,
+    /// the labels and the index base.
+    pub fn shape(&self) -> (Option<usize>, Option<LabelMap>, Option<IndexBase>) {
+        (
+            Some(self.features),
+            Some(self.labels.clone()),
+            Some(self.base),
+        )
+    }
+
     /// Estimated bytes of the samples once stored densely (`n` samples × `D` f32 plus each
     /// sample's bookkeeping).
     pub fn dense_bytes(&self) -> u128 {
@@ -607,6 +617,42 @@ impl CsvOptions {
             labels: Some(train.labels.clone()),
             ..Self::default()
         }
+    }
+}
+
+/// Reads `path` as CSV when its extension is `.csv` (any case), else as LIBSVM: what
+/// `sfb run --data`, `sfb predict` and `sfb eval` read. `features`: `D`, if known (an
+/// index or row past it is an error); `labels`: the classes' label values, if known (an
+/// unknown label is an error); `base`: LIBSVM's index base, if known (else detected). A
+/// held-out file passes its training set's three ([`Dataset::shape`]).
+///
+/// # Errors
+/// As [`read_csv`] and [`read_libsvm`].
+pub fn read_file(
+    path: impl AsRef<Path>,
+    (features, labels, base): (Option<usize>, Option<LabelMap>, Option<IndexBase>),
+    limits: &Limits,
+) -> Result<Dataset> {
+    let path = path.as_ref();
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+    {
+        let opts = CsvOptions {
+            features,
+            labels,
+            limits: *limits,
+            ..CsvOptions::default()
+        };
+        read_csv(path, &opts)
+    } else {
+        let opts = LibsvmOptions {
+            base,
+            features,
+            labels,
+            limits: *limits,
+        };
+        read_libsvm(path, &opts)
     }
 }
 

@@ -425,32 +425,8 @@ impl SavedModel {
         labelled: bool,
         limits: &crate::Limits,
     ) -> Result<crate::data::Dataset> {
-        let d = Some(self.prep.raw_features());
         let labels = labelled.then(|| self.prep.labels().clone());
-        if path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
-        {
-            crate::data::read_csv(
-                path,
-                &crate::data::CsvOptions {
-                    features: d,
-                    labels,
-                    limits: *limits,
-                    ..Default::default()
-                },
-            )
-        } else {
-            crate::data::read_libsvm(
-                path,
-                &crate::data::LibsvmOptions {
-                    features: d,
-                    labels,
-                    limits: *limits,
-                    ..Default::default()
-                },
-            )
-        }
+        crate::data::read_file(path, (Some(self.prep.raw_features()), labels, None), limits)
     }
 }
 
