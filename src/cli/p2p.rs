@@ -273,6 +273,8 @@ const SPEC_CONFLICTS: &[&str] = &[
     "seed",
     "init_std",
     "eval_every",
+    "until",
+    "no_intercept",
     "metrics",
     "summary",
     "straggler",

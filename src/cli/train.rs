@@ -158,6 +158,16 @@ pub struct TrainArgs {
     /// Evaluate held-out objective every N clocks (0: only at the end).
     #[arg(long, default_value_t = 10)]
     pub eval_every: u64,
+    /// Stop early, at the same clock on every peer, once a peer's evaluation (every
+    /// --eval-every clocks) meets RULE; --clocks stays the limit. Repeat for any of
+    /// several. objective<=X (the evaluation's objective: held-out for mlr, dml, sc;
+    /// l2mlr's primal on the training set); gap<=X (l2mlr's duality gap relative to its
+    /// primal: the primal is then within a factor 1 + X of the optimum); accuracy>=X
+    /// (held-out); plateau:N:EPS (the best
+    /// objective of the last N evaluations is less than EPS (relative) below the best
+    /// before them). The summary's stop block says which rule, which peer, when.
+    #[arg(long, value_name = "RULE")]
+    pub until: Vec<sfb_core::stop::Rule>,
     /// Write per-clock metrics as JSON lines here.
     #[arg(long)]
     pub metrics: Option<PathBuf>,
@@ -318,6 +328,7 @@ impl TrainArgs {
             max_drift: self.max_drift,
             scale: self.scale,
             intercept: !self.no_intercept,
+            until: self.until.clone(),
         };
         spec.output = OutputOptions {
             metrics: self.metrics.clone(),

@@ -26,5 +26,6 @@ mod run_spec;
 mod saved_models;
 mod scale_cli;
 mod sim;
+mod stop_rules;
 mod topology_cli;
 mod warnings;

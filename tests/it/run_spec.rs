@@ -96,6 +96,10 @@ fn every_option_lands_in_the_spec() {
         "--scale",
         "maxabs",
         "--no-intercept",
+        "--until",
+        "plateau:3:0.01",
+        "--until",
+        "objective<=0.5",
         "--metrics",
         "m.jsonl",
         "--summary",
@@ -155,6 +159,10 @@ fn every_option_lands_in_the_spec() {
             max_drift: 12,
             scale: sfb::harness::ScaleSpec(sfb::models::Scale::MaxAbs),
             intercept: false,
+            until: vec![
+                "plateau:3:0.01".parse().unwrap(),
+                "objective<=0.5".parse().unwrap(),
+            ],
         },
         topology: TopologyOptions {
             out_degree: Some(2),

@@ -115,6 +115,10 @@ pub struct Config {
     /// times; not learning. Not with `compress`, `prioritize`, `aggregate` or checkpoints
     /// (what they send or keep depends on the values). Default: off.
     pub timing_only: bool,
+    /// Stop rules ([`crate::stop`]): end the run, at the same clock on every peer, once a
+    /// peer's evaluation meets one. Every peer of a run must have the same. Default: none
+    /// (the run ends at [`clocks`](Self::clocks)).
+    pub until: Option<crate::stop::Until>,
 }
 
 /// Default [`Config::max_drift`]: 64 clocks, room for a straggler several times slower than
@@ -159,6 +163,7 @@ impl Config {
             aggregate: None,
             gossip: None,
             timing_only: false,
+            until: None,
         }
     }
 
@@ -352,6 +357,7 @@ impl Config {
             max_drift: self.max_drift,
             checkpoint_every: self.checkpoint_every,
             timing_only: self.timing_only,
+            until: self.until.clone(),
         }
     }
 }
@@ -451,6 +457,14 @@ pub enum Event {
         first: f64,
         /// The objective now.
         now: f64,
+    },
+    /// The node took a stop ([`crate::stop`]): its own proposal, or a better one it
+    /// received. The run ends at `stop.at`.
+    Stop {
+        /// The stop.
+        stop: crate::stop::Stop,
+        /// Its rule, as written (`gap<=1e-6`).
+        rule: String,
     },
 }
 
@@ -861,6 +875,10 @@ impl<M: Model> Side<M> for PeerSide {
             Some(m) if t > 0 => m.has_all(t - 1),
             _ => true,
         }
+    }
+
+    fn stop_destinations(&self) -> Vec<PeerId> {
+        self.out_neighbors.clone()
     }
 
     fn role(&self) -> Role {
@@ -1449,6 +1467,17 @@ impl<M: Model> Engine<M> {
 
     /// [`on_message`](Self::on_message) past the topology checks.
     fn receive(&mut self, from: PeerId, msg: Message) -> Result<()> {
+        if let Message::Stop { origin, stop } = &msg {
+            if *origin != from || !self.worker.inbound.awaits(from) {
+                return Err(Error::NotAnInNeighbour {
+                    from,
+                    reason: "a stop (--until) comes from an in-neighbour",
+                });
+            }
+            self.worker.metrics.bytes_received += wire::encoded_len(&msg) as u64;
+            self.worker.offer_stop(*stop, from, true)?;
+            return Ok(());
+        }
         if let Message::Relayed { carrier, batch } = &msg {
             return self.receive_relayed(from, *carrier, batch, &msg);
         }

@@ -147,6 +147,9 @@ pub struct Config {
     /// What the server does when a client is lost ([`Server::client_lost`]). Default:
     /// [`PeerLoss::Fail`](crate::PeerLoss::Fail).
     pub on_peer_loss: crate::PeerLoss,
+    /// Stop rules ([`crate::stop`]), checked on the clients' evaluations; the server
+    /// forwards the agreed stop to every client. Default: none.
+    pub until: Option<crate::stop::Until>,
 }
 
 impl Config {
@@ -163,13 +166,15 @@ impl Config {
             optimizer: crate::Optimizer::default(),
             checkpoint_every: 0,
             on_peer_loss: crate::PeerLoss::Fail,
+            until: None,
         }
     }
 
     /// The FMS counterpart of an SFB peer configuration: same clients, consistency, clocks,
-    /// batch size, learning rate and evaluation period.
+    /// batch size, learning rate, evaluation period and stop rules (with the lead of the
+    /// client → server → clients path, [`Config::stop_lead`]).
     pub fn from_engine(cfg: &crate::Config, push: Push) -> Self {
-        Self {
+        let mut out = Self {
             clients: cfg.peers,
             consistency: cfg.consistency.clone(),
             clocks: cfg.clocks,
@@ -180,7 +185,20 @@ impl Config {
             optimizer: cfg.optimizer.clone(),
             checkpoint_every: cfg.checkpoint_every,
             on_peer_loss: cfg.on_peer_loss,
+            until: cfg.until.clone(),
+        };
+        let lead = out.stop_lead();
+        if let Some(u) = &mut out.until {
+            u.lead = lead;
         }
+        out
+    }
+
+    /// The [`Until::lead`](crate::stop::Until::lead) of an FMS run: a stop goes from the
+    /// client whose evaluation met a rule to the server and from it to every client.
+    pub fn stop_lead(&self) -> u64 {
+        crate::stop::lead(&crate::stop::fms_topology(self.clients), self.staleness())
+            .expect("the server reaches every client")
     }
 
     /// Checks the configuration before anything runs.
@@ -236,6 +254,7 @@ impl Config {
             checkpoint_every: self.checkpoint_every,
             // FMS ships dense matrices, which need their values: never timing-only.
             timing_only: false,
+            until: self.until.clone(),
         }
     }
 
@@ -461,6 +480,9 @@ impl<M: Model> Server<M> {
         time: &mut dyn TimeSource,
     ) -> Result<()> {
         let _ = time;
+        if let Message::Stop { origin, stop } = &msg {
+            return self.offer_stop(from, *origin, *stop);
+        }
         let (origin, clock) = match (&msg, self.cfg.push) {
             (Message::Factors { batch, .. }, Push::Factors) => (batch.origin, batch.clock),
             (Message::Delta { origin, clock, .. }, Push::Dense) => (*origin, *clock),
@@ -493,7 +515,10 @@ impl<M: Model> Server<M> {
                 validate_dense(delta.view(), j, d, origin, "dense ΔW")?;
                 Update::Dense(Arc::clone(delta))
             }
-            Message::Params { .. } | Message::Relayed { .. } | Message::Mix { .. } => {
+            Message::Params { .. }
+            | Message::Relayed { .. }
+            | Message::Mix { .. }
+            | Message::Stop { .. } => {
                 unreachable!("refused above")
             }
         };
@@ -621,10 +646,15 @@ impl<M: Model> Server<M> {
         self.metrics.batches_applied += updates.len() as u64;
         self.clock += 1;
         self.metrics.clocks = self.clock;
-        let msg = Message::Params {
+        self.send_to_every_client(Message::Params {
             clock: self.clock,
             w: Arc::new(self.replica.w().to_owned()),
-        };
+        });
+        Ok(())
+    }
+
+    /// Queues `msg` for every client still served.
+    fn send_to_every_client(&mut self, msg: Message) {
         let len = wire::encoded_len(&msg) as u64;
         for p in 0..self.cfg.clients as u32 {
             if self.lost.contains(&PeerId(p)) {
@@ -636,7 +666,6 @@ impl<M: Model> Server<M> {
                 msg: msg.clone(),
             });
         }
-        Ok(())
     }
 
     /// Ends the run at clock `t` (every client told the same): the server completes the
@@ -652,6 +681,40 @@ impl<M: Model> Server<M> {
             self.stopped_early = true;
         }
         self.cfg.clocks
+    }
+
+    /// A stop proposed by client `from` ([`crate::stop`]): if it is better than the one
+    /// held, the server ends at its clock and forwards it to every client it serves, ahead
+    /// of its next W.
+    fn offer_stop(&mut self, from: PeerId, origin: PeerId, stop: crate::stop::Stop) -> Result<()> {
+        if origin != from || !self.inbound.awaits(from) {
+            return Err(Error::UnexpectedMessage {
+                from,
+                kind: "stop",
+                role: "FMS server (stops come from its clients)",
+            });
+        }
+        if self
+            .metrics
+            .stop
+            .is_some_and(|held| !stop.better_than(&held))
+        {
+            return Ok(());
+        }
+        if stop.at < self.clock && stop.at < self.cfg.clocks {
+            return Err(Error::BadClock {
+                origin: from,
+                clock: stop.at,
+                reason: "a stop (--until) at a clock the server has already completed",
+            });
+        }
+        self.metrics.stop = Some(stop);
+        self.stop_at(stop.at);
+        self.send_to_every_client(Message::Stop {
+            origin: PeerId::SERVER,
+            stop,
+        });
+        Ok(())
     }
 
     /// Client `peer` is gone. With [`PeerLoss::Continue`](crate::PeerLoss::Continue) the
@@ -739,6 +802,10 @@ impl<M: Model> Side<M> for ClientSide {
         }
         self.accounted = w_clock;
         Ok(())
+    }
+
+    fn stop_destinations(&self) -> Vec<PeerId> {
+        vec![PeerId::SERVER]
     }
 
     fn role(&self) -> Role {
@@ -995,6 +1062,13 @@ impl<M: Model> Client<M> {
         msg: Message,
         time: &mut dyn TimeSource,
     ) -> Result<()> {
+        if let Message::Stop { stop, .. } = &msg
+            && from == PeerId::SERVER
+        {
+            self.worker.metrics.bytes_received += wire::encoded_len(&msg) as u64;
+            self.worker.offer_stop(*stop, from, false)?;
+            return Ok(());
+        }
         let Message::Params { clock, w } = &msg else {
             return Err(Error::UnexpectedMessage {
                 from,

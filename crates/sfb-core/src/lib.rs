@@ -72,6 +72,7 @@ pub mod optim;
 pub mod prioritize;
 pub mod relay;
 pub mod replica;
+pub mod stop;
 mod straggler;
 mod time;
 pub mod wire;

@@ -91,6 +91,10 @@ pub struct PeerMetrics {
     /// the copies of the in-neighbours' replicas ([`crate::gossip`]).
     #[serde(default)]
     pub mix_pairs: u64,
+    /// The stop this node took ([`crate::stop`]), if a stop rule ended (or would have
+    /// ended) the run.
+    #[serde(default)]
+    pub stop: Option<crate::stop::Stop>,
 }
 
 impl PeerMetrics {
@@ -195,6 +199,27 @@ pub struct RunInfo {
     /// non-zero) · intercept`); empty when not known (a custom model's data).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub data: String,
+    /// The stop rules, as written ([`crate::stop::Rule`]); empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub until: Vec<String>,
+}
+
+/// The `stop` block of a summary: the stop the run's stop rules agreed
+/// ([`crate::stop`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StopSummary {
+    /// The rule met, as written (`gap<=1e-6`).
+    pub rule: String,
+    /// The node whose evaluation met it.
+    pub peer: u32,
+    /// The clock after which that evaluation was made.
+    pub clock: u64,
+    /// The figure the rule saw (objective, gap, accuracy, or the plateau's best
+    /// objective).
+    pub value: f64,
+    /// The clock every node stopped at (the run's `clocks` when it ended the run; the
+    /// run's last clock came first when larger).
+    pub at: u64,
 }
 
 fn one() -> f64 {
@@ -355,6 +380,10 @@ pub struct Summary {
     /// run that completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+    /// The stop the stop rules (`--until`) agreed, when one was met; `clocks` is then the
+    /// clocks run. Absent when no rule was met (or none was given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<StopSummary>,
     /// What `sfb sim` modelled (present only for simulated runs, whose times — `wall_s`,
     /// `compute_s`, … — are then simulated seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -394,7 +423,25 @@ impl Summary {
     }
 
     /// Combines per-peer reports.
-    pub fn aggregate(info: RunInfo, reports: &[PeerReport], divergence: Option<f64>) -> Self {
+    pub fn aggregate(mut info: RunInfo, reports: &[PeerReport], divergence: Option<f64>) -> Self {
+        let stop = reports
+            .iter()
+            .filter_map(|r| r.metrics.stop)
+            .reduce(|a, b| if b.better_than(&a) { b } else { a });
+        if let Some(s) = stop {
+            info.clocks = info.clocks.min(s.at);
+        }
+        let stop = stop.map(|s| StopSummary {
+            rule: info
+                .until
+                .get(s.rule as usize)
+                .cloned()
+                .unwrap_or_else(|| format!("rule {}", s.rule)),
+            peer: s.by,
+            clock: s.clock,
+            value: s.value,
+            at: s.at,
+        });
         let n = reports.len().max(1) as f64;
         let mean = |f: &dyn Fn(&PeerReport) -> f64| reports.iter().map(f).sum::<f64>() / n;
         let mean_opt = |f: &dyn Fn(&PeerReport) -> Option<f64>| {
@@ -485,6 +532,7 @@ impl Summary {
                 }
             },
             failed: None,
+            stop,
             sim: None,
             extra: BTreeMap::new(),
         }
@@ -724,6 +772,26 @@ impl std::fmt::Display for Summary {
                 f,
                 "  lost {}; the survivors trained on without it",
                 lost.join(", ")
+            )?;
+        }
+        if let Some(stop) = &s.stop {
+            let node = if stop.peer == u32::MAX {
+                "the server".to_string()
+            } else {
+                format!("peer {}", stop.peer)
+            };
+            let ended = if stop.at <= s.clocks {
+                format!("every node stopped at clock {}", stop.at)
+            } else {
+                format!(
+                    "the run's last clock, {}, came before the stop at {}",
+                    s.clocks, stop.at
+                )
+            };
+            writeln!(
+                f,
+                "  stop rule {} met by {node} after clock {} ({:.4e}); {ended}",
+                stop.rule, stop.clock, stop.value
             )?;
         }
         if let Some(why) = &s.failed {

@@ -19,13 +19,14 @@ use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 
 use crate::replica::validate_dense;
+use crate::stop::Stop;
 use crate::{Error, FactorBatch, PeerId, Result, VFactors};
 
 #[cfg(target_endian = "big")]
 compile_error!("sfb's wire format copies f32 arrays as little-endian bytes");
 
-/// Version written at the start of every frame (2: relayed batches).
-pub const WIRE_VERSION: u16 = 2;
+/// Version written at the start of every frame (3: stop proposals; 2: relayed batches).
+pub const WIRE_VERSION: u16 = 3;
 
 /// A message between peers (SFB), or between an FMS client and the parameter server.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +76,15 @@ pub enum Message {
         /// The pairs (scale 1), origin the sender.
         batch: Arc<FactorBatch>,
     },
+    /// A stop agreed by the stop rules ([`crate::stop`]): sent by the node whose evaluation
+    /// met a rule, and forwarded by every node that adopts it, ahead of its next batch (an
+    /// FMS server: to every client, ahead of its next W).
+    Stop {
+        /// The sender ([`PeerId::SERVER`] from the FMS server).
+        origin: PeerId,
+        /// The stop.
+        stop: Stop,
+    },
 }
 
 impl Message {
@@ -85,21 +95,24 @@ impl Message {
             | Message::Relayed { batch, .. }
             | Message::Mix { batch } => batch.origin,
             Message::Params { .. } => PeerId::SERVER,
-            Message::Delta { origin, .. } => *origin,
+            Message::Delta { origin, .. } | Message::Stop { origin, .. } => *origin,
         }
     }
 
-    /// The clock the message belongs to (for `Params`: the clocks W includes).
+    /// The clock the message belongs to (for `Params`: the clocks W includes; for
+    /// `Stop`: the clock after which the rule was met).
     pub fn clock(&self) -> u64 {
         match self {
             Message::Factors { batch, .. }
             | Message::Relayed { batch, .. }
             | Message::Mix { batch } => batch.clock,
             Message::Params { clock, .. } | Message::Delta { clock, .. } => *clock,
+            Message::Stop { stop, .. } => stop.clock,
         }
     }
 
-    /// The kind's name, for errors and logs: `factors`, `params`, `delta` or `relayed`.
+    /// The kind's name, for errors and logs: `factors`, `relayed`, `mix`, `params`,
+    /// `delta` or `stop`.
     pub fn kind(&self) -> &'static str {
         match self {
             Message::Factors { .. } => "factors",
@@ -107,6 +120,7 @@ impl Message {
             Message::Mix { .. } => "mix",
             Message::Params { .. } => "params",
             Message::Delta { .. } => "delta",
+            Message::Stop { .. } => "stop",
         }
     }
 }
@@ -156,6 +170,11 @@ enum Header {
     },
     /// A consensus message (dense pairs, always f32: they are differences of replicas).
     Mix(FactorsHeader),
+    /// A stop proposal; no payload.
+    Stop {
+        origin: u32,
+        stop: Stop,
+    },
 }
 
 /// Element encoding of factor values on the wire.
@@ -238,7 +257,10 @@ pub fn round_to_f16(batch: &mut FactorBatch) -> bool {
 fn batch_of(msg: &Message) -> Option<&FactorBatch> {
     match msg {
         Message::Factors { batch, .. } | Message::Relayed { batch, .. } => Some(batch),
-        Message::Params { .. } | Message::Delta { .. } | Message::Mix { .. } => None,
+        Message::Params { .. }
+        | Message::Delta { .. }
+        | Message::Mix { .. }
+        | Message::Stop { .. } => None,
     }
 }
 
@@ -339,6 +361,10 @@ fn header_of(msg: &Message) -> Header {
             j: delta.nrows() as u32,
             d: delta.ncols() as u32,
         },
+        Message::Stop { origin, stop } => Header::Stop {
+            origin: origin.0,
+            stop: *stop,
+        },
     }
 }
 
@@ -373,6 +399,7 @@ pub fn encoded_len_with(msg: &Message, dtype: Dtype) -> usize {
                 }
         }
         Message::Params { w: m, .. } | Message::Delta { delta: m, .. } => 4 * m.len(),
+        Message::Stop { .. } => 0,
     };
     2 + header + payload
 }
@@ -439,6 +466,7 @@ pub fn encode_into_with(msg: &Message, dtype: Dtype, out: &mut Vec<u8>) {
         Message::Params { w: m, .. } | Message::Delta { delta: m, .. } => {
             out.extend_from_slice(bytemuck::cast_slice(&row_major(m)));
         }
+        Message::Stop { .. } => {}
     }
 }
 
@@ -669,6 +697,28 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
                 mean_iter_us,
                 delta: Arc::new(delta),
             }
+        }
+        Header::Stop { origin, stop } => {
+            let origin = PeerId(origin);
+            if origin != PeerId::SERVER && origin.index() >= expect.peers {
+                return Err(Error::UnknownPeer {
+                    origin,
+                    peers: expect.peers,
+                });
+            }
+            if stop.by as usize >= expect.peers {
+                return Err(bad(format!(
+                    "a stop proposed by node {} of {}",
+                    stop.by, expect.peers
+                )));
+            }
+            if stop.at <= stop.clock || !stop.value.is_finite() {
+                return Err(bad(format!(
+                    "a stop at clock {} met after clock {} with value {}",
+                    stop.at, stop.clock, stop.value
+                )));
+            }
+            Message::Stop { origin, stop }
         }
     };
     if !r.rest.is_empty() {

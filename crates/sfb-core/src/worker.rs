@@ -25,6 +25,7 @@ use crate::checkpoint::{NodeState, Role};
 use crate::engine::{Event, Output, Progress};
 use crate::metrics::{ClockRecord, PeerMetrics};
 use crate::time::{TimeSource, Work, secs};
+use crate::wire::Message;
 use crate::{
     Consistency, Error, Evaluation, Evaluator, FactorBatch, Model, ModelError, PeerId, PeerStatus,
     Result, Shard, StatusView, SvList,
@@ -48,6 +49,8 @@ pub(crate) struct Plan {
     pub(crate) checkpoint_every: u64,
     /// No arithmetic ([`Config::timing_only`](crate::Config::timing_only)).
     pub(crate) timing_only: bool,
+    /// Stop rules ([`crate::stop`]).
+    pub(crate) until: Option<crate::stop::Until>,
 }
 
 /// What the nodes a worker waits for have delivered (SFB: its in-neighbours; an FMS
@@ -317,6 +320,9 @@ pub(crate) trait Side<M: Model> {
         true
     }
 
+    /// Where a stop ([`crate::stop`]) goes: the nodes the side sends its factors to.
+    fn stop_destinations(&self) -> Vec<PeerId>;
+
     /// What kind of node this side makes.
     fn role(&self) -> Role;
 
@@ -360,6 +366,8 @@ pub(crate) struct Worker<M: Model> {
     pub(crate) cut: Option<NodeState>,
     /// The run was cut short by [`stop_at`](Self::stop_at).
     stopped_early: bool,
+    /// Stop rules, the objectives seen and the stop agreed ([`crate::stop`]).
+    pub(crate) watch: crate::stop::Watch,
 }
 
 /// A worker's model, data and evaluator, to rebuild it for another protocol.
@@ -376,6 +384,7 @@ impl<M: Model> Worker<M> {
         plan: Plan,
         inbound: Inbound,
     ) -> Self {
+        let watch = crate::stop::Watch::new(plan.until.clone());
         Self {
             id,
             model,
@@ -399,6 +408,7 @@ impl<M: Model> Worker<M> {
             last_checkpoint: None,
             cut: None,
             stopped_early: false,
+            watch,
         }
     }
 
@@ -431,6 +441,54 @@ impl<M: Model> Worker<M> {
             self.stopped_early = true;
         }
         self.plan.clocks
+    }
+
+    /// Takes a stop ([`crate::stop`]) proposed by this node or received from `from`:
+    /// if it is better than the one held, the run ends at its clock, it is recorded in the
+    /// metrics and, when `forward`, queued for the node's destinations ahead of its next
+    /// batch. Returns whether it was taken.
+    ///
+    /// # Errors
+    /// [`Error::BadClock`] if the stop is at a clock this node has already passed (the
+    /// lead was too short for the topology); nothing changes then.
+    pub(crate) fn offer_stop(
+        &mut self,
+        stop: crate::stop::Stop,
+        from: PeerId,
+        forward: bool,
+    ) -> Result<bool> {
+        if stop.at < self.clock && stop.at < self.plan.clocks {
+            return Err(Error::BadClock {
+                origin: from,
+                clock: stop.at,
+                reason: "a stop (--until) at a clock this node has already passed: the stop \
+                         lead is too short for the topology (was it repaired after a loss?)",
+            });
+        }
+        if !self.watch.offer(stop) {
+            return Ok(false);
+        }
+        if !forward {
+            self.watch.to_send = None;
+        }
+        if !self.done {
+            self.stop_at(stop.at);
+        }
+        self.metrics.stop = Some(stop);
+        self.events.push_back(Event::Stop {
+            stop,
+            rule: self.watch.rule_text(&stop),
+        });
+        Ok(true)
+    }
+
+    /// After an evaluation made after `clock` clocks: records it for the stop rules and,
+    /// when one is met (and no stop is held), proposes a stop.
+    fn watch_evaluation(&mut self, clock: u64, e: &Evaluation) {
+        if let Some(stop) = self.watch.observe(self.id, clock, e) {
+            // Its own proposal is after its own clock: never too late.
+            let _ = self.offer_stop(stop, self.id, true);
+        }
     }
 
     /// The worker's part of a checkpoint at its current clock (the side adds W and the
@@ -586,7 +644,9 @@ impl<M: Model> Worker<M> {
         }
         if self.clock == 0 && self.first_objective.is_none() && self.plan.eval_every > 0 {
             // The untrained objective: the baseline divergence is judged against.
-            self.evaluate(side.w(), time);
+            if let Some(e) = self.evaluate(side.w(), time) {
+                self.watch_evaluation(0, &e);
+            }
         }
         let checkpoint = self.checkpoint_due(self.clock);
         if checkpoint && !(self.inbound.all_delivered(self.clock) && side.cut_ready(self.clock)) {
@@ -630,6 +690,22 @@ impl<M: Model> Worker<M> {
             self.events.push_back(Event::Checkpoint(Box::new(state)));
         }
         let fb = self.compute(side.w(), t, time)?;
+        if let Some(stop) = self.watch.to_send.take() {
+            // Ahead of the batch: a node learns of a stop before the clock it bounds (see
+            // `crate::stop`).
+            let msg = Message::Stop {
+                origin: self.id,
+                stop,
+            };
+            let len = crate::wire::encoded_len(&msg) as u64;
+            for to in side.stop_destinations() {
+                self.metrics.bytes_sent += len;
+                self.outputs.push_back(Output {
+                    to,
+                    msg: msg.clone(),
+                });
+            }
+        }
         side.emit(self, fb, time)?;
         self.clock = t + 1;
         self.end_step(side.w(), time);
@@ -753,6 +829,9 @@ impl<M: Model> Worker<M> {
         } else {
             None
         };
+        if let Some(e) = &evaluation {
+            self.watch_evaluation(clock, e);
+        }
         let end = time.now();
         self.last_step_end = Some(end);
         let wall = self.wall_offset_s + secs(self.started.unwrap_or(end), end);

@@ -69,11 +69,12 @@ use crate::{Error, Result};
 /// Magic bytes at the start of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"SFBCKPT\n";
 
-/// The file format version this build writes and reads (5: the gossip mode's state holds
+/// The file format version this build writes and reads (6: a node's metrics carry the
+/// stop its stop rules agreed; 5: the gossip mode's state holds
 /// the consensus messages of the clock before the cut, folded a clock later; 4: a node's state holds the
 /// gossip mode's consensus state, so a version-3 node state does not decode; 3: a node's
 /// metrics carry the prioritizer's largest-pair energy).
-pub const FORMAT: u32 = 5;
+pub const FORMAT: u32 = 6;
 
 /// What run a checkpoint belongs to; a resumed run refuses a file whose meta differs from
 /// its own (the node's own checks then cover shape, topology, optimizer and data).
@@ -569,7 +570,7 @@ mod tests {
         assert!(refuse(&long).contains("trailing bytes"));
         let mut v3 = bytes.clone();
         v3[8] = 3;
-        assert!(refuse(&v3).contains("format version 3, this sfb reads version 5"));
+        assert!(refuse(&v3).contains("format version 3, this sfb reads version 6"));
         // Another run's files.
         let other = |meta: Meta| Store::open(dir.path(), 2, meta).unwrap().encode(&state(5));
         let e = refuse(&other(Meta::new("sfb", "dml", 2, 7)));

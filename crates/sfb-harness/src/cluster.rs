@@ -115,6 +115,7 @@ impl Cluster {
             .optimizer(t.optimizer_for(&spec.model))
             .seed(t.seed)
             .eval_every(t.eval_every)
+            .until(t.until.clone())
             .max_drift(t.max_drift)
             .keep_records(spec.output.keep_records)
             .wire(spec.net.wire)
@@ -306,6 +307,8 @@ struct Settings {
     aggregate: Option<usize>,
     /// No arithmetic ([`sfb_core::Config::timing_only`]; the simulator's).
     timing_only: bool,
+    /// Stop rules ([`sfb_core::stop`]).
+    until: Vec<sfb_core::stop::Rule>,
     /// The optimizer's budgets in work, not time ([`sfb_topology::Options::deterministic`];
     /// the simulator's, whose runs are bitwise reproducible).
     deterministic_topology: bool,
@@ -370,6 +373,7 @@ impl Default for Settings {
             aggregate: None,
             timing_only: false,
             deterministic_topology: false,
+            until: Vec::new(),
         }
     }
 }
@@ -392,15 +396,22 @@ impl Settings {
             self.batch as f64,
             self.batch >= 1,
         )?;
-        match self.lr {
-            Some(lr) => range(
+        if let Some(lr) = self.lr {
+            range(
                 "train.lr",
                 "a positive number",
                 lr.into(),
                 lr.is_finite() && lr > 0.0,
-            ),
-            None => Ok(()),
+            )?;
         }
+        if !self.until.is_empty() && (self.eval_every == 0 || self.timing_only) {
+            return Err(Error::Requires {
+                field: "train.until",
+                requires: "evaluations (eval_every ≥ 1, not timing-only)",
+                why: "stop rules are checked on the evaluations made every eval_every clocks",
+            });
+        }
+        Ok(())
     }
 }
 
@@ -873,6 +884,15 @@ impl<K> Builder<K> {
     /// The run's seed (initial W, evaluators, peers' seeds by [`peer_seed`]). Default 1.
     pub fn seed(mut self, seed: u64) -> Self {
         self.s.seed = seed;
+        self
+    }
+
+    /// Stop rules ([`sfb_core::stop`]): the run ends, at the same clock on every node,
+    /// once a node's evaluation meets any of them (checked every
+    /// [`eval_every`](Self::eval_every) clocks; a peer needs an evaluator). The
+    /// [`clocks`](Self::clocks) stay the limit. Default none.
+    pub fn until(mut self, rules: Vec<sfb_core::stop::Rule>) -> Self {
+        self.s.until = rules;
         self
     }
 
@@ -1453,6 +1473,27 @@ impl<K: Kind> Builder<K> {
         });
         cfg.aggregate = self.s.aggregate;
         cfg.timing_only = self.s.timing_only;
+        if !self.s.until.is_empty() {
+            // An FMS node's lead is its own (`fms::Config::from_engine`).
+            let lead = if relay {
+                let slack = self
+                    .s
+                    .consistency
+                    .staleness_bound()
+                    .unwrap_or(self.s.max_drift);
+                sfb_core::stop::lead(&self.resolved()?.out, slack).ok_or(Error::Requires {
+                    field: "train.until",
+                    requires: "a topology in which every peer reaches every other",
+                    why: "a stop agreed by one peer must reach all of them",
+                })?
+            } else {
+                1
+            };
+            cfg.until = Some(sfb_core::stop::Until {
+                rules: self.s.until.clone(),
+                lead,
+            });
+        }
         if relay && self.s.relay {
             cfg.relay = Some(self.resolved()?.routes()?);
             cfg.relay_compress = self.s.relay_compress;
@@ -1742,6 +1783,7 @@ impl<K: Kind> Builder<K> {
                 None => self.resolved_optimizer().1,
             },
             data: self.kind.data_description(),
+            until: self.s.until.iter().map(ToString::to_string).collect(),
         }
     }
 

@@ -381,16 +381,22 @@ pub struct TrainOptions {
     pub max_drift: u64,
     /// Feature scaling (`none`, `standard`, `maxabs`, `auto`), statistics from the
     /// training set only, applied to training and held-out data alike. Default auto
-    /// (standard for dense data, maxabs for sparse).
+    /// (standard when at least 75 % of the training entries are non-zero, else maxabs;
+    /// [`sfb_models::Scale::Auto`]).
     pub scale: ScaleSpec,
     /// Fit an intercept (a bias per class) for the linear classifiers (`mlr`, `l2mlr`):
     /// one more feature, constant 1, appended after scaling. Default true; `dml` and
     /// `sc` have none (a metric's and a dictionary's have no meaning).
     pub intercept: bool,
+    /// Stop rules ([`sfb_core::stop`]): end the run once a node's evaluation (every
+    /// [`eval_every`](Self::eval_every) clocks) meets any of them, at the same clock on
+    /// every node; [`clocks`](Self::clocks) stays the limit. Default none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub until: Vec<sfb_core::stop::Rule>,
 }
 
 /// [`sfb_models::Scale`] as JSON and command line write it (`none`, `standard`,
-/// `maxabs`, `auto`). Default `auto`: standard for dense data, max-abs for sparse (chosen
+/// `maxabs`, `auto`). Default `auto`: standard for mostly non-zero data, max-abs otherwise (chosen
 /// by the experiments of issue 15: unscaled features are the commonest reason a default
 /// step size fails, and scaling already-scaled data costs nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -639,6 +645,7 @@ impl Default for TrainOptions {
             max_drift: sfb_core::DEFAULT_MAX_DRIFT,
             scale: ScaleSpec::default(),
             intercept: true,
+            until: Vec::new(),
         }
     }
 }
@@ -1294,6 +1301,38 @@ impl RunSpec {
         serde_json::to_string_pretty(self).expect("a RunSpec always serializes")
     }
 
+    /// Stop rules need evaluations to read, a gap rule a model that reports one, and
+    /// none of them a timing-only simulation (which evaluates nothing).
+    fn check_until(&self) -> Result<()> {
+        let t = &self.train;
+        if t.until.is_empty() {
+            return Ok(());
+        }
+        if t.eval_every == 0 {
+            return Err(Error::Requires {
+                field: "train.until",
+                requires: "train.eval_every ≥ 1",
+                why: "stop rules are checked on the evaluations made every eval_every clocks",
+            });
+        }
+        if t.until.iter().any(|r| r.needs_gap()) && !matches!(self.model, ModelChoice::L2mlr { .. })
+        {
+            return Err(Error::Requires {
+                field: "train.until",
+                requires: "model l2mlr for gap<=X",
+                why: "only SDCA (l2mlr) has a duality gap; use objective<=X or plateau:N:EPS",
+            });
+        }
+        if self.sim.timing_only {
+            return Err(Error::Requires {
+                field: "train.until",
+                requires: "a simulation that learns (no sim.timing_only)",
+                why: "a timing-only run evaluates nothing for a stop rule to read",
+            });
+        }
+        Ok(())
+    }
+
     /// Checks every field before anything runs (no file is touched: see
     /// [`check_outputs`](Self::check_outputs)). Every number of seconds is finite and at
     /// most [`MAX_SECONDS`](crate::preflight::MAX_SECONDS), so it converts to a
@@ -1352,6 +1391,7 @@ impl RunSpec {
             )?;
         }
         self.model.validate()?;
+        self.check_until()?;
         if let DataSource::Files {
             test: None,
             holdout,
@@ -1771,6 +1811,7 @@ impl RunSpec {
                 None => self.train.lr_for(&self.model),
             },
             data: String::new(),
+            until: self.train.until.iter().map(ToString::to_string).collect(),
         }
     }
 }

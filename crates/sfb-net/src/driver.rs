@@ -716,6 +716,17 @@ fn drain_events<N: StateMachine + ?Sized>(
                     node.id()
                 );
             }
+            // Logged by the node whose evaluation met the rule, once.
+            Event::Stop { stop, rule } if stop.by == node.id().0 => {
+                tracing::info!(
+                    "{}: {rule} met after clock {} (value {:.6e}): every node stops at \
+                     clock {}",
+                    node.id(),
+                    stop.clock,
+                    stop.value,
+                    stop.at
+                );
+            }
             _ => {}
         }
     }

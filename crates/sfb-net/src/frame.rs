@@ -13,9 +13,10 @@ pub const PROTOCOL: &str = "/sfb/factors/1";
 
 /// Version of the handshake and stream protocol (2: [`HEARTBEAT`]s between frames; 3: a
 /// rejoin state carries the compressor's residual; 4: its metrics carry the
-/// prioritizer's largest-pair energy; a peer of another version is refused at the
-/// handshake, naming the versions).
-pub const PROTOCOL_VERSION: u32 = 4;
+/// prioritizer's largest-pair energy; 5: stop proposals (`--until`), and metrics carry the
+/// agreed stop; a peer of another version is refused at the handshake, naming the
+/// versions).
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// A heartbeat as it goes on the wire: the length prefix of an empty frame. A writer sends
 /// one when it has sent nothing for a while; the reader takes it as a sign of life and

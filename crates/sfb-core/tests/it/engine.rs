@@ -487,7 +487,76 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 delta: Arc::new(matrix(seed)),
             }
         }),
+        (
+            0u32..4,
+            0u64..1000,
+            1u64..100,
+            0u32..4,
+            0u32..3,
+            -1e3f64..1e3
+        )
+            .prop_map(|(origin, clock, lead, by, rule, value)| Message::Stop {
+                origin: if origin == 3 {
+                    PeerId::SERVER
+                } else {
+                    PeerId(origin)
+                },
+                stop: sfb_core::stop::Stop {
+                    at: clock + lead,
+                    by,
+                    clock,
+                    rule,
+                    value,
+                },
+            }),
     ]
+}
+
+/// A stop proposal decodes only when it names a known proposer, ends after the clock it
+/// was met at, and carries a finite value.
+#[test]
+fn wire_refuses_bad_stops() {
+    let stop = sfb_core::stop::Stop {
+        at: 12,
+        by: 2,
+        clock: 10,
+        rule: 0,
+        value: 0.25,
+    };
+    let msg = |origin: PeerId, stop| wire::encode(&Message::Stop { origin, stop });
+    assert_eq!(
+        wire::decode(&msg(PeerId(1), stop), &EXPECT).unwrap(),
+        Message::Stop {
+            origin: PeerId(1),
+            stop
+        }
+    );
+    for (bad, why) in [
+        (
+            msg(PeerId(1), sfb_core::stop::Stop { by: 4, ..stop }),
+            "proposed by node 4 of 4",
+        ),
+        (
+            msg(PeerId(1), sfb_core::stop::Stop { at: 10, ..stop }),
+            "a stop at clock 10",
+        ),
+        (
+            msg(
+                PeerId(1),
+                sfb_core::stop::Stop {
+                    value: f64::NAN,
+                    ..stop
+                },
+            ),
+            "with value NaN",
+        ),
+        (msg(PeerId(9), stop), "p9"),
+    ] {
+        let e = wire::decode(&bad, &EXPECT).unwrap_err().to_string();
+        assert!(e.contains(why), "{why}: {e}");
+    }
+    let bytes = msg(PeerId(1), stop);
+    assert!(wire::decode(&bytes[..bytes.len() - 1], &EXPECT).is_err());
 }
 
 const EXPECT: Expect = Expect {
@@ -593,6 +662,10 @@ proptest! {
                 prop_assert!(origin.index() < 4);
                 prop_assert_eq!(delta.dim(), (3, 5));
                 prop_assert!(delta.iter().all(|x| x.is_finite()));
+            }
+            Ok(Message::Stop { origin, stop }) => {
+                prop_assert!(origin.index() < 4 || origin == PeerId::SERVER);
+                prop_assert!(stop.by < 4 && stop.at > stop.clock && stop.value.is_finite());
             }
             Ok(other) => prop_assert!(false, "unknown kind {:?}", other),
             Err(_) => {}

@@ -171,6 +171,9 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     put("peers", spec.peers.to_string());
     put("clocks", t.clocks.to_string());
     put("eval-every", t.eval_every.to_string());
+    for rule in &t.until {
+        put("until", rule.to_string());
+    }
     if let Some(b) = spec.net.bandwidth {
         put("bandwidth", rate_text(b.0));
     }

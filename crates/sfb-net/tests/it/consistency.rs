@@ -26,11 +26,11 @@ use sfb_models::{Example, Mlr, synthetic};
 use sfb_net::virtual_time::{Costs, FmsNode, Latency, Network, Observer, Outcome};
 use sfb_topology::Topology;
 
-const J: usize = 3;
-const D: usize = 4;
-const BATCH: usize = 2;
+pub(crate) const J: usize = 3;
+pub(crate) const D: usize = 4;
+pub(crate) const BATCH: usize = 2;
 
-fn train() -> &'static [Example] {
+pub(crate) fn train() -> &'static [Example] {
     static DATA: OnceLock<Vec<Example>> = OnceLock::new();
     DATA.get_or_init(|| {
         let spec = "classes=3,features=4,samples=96,test=8".parse().unwrap();
@@ -40,7 +40,7 @@ fn train() -> &'static [Example] {
 
 /// A consistency model, as generated (printable when a case fails).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Model {
+pub(crate) enum Model {
     Bsp,
     Ssp(u64),
     Async,
@@ -48,7 +48,7 @@ enum Model {
 }
 
 impl Model {
-    fn consistency(self) -> Consistency {
+    pub(crate) fn consistency(self) -> Consistency {
         match self {
             Model::Bsp => Consistency::Bsp,
             Model::Ssp(s) => Consistency::Ssp { staleness: s },
@@ -58,14 +58,14 @@ impl Model {
     }
 
     /// The staleness bound of the rule, if any.
-    fn bound(self) -> Option<u64> {
+    pub(crate) fn bound(self) -> Option<u64> {
         self.consistency().staleness_bound()
     }
 }
 
 /// A topology, as generated.
 #[derive(Debug, Clone, Copy)]
-enum Topo {
+pub(crate) enum Topo {
     Full,
     /// Seeded random Q-out graph (a Hamiltonian cycle plus Q − 1 random arcs per peer).
     Random {
@@ -79,7 +79,7 @@ enum Topo {
 }
 
 impl Topo {
-    fn build(self, peers: usize) -> Topology {
+    pub(crate) fn build(self, peers: usize) -> Topology {
         match self {
             Topo::Full => sfb_topology::full(peers),
             Topo::Random { q, seed } => sfb_topology::random(peers, q, seed),
@@ -91,19 +91,19 @@ impl Topo {
 
 /// One generated run.
 #[derive(Debug, Clone)]
-struct Case {
-    peers: usize,
-    topo: Topo,
-    model: Model,
-    clocks: u64,
+pub(crate) struct Case {
+    pub(crate) peers: usize,
+    pub(crate) topo: Topo,
+    pub(crate) model: Model,
+    pub(crate) clocks: u64,
     /// Seed of the link delays.
-    net_seed: u64,
+    pub(crate) net_seed: u64,
     /// Seed of the shards' samplers and the initial W.
-    data_seed: u64,
+    pub(crate) data_seed: u64,
     /// Link delay range, µs.
-    latency_us: (u64, u64),
+    pub(crate) latency_us: (u64, u64),
     /// `(peer, delay µs)` of a fixed straggler.
-    straggler: Option<(u32, u64)>,
+    pub(crate) straggler: Option<(u32, u64)>,
 }
 
 fn ids(v: &[usize]) -> Vec<PeerId> {
@@ -123,6 +123,19 @@ fn engines_with_drift(
     seed: u64,
     max_drift: u64,
 ) -> Vec<Engine<Mlr>> {
+    engines_with(t, consistency, clocks, seed, |cfg| {
+        cfg.max_drift = max_drift
+    })
+}
+
+/// [`engines`] with each peer's configuration changed by `edit` before it is built.
+pub(crate) fn engines_with(
+    t: &Topology,
+    consistency: &Consistency,
+    clocks: u64,
+    seed: u64,
+    edit: impl Fn(&mut Config),
+) -> Vec<Engine<Mlr>> {
     let data = train();
     let p = t.peers();
     (0..p)
@@ -135,7 +148,7 @@ fn engines_with_drift(
             cfg.batch_size = BATCH;
             cfg.lr = 0.3;
             cfg.eval_every = 0;
-            cfg.max_drift = max_drift;
+            edit(&mut cfg);
             let samples = shard_indices(data.len(), p, i)
                 .map(|k| data[k].clone())
                 .collect();
@@ -151,7 +164,7 @@ fn engines_with_drift(
         .collect()
 }
 
-fn network<N: StateMachine>(nodes: Vec<N>, c: &Case) -> Network<N> {
+pub(crate) fn network<N: StateMachine>(nodes: Vec<N>, c: &Case) -> Network<N> {
     let (lo, hi) = c.latency_us;
     let stragglers = match c.straggler {
         Some((peer, us)) => Stragglers::Fixed {
@@ -287,7 +300,7 @@ fn run_checked(c: &Case) -> Result<(Outcome<Engine<Mlr>>, Checker, Topology), St
     Ok((out, checker, t))
 }
 
-fn model() -> impl Strategy<Value = Model> {
+pub(crate) fn model() -> impl Strategy<Value = Model> {
     prop_oneof![
         Just(Model::Bsp),
         (0..=4u64).prop_map(Model::Ssp),
@@ -296,7 +309,7 @@ fn model() -> impl Strategy<Value = Model> {
     ]
 }
 
-fn topo(peers: usize) -> impl Strategy<Value = Topo> {
+pub(crate) fn topo(peers: usize) -> impl Strategy<Value = Topo> {
     prop_oneof![
         Just(Topo::Full),
         (1..peers, any::<u64>()).prop_map(|(q, seed)| Topo::Random { q, seed }),

@@ -7,3 +7,4 @@ mod consistency;
 mod liveness;
 mod p2p;
 mod relay;
+mod stop;
