@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Longest any of these runs may take; each should finish in well under a second.
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -15,12 +15,10 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 struct Outcome {
     code: Option<i32>,
     stderr: String,
-    elapsed: Duration,
 }
 
 /// Runs `sfb run --peers 2 --clocks 2 …args` with `env` set; kills it after [`TIMEOUT`].
 fn sfb_run(args: &[&str], env: &[(&str, &str)]) -> Outcome {
-    let start = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sfb"))
         .args(["run", "--peers", "2", "--clocks", "2", "--eval-every", "0"])
         .args(args)
@@ -51,7 +49,6 @@ fn sfb_run(args: &[&str], env: &[(&str, &str)]) -> Outcome {
     Outcome {
         code: status.code(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
-        elapsed: start.elapsed(),
     }
 }
 
@@ -106,7 +103,7 @@ fn feature_index_4e9_is_refused_with_the_feature_limit() {
 }
 
 #[test]
-fn a_64_mib_line_without_newline_is_refused_quickly_with_the_line_limit() {
+fn a_64_mib_line_without_newline_is_refused_with_the_line_limit() {
     let mut f = tempfile::Builder::new()
         .prefix("sfb-hostile-")
         .suffix(".svm")
@@ -128,8 +125,8 @@ fn a_64_mib_line_without_newline_is_refused_quickly_with_the_line_limit() {
             "raise it with SFB_MAX_LINE_BYTES=N",
         ],
     );
-    // Refused after reading 16 MiB, not after the whole file (generous for a busy machine).
-    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
+    // How much is read before the refusal is bounded by counting in sfb-models'
+    // `limits::a_line_that_never_ends_is_refused_after_the_limit_without_buffering_it`.
 }
 
 #[cfg(unix)]
@@ -144,7 +141,6 @@ fn dev_zero_as_data_is_refused_with_the_line_limit() {
             "SFB_MAX_LINE_BYTES",
         ],
     );
-    assert!(o.elapsed < Duration::from_secs(30), "took {:?}", o.elapsed);
 }
 
 #[test]

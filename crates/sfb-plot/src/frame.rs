@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 use crate::axis::{Axis, widen_degenerate};
@@ -53,6 +54,40 @@ pub(crate) const LABEL_DIST: u32 = 2 * TICK_SIZE as u32;
 
 pub(crate) fn color(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
+}
+
+/// How a line series is stroked: solid for the palette's first round of colours, then
+/// dashed, then dotted, so that up to three times the palette's lines differ without
+/// markers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dash {
+    Solid,
+    Dashed,
+    Dotted,
+}
+
+impl Dash {
+    /// The stroke of series `i`.
+    pub(crate) fn nth(i: usize) -> Self {
+        [Self::Solid, Self::Dashed, Self::Dotted][(i / PALETTE.len()) % 3]
+    }
+
+    /// Draws the polyline `pixels` (two pixels wide) in `color`.
+    pub(crate) fn draw(
+        self,
+        area: &Area<'_>,
+        pixels: &[(i32, i32)],
+        color: RGBColor,
+    ) -> DrawResult {
+        let style = color.stroke_width(2);
+        let points = pixels.to_vec();
+        match self {
+            Self::Solid => area.draw(&PathElement::new(points, style))?,
+            Self::Dashed => area.draw(&DashedPathElement::new(points, 9, 5, style))?,
+            Self::Dotted => area.draw(&DashedPathElement::new(points, 2, 4, style))?,
+        }
+        Ok(())
+    }
 }
 
 /// The drawing area of a chart's bitmap.
@@ -333,7 +368,7 @@ impl Marker {
 /// What a legend entry shows next to its text.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Swatch {
-    Line(RGBColor, Option<Marker>),
+    Line(RGBColor, Dash, Option<Marker>),
     Dashed(RGBColor),
     Fill(RGBColor),
 }
@@ -427,11 +462,8 @@ pub(crate) fn draw_legend(area: &Area<'_>, entries: &[LegendEntry], at: Rect) ->
         let x0 = at.x0 + LEGEND_PAD as i32;
         let x1 = x0 + LEGEND_SWATCH as i32;
         match e.swatch {
-            Swatch::Line(c, marker) => {
-                area.draw(&PathElement::new(
-                    vec![(x0, cy), (x1, cy)],
-                    c.stroke_width(2),
-                ))?;
+            Swatch::Line(c, dash, marker) => {
+                dash.draw(area, &[(x0, cy), (x1, cy)], c)?;
                 if let Some(m) = marker {
                     m.draw(area, ((x0 + x1) / 2, cy), c)?;
                 }

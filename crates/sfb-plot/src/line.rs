@@ -9,7 +9,7 @@ use crate::LineChart;
 use crate::axis::{Axis, to_plot};
 use crate::error::DrawResult;
 use crate::frame::{
-    LABEL_DIST, LABEL_PX, Layout, LegendEntry, Marker, Plot, REFERENCE_COLOR, Rect, Swatch,
+    Dash, LABEL_DIST, LABEL_PX, Layout, LegendEntry, Marker, Plot, REFERENCE_COLOR, Rect, Swatch,
     TICK_PX, color, draw_legend, draw_no_data, draw_title, least_covering, legend_candidates,
     legend_size, new_area, padded, span, y_area_width,
 };
@@ -85,10 +85,11 @@ pub(crate) fn render(path: &Path, chart: &LineChart) -> DrawResult {
     for (i, (series, runs)) in chart.series.iter().zip(&runs).enumerate() {
         let color = color(i);
         let marker = Marker::nth(i);
+        let dash = Dash::nth(i);
         for run in runs {
             let pixels: Vec<(i32, i32)> = run.iter().map(px).collect();
             if pixels.len() > 1 {
-                root.draw(&PathElement::new(pixels.clone(), color.stroke_width(2)))?;
+                dash.draw(&root, &pixels, color)?;
             }
             if chart.markers || pixels.len() == 1 {
                 for &p in &pixels {
@@ -104,7 +105,7 @@ pub(crate) fn render(path: &Path, chart: &LineChart) -> DrawResult {
         };
         entries.push(LegendEntry {
             label,
-            swatch: Swatch::Line(color, chart.markers.then_some(marker)),
+            swatch: Swatch::Line(color, dash, chart.markers.then_some(marker)),
         });
     }
     if let Some((_, label)) = hline {

@@ -106,8 +106,9 @@ fn a_line_that_never_ends_is_refused_after_the_limit_without_buffering_it() {
 
 #[cfg(unix)]
 #[test]
-fn dev_zero_is_refused_with_the_line_length_error_quickly() {
-    let t = std::time::Instant::now();
+fn dev_zero_is_refused_with_the_line_length_error() {
+    // An endless file ends in the line-length error (how much is read before it is
+    // bounded above, by counting, with the `Endless` reader).
     let err = sfb_models::data::read_libsvm("/dev/zero", &LibsvmOptions::default()).unwrap_err();
     assert!(
         err.to_string().starts_with(
@@ -115,7 +116,6 @@ fn dev_zero_is_refused_with_the_line_length_error_quickly() {
         ),
         "{err}"
     );
-    assert!(t.elapsed().as_secs() < 10, "took {:?}", t.elapsed());
 }
 
 #[test]

@@ -332,13 +332,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Heard<'_, S> {
 /// Checks `signs` every `every` until the stream has been silent for `timeout`; returns
 /// the silence measured.
 async fn watch(signs: &Signs, timeout: Duration, every: Duration) -> Duration {
-    let mut silence = Silence::new(timeout, every, Instant::now());
+    // The runtime's clock (the real one, or a test's paused one), as a std `Instant`.
+    let now = || tokio::time::Instant::now().into_std();
+    let mut silence = Silence::new(timeout, every, now());
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let heard = signs.heard.swap(false, Ordering::Relaxed) | signs.busy.load(Ordering::Relaxed);
-        if let Some(silent) = silence.check(Instant::now(), heard) {
+        if let Some(silent) = silence.check(now(), heard) {
             return silent;
         }
     }
@@ -555,12 +557,14 @@ mod tests {
         assert_eq!(r.stats.heartbeats_received.load(Ordering::Relaxed), 40);
     }
 
-    #[tokio::test]
+    // Paused time: the runtime's clock moves only when every task waits, so the times
+    // below are exact.
+    #[tokio::test(start_paused = true)]
     async fn a_silent_open_stream_is_lost_after_the_liveness_timeout() {
         let (r, _inbox) = readers(3, 8, 200 * MS, 20 * MS);
         let (tx, stream) = pipe();
         tx.send(framed(0)).await.unwrap();
-        let start = Instant::now();
+        let start = tokio::time::Instant::now();
         let end = follow(&r, stream).await;
         let took = start.elapsed();
         drop(tx); // open until here
@@ -575,25 +579,24 @@ mod tests {
                 && text.ends_with("(liveness timeout 0.2 s; 1 of 3 clocks received)"),
             "{text}"
         );
-        assert!(
-            took >= 200 * MS && took < Duration::from_secs(2),
-            "{took:?}"
-        );
+        // Lost at the first check after 0.2 s of silence (checks every 10 ms).
+        assert!(took >= 200 * MS && took <= 210 * MS, "{took:?}");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_closed_stream_is_lost_at_once_not_after_the_liveness_timeout() {
         let (r, _inbox) = readers(3, 8, Duration::from_secs(60), Duration::from_secs(1));
         let (tx, stream) = pipe();
         tx.send(framed(0)).await.unwrap();
         drop(tx);
-        let start = Instant::now();
+        let start = tokio::time::Instant::now();
         let end = follow(&r, stream).await;
         assert!(
             matches!(end, Some(Error::StreamClosed { frames: 1, .. })),
             "{end:?}"
         );
-        assert!(start.elapsed() < Duration::from_secs(5));
+        // No time passed: the end of the stream, not the 60 s liveness timeout.
+        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 
     #[tokio::test]
