@@ -155,12 +155,43 @@ fn on_a_shared_host_the_plans_fair_share_is_near_the_simulators_calendar() {
     );
 }
 
-/// `sfb plan ARGS`'s standard output; panics with its stderr if it fails.
+/// `sfb plan ARGS`'s standard output; panics with its stderr if it fails or writes
+/// anything there (a plan has nothing to warn about).
 fn sfb_plan(args: &[&str]) -> Vec<u8> {
     let out = Command::new(SFB).arg("plan").args(args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{args:?}: {err}");
+    assert!(err.is_empty(), "{args:?} wrote to stderr:\n{err}");
     out.stdout
+}
+
+/// 10,000 peers: every Q up to 1,024 is priced, then a 5 % grid (the plan says so).
+#[test]
+fn a_plan_at_ten_thousand_peers_prices_a_grid_of_q_and_says_so() {
+    let json = sfb_plan(&[
+        "-P",
+        "10000",
+        "--size",
+        "128",
+        "--bandwidth",
+        "10gbit",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(v["peers"], 10000);
+    assert!(
+        v["best_q"]
+            .as_u64()
+            .is_some_and(|q| (1..=9998).contains(&q))
+    );
+    let notes = v["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("every Q up to 1024, then every 5 %")),
+        "{notes:?}"
+    );
 }
 
 #[test]

@@ -384,6 +384,23 @@ fn exchange(pr: &Prices, n: usize, f: &[u64]) -> f64 {
     taken
 }
 
+/// Partial broadcast is priced at every out-degree up to this one, then on a grid.
+const EVERY_Q_UP_TO: usize = 1024;
+
+/// The out-degrees of partial broadcast a plan prices at `p` peers: every Q in
+/// `1..=p−2` up to [`EVERY_Q_UP_TO`], then every 5 % (rounded up) and `p − 2`, so that a
+/// plan at 10,000 peers prices about 1,200 schedules instead of 10,000.
+fn partial_qs(p: usize) -> Vec<usize> {
+    let last = p.saturating_sub(2);
+    let mut qs: Vec<usize> = (1..=last.min(EVERY_Q_UP_TO)).collect();
+    let mut q = EVERY_Q_UP_TO;
+    while q < last {
+        q = (q + q.div_ceil(20)).min(last);
+        qs.push(q);
+    }
+    qs
+}
+
 /// The steady clock of the gossip mode under BSP, by a small schedule of one peer's three
 /// resources (every peer alike): a clock starts when the previous one's factors are
 /// taken and its consensus step is done; the node applies and computes (`work`), queues
@@ -399,35 +416,72 @@ fn gossip_period(pr: &Prices, q: usize, (f, mix): (u64, u64), work: f64, consens
         Send(u64),
         Take { factors: bool, bytes: u64 },
     }
+    /// A job in the transport's queue: first by readiness, then by arrival in the queue
+    /// (`seq`), so that ties keep queue order.
+    #[derive(Clone, Copy)]
+    struct Queued {
+        ready: f64,
+        seq: u64,
+        job: Job,
+    }
+    impl PartialEq for Queued {
+        fn eq(&self, other: &Self) -> bool {
+            self.cmp(other).is_eq()
+        }
+    }
+    impl Eq for Queued {}
+    impl PartialOrd for Queued {
+        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for Queued {
+        // Reversed: `BinaryHeap` pops the largest.
+        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+            other
+                .ready
+                .total_cmp(&self.ready)
+                .then(other.seq.cmp(&self.seq))
+        }
+    }
     let (mut start, mut transport, mut egress, mut period) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
     // Consensus frames still to be taken: they may be in the next clock's way.
     let mut carried: Vec<(f64, Job)> = Vec::new();
+    let mut jobs = std::collections::BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut push = |jobs: &mut std::collections::BinaryHeap<Queued>, ready: f64, job: Job| {
+        jobs.push(Queued { ready, seq, job });
+        seq += 1;
+    };
     for _ in 0..64 {
         let computed = start + work;
         let mixed = computed + consensus;
-        let mut jobs: Vec<(f64, Job)> = std::mem::take(&mut carried);
-        jobs.extend((0..q).map(|_| (computed, Job::Send(f))));
-        jobs.extend((0..q).map(|_| (mixed, Job::Send(mix))));
+        for (ready, job) in std::mem::take(&mut carried) {
+            push(&mut jobs, ready, job);
+        }
+        for _ in 0..q {
+            push(&mut jobs, computed, Job::Send(f));
+        }
+        for _ in 0..q {
+            push(&mut jobs, mixed, Job::Send(mix));
+        }
         let mut factors_taken = computed;
-        while !jobs.is_empty() {
-            // FIFO by readiness; ties keep queue order.
-            let i = (0..jobs.len())
-                .min_by(|&a, &b| jobs[a].0.total_cmp(&jobs[b].0))
-                .expect("not empty");
-            let (ready, job) = jobs.remove(i);
+        // FIFO by readiness; ties keep queue order.
+        while let Some(Queued { ready, job, .. }) = jobs.pop() {
             match job {
                 Job::Send(bytes) => {
                     transport = transport.max(ready) + pr.cpu(bytes);
                     egress = egress.max(transport) + pr.wire(bytes);
                     let arrives = egress + pr.latency;
                     if bytes == f && ready == computed {
-                        jobs.push((
+                        push(
+                            &mut jobs,
                             arrives,
                             Job::Take {
                                 factors: true,
                                 bytes,
                             },
-                        ));
+                        );
                     } else {
                         carried.push((
                             arrives,
@@ -448,12 +502,6 @@ fn gossip_period(pr: &Prices, q: usize, (f, mix): (u64, u64), work: f64, consens
         }
         let next = mixed.max(factors_taken);
         let step = next - start;
-        eprintln!(
-            "DBG start {start:.3e} work {work:.3e} cons {consensus:.3e} mixed {mixed:.3e} taken {factors_taken:.3e} egress {egress:.3e} wf {:.3e} wm {:.3e} lat {:.3e}",
-            pr.wire(f),
-            pr.wire(mix),
-            pr.latency
-        );
         let settled = (step - period).abs() <= 1e-12 * step.max(1e-30);
         period = step;
         start = next;
@@ -728,7 +776,8 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
         frames: frames(j, d, k, p),
         shared: share > 1.0,
     };
-    let partial: Vec<Estimate> = (1..p.saturating_sub(1))
+    let partial: Vec<Estimate> = partial_qs(p)
+        .into_iter()
         .map(|q| sfb_clock(&pr, q))
         .collect();
     // The least time; ties (to a part in 10⁹) go to the larger Q.
@@ -776,6 +825,12 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
     ];
     if p == 1 {
         notes.push("one node: nothing to synchronize".to_string());
+    }
+    if p.saturating_sub(2) > EVERY_Q_UP_TO {
+        notes.push(format!(
+            "partial broadcast priced at every Q up to {EVERY_Q_UP_TO}, then every 5 % up \
+             to P − 2 (each Q's schedule costs O(Q log Q))"
+        ));
     }
     Ok(Plan {
         peers: p,
@@ -1168,6 +1223,23 @@ impl fmt::Display for Plan {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn partial_broadcast_is_priced_at_every_q_then_on_a_grid() {
+        assert_eq!(super::partial_qs(1), Vec::<usize>::new());
+        assert_eq!(super::partial_qs(2), Vec::<usize>::new());
+        assert_eq!(super::partial_qs(12), (1..=10).collect::<Vec<_>>());
+        let all = super::partial_qs(1026);
+        assert_eq!(all, (1..=1024).collect::<Vec<_>>());
+        let qs = super::partial_qs(10_000);
+        assert_eq!(&qs[..1024], &(1..=1024).collect::<Vec<_>>()[..]);
+        assert_eq!(qs.last(), Some(&9998));
+        // Strictly increasing, at most 5 % (rounded up) apart beyond the exhaustive part.
+        for w in qs.windows(2) {
+            assert!(w[0] < w[1] && w[1] <= w[0] + w[0].div_ceil(20), "{w:?}");
+        }
+        assert!(qs.len() < 1100, "{}", qs.len());
+    }
+
     use super::*;
     use sfb_net::bandwidth::Rate;
 
