@@ -35,13 +35,16 @@ impl CategoryLabels {
     /// The most readable way that fits in `slot` pixels per category.
     fn fit(categories: &[String], slot: u32) -> Self {
         let room = slot.saturating_sub(14);
-        for (px, max_lines) in [(TICK_PX, MAX_LABEL_LINES), (12.0, MAX_LABEL_LINES + 1)] {
-            let lines: Option<Vec<Vec<String>>> = categories
-                .iter()
-                .map(|c| wrap(c, px, room, max_lines))
-                .collect();
-            if let Some(lines) = lines {
-                return Self::Lines(px, lines);
+        // Breaks at spaces at either size before breaks inside words (`Q=10` whole).
+        for spaces_only in [true, false] {
+            for (px, max_lines) in [(TICK_PX, MAX_LABEL_LINES), (12.0, MAX_LABEL_LINES + 1)] {
+                let lines: Option<Vec<Vec<String>>> = categories
+                    .iter()
+                    .map(|c| wrap_with(c, px, room, max_lines, spaces_only))
+                    .collect();
+                if let Some(lines) = lines {
+                    return Self::Lines(px, lines);
+                }
             }
         }
         Self::Vertical(
@@ -98,14 +101,47 @@ impl CategoryLabels {
     }
 }
 
-/// Greedy line breaking after spaces and punctuation; `None` if a piece does not fit in
-/// `max_w` or more than `max_lines` lines are needed.
+/// Greedy line breaking after spaces only (`Q=10 relay` stays `Q=10` / `relay`), else
+/// after spaces and punctuation; `None` if a piece does not fit in `max_w` or more than
+/// `max_lines` lines are needed. ([`CategoryLabels::fit`] tries spaces only at every
+/// size first.)
+#[cfg(test)]
 fn wrap(text: &str, px: f64, max_w: u32, max_lines: usize) -> Option<Vec<String>> {
+    wrap_with(text, px, max_w, max_lines, true)
+        .or_else(|| wrap_with(text, px, max_w, max_lines, false))
+}
+
+/// Greedy line breaking after spaces only, or after spaces and punctuation; `None` if a
+/// piece does not fit in `max_w` or more than `max_lines` lines are needed.
+fn wrap_with(
+    text: &str,
+    px: f64,
+    max_w: u32,
+    max_lines: usize,
+    spaces_only: bool,
+) -> Option<Vec<String>> {
+    if spaces_only {
+        wrap_after(text, px, max_w, max_lines, |c| c == ' ')
+    } else {
+        wrap_after(text, px, max_w, max_lines, |c| {
+            matches!(c, ' ' | '_' | '-' | '/' | ',' | ':' | '=' | '+' | ')')
+        })
+    }
+}
+
+/// [`wrap_with`] with breaks allowed after the characters `breaks_after` accepts.
+fn wrap_after(
+    text: &str,
+    px: f64,
+    max_w: u32,
+    max_lines: usize,
+    breaks_after: impl Fn(char) -> bool,
+) -> Option<Vec<String>> {
     let mut pieces = Vec::new();
     let mut piece = String::new();
     for c in text.chars() {
         piece.push(c);
-        if matches!(c, ' ' | '_' | '-' | '/' | ',' | ':' | '=' | '+' | ')') {
+        if breaks_after(c) {
             pieces.push(std::mem::take(&mut piece));
         }
     }
@@ -401,6 +437,12 @@ mod tests {
             "{wrapped:?}"
         );
         assert!(wrap("averyveryverylongunbreakablename", TICK_PX, 60, 3).is_none());
+        // Spaces first: a label that fits when broken at its spaces keeps `Q=10` whole.
+        let w = text_width("relay", TICK_PX).max(text_width("Q=10", TICK_PX));
+        assert_eq!(
+            wrap("Q=10 relay", TICK_PX, w, 3),
+            Some(vec!["Q=10".to_string(), "relay".to_string()])
+        );
         let names: Vec<String> = (0..12).map(|i| format!("arm {i}")).collect();
         assert!(matches!(
             CategoryLabels::fit(&names, 70),

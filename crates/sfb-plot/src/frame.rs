@@ -126,6 +126,8 @@ pub(crate) struct Layout {
     pub(crate) top: u32,
     pub(crate) y_area: u32,
     pub(crate) x_area: u32,
+    /// Width added right of the plot for a legend drawn outside it (0: none).
+    pub(crate) legend_area: u32,
 }
 
 impl Layout {
@@ -141,11 +143,32 @@ impl Layout {
             top,
             y_area,
             x_area,
+            legend_area: 0,
+        }
+    }
+
+    /// Makes the image `w` pixels wider, for a legend of that width (margins included)
+    /// right of the plot; the plot keeps its width.
+    pub(crate) fn with_legend_outside(mut self, w: u32) -> Self {
+        self.legend_area = w;
+        self.width += w;
+        self
+    }
+
+    /// Where a legend of `size` goes right of the plot, at its top.
+    pub(crate) fn outside_legend(&self, size: (u32, u32)) -> Rect {
+        let plot = self.plot_rect();
+        let x0 = plot.x1 + MARGIN_RIGHT as i32;
+        Rect {
+            x0,
+            y0: plot.y0,
+            x1: x0 + size.0 as i32,
+            y1: plot.y0 + size.1 as i32,
         }
     }
 
     pub(crate) fn plot_width(&self) -> u32 {
-        let margins = MARGIN + MARGIN_RIGHT + self.y_area;
+        let margins = MARGIN + MARGIN_RIGHT + self.y_area + self.legend_area;
         self.width.saturating_sub(margins).max(MIN_PLOT)
     }
 
@@ -401,6 +424,10 @@ pub(crate) fn legend_size(entries: &mut [LegendEntry], max_w: u32) -> (u32, u32)
         2 * LEGEND_PAD - 4 + LEGEND_ROW * entries.len() as u32,
     )
 }
+
+/// A legend of more entries than this goes outside the plot, right of it (inside, it
+/// would cover the lines).
+pub(crate) const LEGEND_INSIDE_MAX: usize = 10;
 
 /// Legend placements in order of preference: the corners, then top and bottom centre.
 pub(crate) fn legend_candidates(plot: Rect, size: (u32, u32)) -> Vec<Rect> {

@@ -9,9 +9,9 @@ use crate::LineChart;
 use crate::axis::{Axis, to_plot};
 use crate::error::DrawResult;
 use crate::frame::{
-    Dash, LABEL_DIST, LABEL_PX, Layout, LegendEntry, Marker, Plot, REFERENCE_COLOR, Rect, Swatch,
-    TICK_PX, color, draw_legend, draw_no_data, draw_title, least_covering, legend_candidates,
-    legend_size, new_area, padded, span, y_area_width,
+    Dash, LABEL_DIST, LABEL_PX, LEGEND_INSIDE_MAX, Layout, LegendEntry, MARGIN_RIGHT, Marker, Plot,
+    REFERENCE_COLOR, Rect, Swatch, TICK_PX, color, draw_legend, draw_no_data, draw_title,
+    least_covering, legend_candidates, legend_size, new_area, padded, span, y_area_width,
 };
 
 pub(crate) fn render(path: &Path, chart: &LineChart) -> DrawResult {
@@ -47,11 +47,28 @@ pub(crate) fn render(path: &Path, chart: &LineChart) -> DrawResult {
     let guess = Layout::new(&chart.title, 90, x_area_height(&chart.x_label));
     let x_axis = Axis::new(x_lo, x_hi, chart.log_x, (guess.plot_width() / 110) as usize);
     let y_axis = Axis::new(y_lo, y_hi, chart.log_y, (guess.plot_height() / 65) as usize);
-    let layout = Layout::new(
+    let mut layout = Layout::new(
         &chart.title,
         y_area_width(&y_axis, &chart.y_label),
         x_area_height(&chart.x_label),
     );
+    // Many series: the legend goes right of the plot, in an image widened for it.
+    let legend_rows = chart.series.len() + usize::from(hline.is_some());
+    let outside = legend_rows > LEGEND_INSIDE_MAX;
+    if outside {
+        let mut probe: Vec<LegendEntry> = chart
+            .series
+            .iter()
+            .map(|s| s.name.clone())
+            .chain(hline.map(|(_, l)| l.to_string()))
+            .map(|label| LegendEntry {
+                label,
+                swatch: Swatch::Dashed(REFERENCE_COLOR),
+            })
+            .collect();
+        let (w, _) = legend_size(&mut probe, layout.plot_width() / 2);
+        layout = layout.with_legend_outside(w + MARGIN_RIGHT);
+    }
 
     let root = new_area(path, layout.width, layout.height)?;
     draw_title(&root, &chart.title, layout.width)?;
@@ -64,6 +81,7 @@ pub(crate) fn render(path: &Path, chart: &LineChart) -> DrawResult {
     let plot = frame.rect;
     let px = |p: &(f64, f64)| frame.px(p.0, p.1);
 
+    let hidden = same_as_earlier(&chart.series);
     let mut obstacles = Vec::new();
     let mut entries = Vec::new();
     if let Some((y, _)) = hline {
@@ -100,6 +118,9 @@ pub(crate) fn render(path: &Path, chart: &LineChart) -> DrawResult {
         }
         let label = if runs.is_empty() {
             format!("{} (no data)", series.name)
+        } else if let Some(j) = hidden[i] {
+            // Drawn over an identical line, which the reader would look for in vain.
+            format!("{} (= {})", series.name, chart.series[j].name)
         } else {
             series.name.clone()
         };
@@ -120,11 +141,33 @@ pub(crate) fn render(path: &Path, chart: &LineChart) -> DrawResult {
     }
     if !entries.is_empty() {
         let size = legend_size(&mut entries, (plot.x1 - plot.x0) as u32 / 2);
-        let at = least_covering(&legend_candidates(plot, size), &obstacles);
+        let at = if outside {
+            layout.outside_legend(size)
+        } else {
+            least_covering(&legend_candidates(plot, size), &obstacles)
+        };
         draw_legend(&root, &entries, at)?;
     }
     root.present()?;
     Ok(())
+}
+
+/// For each series, the first earlier one with the same points (to a part in 10⁹), which
+/// it is drawn over and hides.
+fn same_as_earlier(series: &[crate::Series]) -> Vec<Option<usize>> {
+    let same = |a: &crate::Series, b: &crate::Series| {
+        !a.points.is_empty()
+            && a.points.len() == b.points.len()
+            && a.points.iter().zip(&b.points).all(|(p, q)| {
+                let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs());
+                close(p.0, q.0) && close(p.1, q.1)
+            })
+    };
+    series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (0..i).find(|&j| same(s, &series[j])))
+        .collect()
 }
 
 /// The x label area: tick labels, then the axis label.
@@ -158,5 +201,29 @@ fn add_path_obstacles(obstacles: &mut Vec<Rect>, pixels: &[(i32, i32)]) {
             let y = f64::from(a.1) + t * f64::from(b.1 - a.1);
             obstacles.push(dot((x.round() as i32, y.round() as i32)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Series;
+
+    #[test]
+    fn a_line_drawn_over_an_identical_one_names_it() {
+        let s = |name: &str, ys: &[f64]| Series {
+            name: name.into(),
+            points: ys.iter().enumerate().map(|(i, &y)| (i as f64, y)).collect(),
+        };
+        let series = [
+            s("full", &[3.0, 2.0, 1.0]),
+            s("partial", &[3.0, 2.5, 1.5]),
+            s("fms", &[3.0, 2.0, 1.0 + 1e-12]),
+            s("empty", &[]),
+            s("empty too", &[]),
+        ];
+        assert_eq!(
+            super::same_as_earlier(&series),
+            vec![None, None, Some(0), None, None]
+        );
     }
 }

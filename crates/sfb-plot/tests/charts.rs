@@ -347,3 +347,48 @@ fn unwritable_path_names_the_file() {
     );
     assert!(std::error::Error::source(&err).is_some(), "keeps the cause");
 }
+
+/// 21 series (the q-sweep's): the legend goes right of the plot in a wider image, so it
+/// covers no line, and every series past the palette's seven colours is stroked dashed or
+/// dotted (fewer inked pixels than a solid line of the same colour).
+#[test]
+fn many_series_put_the_legend_outside_and_vary_the_stroke() {
+    let dir = Scratch::new("many");
+    let chart = |n: usize| LineChart {
+        series: (0..n)
+            .map(|i| curve(&format!("Q={i}"), 1.0 + 0.05 * i as f64))
+            .collect(),
+        log_y: false,
+        hline: None,
+        markers: false,
+        ..loss_chart()
+    };
+    let few = dir.path("few.png");
+    line_chart(&few, &chart(3)).expect("render");
+    assert_eq!((png(&few).1, png(&few).2), (WIDTH, HEIGHT));
+    let many = dir.path("many.png");
+    line_chart(&many, &chart(21)).expect("render");
+    let (_, w, h) = png(&many);
+    assert!(w > WIDTH && h == HEIGHT, "{w}×{h}");
+    // The legend's box is right of the plot: the image's last WIDTH / 10 columns hold its
+    // labels' ink; with the legend inside they would be empty margin.
+    let img = pixels(&many);
+    assert!(dark_in(&img, w - WIDTH / 5..w - 10, 60..500) > 100);
+    // Series 0 (solid blue) inks more than series 7 (blue, dashed) and 14 (dotted).
+    let only = |k: usize| {
+        let path = dir.path(&format!("only{k}.png"));
+        let mut c = chart(21);
+        for (i, s) in c.series.iter_mut().enumerate() {
+            if i != k {
+                s.points.clear();
+            }
+        }
+        line_chart(&path, &c).expect("render");
+        count_color(&pixels(&path), BLUE)
+    };
+    let (solid, dashed, dotted) = (only(0), only(7), only(14));
+    assert!(
+        solid > dashed && dashed > dotted && dotted > 0,
+        "{solid} {dashed} {dotted}"
+    );
+}
