@@ -212,53 +212,15 @@ pub struct Until {
     pub lead: u64,
 }
 
-/// The smallest safe [`Until::lead`] for a run whose node `i` sends to `out[i]`, where a
-/// node may be `slack` clocks ahead of a node it awaits (the staleness bound; the maximum
-/// drift for async and custom barriers; 0 for BSP): `H·(slack + 1) + 1` with `H` the
-/// largest hop distance from any node to any other. `None` when some node cannot reach
-/// another (a stop could not reach it). An FMS run is `H = 2` (client → server →
-/// clients): `out` of [`fms_topology`].
-///
-/// # Complexity
-/// O(P·(P + E)): a breadth-first search from every node.
-pub fn lead(out: &[Vec<usize>], slack: u64) -> Option<u64> {
-    let p = out.len();
-    let mut diameter = 0u64;
-    let mut dist = vec![u64::MAX; p];
-    let mut queue = std::collections::VecDeque::new();
-    for s in 0..p {
-        dist.fill(u64::MAX);
-        dist[s] = 0;
-        queue.clear();
-        queue.push_back(s);
-        let mut seen = 1;
-        while let Some(a) = queue.pop_front() {
-            for &b in &out[a] {
-                if b < p && dist[b] == u64::MAX {
-                    dist[b] = dist[a] + 1;
-                    diameter = diameter.max(dist[b]);
-                    seen += 1;
-                    queue.push_back(b);
-                }
-            }
-        }
-        if seen < p {
-            return None;
-        }
-    }
-    Some(
-        diameter
-            .saturating_mul(slack.saturating_add(1))
-            .saturating_add(1),
-    )
-}
-
-/// The out-lists of an FMS run of `clients` clients for [`lead`]: each client sends to the
-/// server (node `clients`), which sends to every client.
-pub fn fms_topology(clients: usize) -> Vec<Vec<usize>> {
-    let mut out: Vec<Vec<usize>> = (0..clients).map(|_| vec![clients]).collect();
-    out.push((0..clients).collect());
-    out
+/// The smallest safe [`Until::lead`] for a run whose longest shortest path between two
+/// nodes is `hops` (the topology's diameter: [`Routes::height`](crate::Routes::height);
+/// 2 for FMS, client → server → clients) and where a node may be `slack` clocks ahead of a
+/// node it awaits (the staleness bound; the maximum drift for async and custom barriers;
+/// 0 for BSP): `hops·(slack + 1) + 1`.
+pub fn lead(hops: u32, slack: u64) -> u64 {
+    u64::from(hops)
+        .saturating_mul(slack.saturating_add(1))
+        .saturating_add(1)
 }
 
 /// An agreed (or proposed) stop: what a [`Message::Stop`](crate::wire::Message::Stop)
@@ -418,17 +380,13 @@ mod tests {
 
     #[test]
     fn the_lead_covers_the_longest_path() {
-        let ring: Vec<Vec<usize>> = (0..5).map(|i| vec![(i + 1) % 5]).collect();
-        assert_eq!(lead(&ring, 0), Some(5));
-        assert_eq!(lead(&ring, 2), Some(4 * 3 + 1));
-        let full: Vec<Vec<usize>> = (0..4)
-            .map(|i| (0..4).filter(|&j| j != i).collect())
-            .collect();
-        assert_eq!(lead(&full, 3), Some(5));
-        assert_eq!(lead(&[vec![]], 7), Some(1));
-        assert_eq!(lead(&fms_topology(3), 1), Some(5));
-        // Node 2 reaches nobody.
-        assert_eq!(lead(&[vec![1], vec![2], vec![]], 0), None);
+        let ring: Vec<Vec<PeerId>> = (0..5).map(|i| vec![PeerId((i + 1) % 5)]).collect();
+        let hops = crate::Routes::new(&ring).unwrap().height();
+        assert_eq!(lead(hops, 0), 5);
+        assert_eq!(lead(hops, 2), 4 * 3 + 1);
+        assert_eq!(lead(1, 3), 5);
+        assert_eq!(lead(0, 7), 1);
+        assert_eq!(lead(u32::MAX, u64::MAX), u64::MAX);
     }
 
     #[test]

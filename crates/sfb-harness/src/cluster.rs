@@ -1481,11 +1481,9 @@ impl<K: Kind> Builder<K> {
                     .consistency
                     .staleness_bound()
                     .unwrap_or(self.s.max_drift);
-                sfb_core::stop::lead(&self.resolved()?.out, slack).ok_or(Error::Requires {
-                    field: "train.until",
-                    requires: "a topology in which every peer reaches every other",
-                    why: "a stop agreed by one peer must reach all of them",
-                })?
+                // Every peer reaches every other (else: the routes' error names two that
+                // do not): a stop agreed by one reaches all.
+                sfb_core::stop::lead(self.resolved()?.routes()?.height(), slack)
             } else {
                 1
             };

@@ -139,9 +139,12 @@ proptest! {
     fn every_peer_stops_at_the_same_clock(c in stop_case()) {
         let b = &c.base;
         let t = b.topo.build(b.peers);
-        let out: Vec<Vec<usize>> = (0..b.peers).map(|i| t.out(i).to_vec()).collect();
+        let out: Vec<Vec<PeerId>> = (0..b.peers)
+            .map(|i| t.out(i).iter().map(|&q| PeerId(q as u32)).collect())
+            .collect();
         let slack = b.model.bound().unwrap_or(c.max_drift);
-        let lead = stop::lead(&out, slack).expect("generated topologies are strongly connected");
+        let hops = sfb_core::Routes::new(&out).expect("generated topologies are strongly connected").height();
+        let lead = stop::lead(hops, slack);
         let until = Until { rules: vec![Rule::Objective(0.5)], lead };
         let nodes: Vec<_> = engines_with(&t, &b.model.consistency(), b.clocks, b.data_seed, |cfg| {
             cfg.eval_every = c.eval_every;
@@ -259,5 +262,4 @@ fn a_stop_that_comes_too_late_is_an_error() {
     .collect();
     let err = network(nodes, &b).run().unwrap_err().to_string();
     assert!(err.contains("stop") && err.contains("lead"), "{err}");
-    let _ = PeerId(0);
 }
