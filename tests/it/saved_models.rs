@@ -117,6 +117,26 @@ fn csv_and_libsvm_give_the_same_model_near_scikit_learn_and_it_is_kept_exactly()
         }
         assert_eq!(n, truth.lines().count());
         assert_eq!(right as f64 / n as f64, ours, "{set}");
+        // New data has no label column: the same rows without it predict the same.
+        let bare = tmp(&format!("{set}.unlabelled.csv"));
+        let rows: Vec<&str> = truth
+            .lines()
+            .map(|r| r.split_once(',').unwrap().1)
+            .collect();
+        std::fs::write(&bare, rows.join("\n") + "\n").unwrap();
+        let (ok, out, err) = sfb(&[
+            "predict",
+            "--model",
+            m_csv.to_str().unwrap(),
+            "--data",
+            bare.to_str().unwrap(),
+        ]);
+        assert!(ok, "{err}");
+        assert_eq!(
+            out,
+            std::fs::read_to_string(tmp(&format!("{set}.preds.csv"))).unwrap(),
+            "{set}"
+        );
     }
 }
 

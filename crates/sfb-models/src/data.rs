@@ -593,6 +593,10 @@ pub struct CsvOptions {
     pub labels: Option<LabelMap>,
     /// Line length, feature and size limits. Default [`Limits::default`].
     pub limits: Limits,
+    /// No label column: every field is a feature (rows of `D` fields) and every sample
+    /// gets the first label of [`labels`](Self::labels) (0 without a map), for prediction
+    /// on new data. Default false.
+    pub unlabelled: bool,
 }
 
 impl Default for CsvOptions {
@@ -604,6 +608,7 @@ impl Default for CsvOptions {
             features: None,
             labels: None,
             limits: Limits::default(),
+            unlabelled: false,
         }
     }
 }
@@ -680,14 +685,21 @@ impl<'o> CsvRows<'o> {
     pub(crate) fn new(opts: &'o CsvOptions) -> Self {
         Self {
             opts,
-            width: opts.features.map(|d| d + 1),
+            width: opts.features.map(|d| d + Self::label_fields(opts)),
             first: true,
         }
     }
 
-    /// Features `D` (fields − 1) of the rows read so far (0 before the first).
+    /// Fields of a row that are not features: the label's, unless unlabelled.
+    fn label_fields(opts: &CsvOptions) -> usize {
+        usize::from(!opts.unlabelled)
+    }
+
+    /// Features `D` (fields − 1, or fields when unlabelled) of the rows read so far (0
+    /// before the first).
     pub(crate) fn features(&self) -> usize {
-        self.width.map_or(0, |w| w - 1)
+        self.width
+            .map_or(0, |w| w.saturating_sub(Self::label_fields(self.opts)))
     }
 
     /// Whether the next row is the first one (which may be a header).
@@ -729,7 +741,7 @@ impl<'o> CsvRows<'o> {
             }
         }
         if self.width.is_none() {
-            let d = fields.len().saturating_sub(1);
+            let d = fields.len().saturating_sub(Self::label_fields(opts));
             opts.limits
                 .check_features(at(lineno), "features (fields − 1):", d as u64)?;
         }
@@ -739,6 +751,22 @@ impl<'o> CsvRows<'o> {
                 lineno,
                 format!("{} fields, expected {w}", fields.len()),
             ));
+        }
+        if opts.unlabelled {
+            let label = opts.labels.as_ref().and_then(|m| m.label(0)).unwrap_or(0.0);
+            let x = fields
+                .iter()
+                .enumerate()
+                .map(|(c, f)| {
+                    finite::<f32>(f).ok_or_else(|| {
+                        fail(
+                            lineno,
+                            format!("field {f:?} (column {}) is not a finite number", c + 1),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<f32>>>()?;
+            return Ok(Some((label, x)));
         }
         if opts.label_column >= w {
             return Err(fail(
