@@ -593,10 +593,12 @@ pub struct CsvOptions {
     pub labels: Option<LabelMap>,
     /// Line length, feature and size limits. Default [`Limits::default`].
     pub limits: Limits,
-    /// No label column: every field is a feature (rows of `D` fields) and every sample
-    /// gets the first label of [`labels`](Self::labels) (0 without a map), for prediction
-    /// on new data. Default false.
-    pub unlabelled: bool,
+    /// The label column may be missing (new data to predict on): with
+    /// [`features`](Self::features) `D` known, a first data row of `D` fields means every
+    /// field is a feature and every sample gets the first label of
+    /// [`labels`](Self::labels) (0 without a map); `D + 1` fields, a label as usual.
+    /// Default false.
+    pub label_optional: bool,
 }
 
 impl Default for CsvOptions {
@@ -608,7 +610,7 @@ impl Default for CsvOptions {
             features: None,
             labels: None,
             limits: Limits::default(),
-            unlabelled: false,
+            label_optional: false,
         }
     }
 }
@@ -629,7 +631,9 @@ impl CsvOptions {
 /// `sfb run --data`, `sfb predict` and `sfb eval` read. `features`: `D`, if known (an
 /// index or row past it is an error); `labels`: the classes' label values, if known (an
 /// unknown label is an error); `base`: LIBSVM's index base, if known (else detected). A
-/// held-out file passes its training set's three ([`Dataset::shape`]).
+/// held-out file passes its training set's three ([`Dataset::shape`]). A CSV file read
+/// with `D` known and no labels (new data to predict on) may lack its label column
+/// ([`CsvOptions::label_optional`]).
 ///
 /// # Errors
 /// As [`read_csv`] and [`read_libsvm`].
@@ -644,6 +648,7 @@ pub fn read_file(
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
     {
         let opts = CsvOptions {
+            label_optional: features.is_some() && labels.is_none(),
             features,
             labels,
             limits: *limits,
@@ -679,27 +684,29 @@ pub(crate) struct CsvRows<'o> {
     opts: &'o CsvOptions,
     width: Option<usize>,
     first: bool,
+    /// No label column ([`CsvOptions::label_optional`], decided by the first data row).
+    unlabelled: bool,
 }
 
 impl<'o> CsvRows<'o> {
     pub(crate) fn new(opts: &'o CsvOptions) -> Self {
         Self {
             opts,
-            width: opts.features.map(|d| d + Self::label_fields(opts)),
+            // With an optional label, the first data row says which width it is.
+            width: opts
+                .features
+                .filter(|_| !opts.label_optional)
+                .map(|d| d + 1),
             first: true,
+            unlabelled: false,
         }
     }
 
-    /// Fields of a row that are not features: the label's, unless unlabelled.
-    fn label_fields(opts: &CsvOptions) -> usize {
-        usize::from(!opts.unlabelled)
-    }
-
-    /// Features `D` (fields − 1, or fields when unlabelled) of the rows read so far (0
-    /// before the first).
+    /// Features `D` (fields − 1, or fields without a label column) of the rows read so
+    /// far (0 before the first).
     pub(crate) fn features(&self) -> usize {
         self.width
-            .map_or(0, |w| w.saturating_sub(Self::label_fields(self.opts)))
+            .map_or(0, |w| w.saturating_sub(usize::from(!self.unlabelled)))
     }
 
     /// Whether the next row is the first one (which may be a header).
@@ -741,9 +748,17 @@ impl<'o> CsvRows<'o> {
             }
         }
         if self.width.is_none() {
-            let d = fields.len().saturating_sub(Self::label_fields(opts));
-            opts.limits
-                .check_features(at(lineno), "features (fields − 1):", d as u64)?;
+            match opts.features.filter(|_| opts.label_optional) {
+                Some(d) => {
+                    self.unlabelled = fields.len() == d;
+                    self.width = Some(d + usize::from(!self.unlabelled));
+                }
+                None => {
+                    let d = fields.len().saturating_sub(1);
+                    opts.limits
+                        .check_features(at(lineno), "features (fields − 1):", d as u64)?;
+                }
+            }
         }
         let w = *self.width.get_or_insert(fields.len());
         if fields.len() != w {
@@ -752,7 +767,7 @@ impl<'o> CsvRows<'o> {
                 format!("{} fields, expected {w}", fields.len()),
             ));
         }
-        if opts.unlabelled {
+        if self.unlabelled {
             let label = opts.labels.as_ref().and_then(|m| m.label(0)).unwrap_or(0.0);
             let x = fields
                 .iter()

@@ -414,7 +414,8 @@ impl SavedModel {
     /// Reads a data file to predict on or evaluate, as training read it: CSV (`.csv`,
     /// label first) or LIBSVM, the model's raw `D`. With `labelled`, every label must be
     /// one the model was trained on (classes as in [`Preprocess::labels`]); without,
-    /// labels are read but not used (any value).
+    /// labels are read but not used (any value), and a CSV file may have no label column
+    /// (rows of `D` fields).
     ///
     /// # Errors
     /// As [`crate::data::read_csv`] / [`crate::data::read_libsvm`], naming the file and
@@ -425,61 +426,10 @@ impl SavedModel {
         labelled: bool,
         limits: &crate::Limits,
     ) -> Result<crate::data::Dataset> {
-        let d = self.prep.raw_features();
-        let labels = self.prep.labels().clone();
-        if !labelled && csv_without_labels(path, d)? {
-            let opts = crate::data::CsvOptions {
-                features: Some(d),
-                labels: Some(labels),
-                limits: *limits,
-                unlabelled: true,
-                ..Default::default()
-            };
-            return crate::data::read_csv(path, &opts);
-        }
-        let labels = labelled.then_some(labels);
-        crate::data::read_file(path, (Some(d), labels, None), limits)
+        let labels = labelled.then(|| self.prep.labels().clone());
+        crate::data::read_file(path, (Some(self.prep.raw_features()), labels, None), limits)
     }
 }
-
-/// Whether `path` is a CSV file whose first data row has `d` fields (the model's features
-/// and no label), rather than `d + 1`: new data to predict on often has no label column.
-/// Reads at most [`PEEK_BYTES`]; a first row longer than that is left to the reader.
-fn csv_without_labels(path: &Path, d: usize) -> Result<bool> {
-    use std::io::{BufRead, Read};
-    if !path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
-    {
-        return Ok(false);
-    }
-    let mut r = std::io::BufReader::new(crate::data::open(path)?.take(PEEK_BYTES));
-    let mut line = String::new();
-    let mut read = 0u64;
-    loop {
-        line.clear();
-        let n = match r.read_line(&mut line) {
-            Ok(0) | Err(_) => return Ok(false),
-            Ok(n) => n as u64,
-        };
-        read += n;
-        if !line.ends_with('\n') && read >= PEEK_BYTES {
-            return Ok(false); // cut off by the peek
-        }
-        // The first line that is neither blank, a comment nor a header (not all numbers).
-        let content = line.split('#').next().unwrap_or("").trim();
-        if content.is_empty() {
-            continue;
-        }
-        let fields: Vec<&str> = content.split(',').map(str::trim).collect();
-        if fields.iter().all(|f| f.parse::<f64>().is_ok()) {
-            return Ok(fields.len() == d);
-        }
-    }
-}
-
-/// How much of a CSV file [`csv_without_labels`] reads.
-const PEEK_BYTES: u64 = 1 << 20;
 
 #[cfg(test)]
 mod tests {

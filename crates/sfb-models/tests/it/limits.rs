@@ -572,3 +572,32 @@ fn a_batch_larger_than_the_training_set_is_refused() {
         "{err}"
     );
 }
+
+/// New data may leave out the label column: with `D` known, the first data row's width
+/// says whether there is one; every row must then have that width.
+#[test]
+fn an_optional_label_column_is_decided_by_the_first_data_row() {
+    let opts = CsvOptions {
+        features: Some(2),
+        label_optional: true,
+        ..CsvOptions::default()
+    };
+    let bare = csv(b"x,y\n1.5,2\n3,4\n", &opts).unwrap();
+    let labelled = csv(b"7,1.5,2\n7,3,4\n", &opts).unwrap();
+    assert_eq!((bare.samples.len(), bare.features), (2, 2));
+    for (a, b) in bare.samples.iter().zip(&labelled.samples) {
+        assert_eq!(a.x, b.x);
+    }
+    let mixed = csv(b"1.5,2\n7,3,4\n", &opts).unwrap_err().to_string();
+    assert!(
+        mixed.starts_with("mem.csv:2: 3 fields, expected 2"),
+        "{mixed}"
+    );
+    // Without the option a row of D fields is the wrong width.
+    let strict = CsvOptions {
+        label_optional: false,
+        ..opts
+    };
+    let e = csv(b"1.5,2\n", &strict).unwrap_err().to_string();
+    assert!(e.contains("2 fields, expected 3"), "{e}");
+}
