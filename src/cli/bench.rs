@@ -36,6 +36,10 @@ pub struct BenchArgs {
     /// optimizers: of its cost-per-clock arms).
     #[arg(long)]
     pub size: Option<usize>,
+    /// fms-vs-sfb, compression, model-size: the partial-broadcast arms train on this
+    /// topology file (TOML, JSON or DOT, as `sfb topology` writes), with its P and Q.
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<PathBuf>,
     /// model-size: comma-separated J = D values (default 256,512,1024,2048).
     #[arg(long)]
     pub sizes: Option<String>,

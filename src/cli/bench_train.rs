@@ -42,6 +42,7 @@ fn options(args: &BenchArgs) -> Result<Options> {
         eval_every: args.eval_every,
         straggler_ms: args.straggler_ms,
         bandwidth: args.bandwidth.clone(),
+        topology: args.topology.clone(),
     })
 }
 

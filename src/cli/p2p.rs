@@ -24,12 +24,16 @@ pub enum ClusterCmd {
 /// `sfb cluster init` options.
 #[derive(Debug, Args)]
 pub struct InitArgs {
-    /// Number of peers P.
-    #[arg(long)]
-    pub peers: usize,
+    /// Number of peers P (with --topology: its file's, which --peers must match).
+    #[arg(long, required_unless_present = "topology")]
+    pub peers: Option<usize>,
     /// Out-degree Q (P−1 = full broadcast); SFB only.
-    #[arg(long, required_unless_present = "backend")]
+    #[arg(long, required_unless_present_any = ["backend", "topology"])]
     pub out_degree: Option<usize>,
+    /// The cluster's topology from a file `sfb topology` wrote (TOML, JSON or DOT)
+    /// instead of the optimizer's; --peers and --out-degree, if given, must agree with it.
+    #[arg(long, value_name = "FILE", conflicts_with = "backend")]
+    pub topology: Option<PathBuf>,
     /// `fms`: a star of P clients (ids 0..P−1) and a parameter server (id P) for
     /// `sfb server` + `sfb peer`, instead of an SFB topology.
     #[arg(long, value_enum)]
@@ -89,32 +93,60 @@ pub fn cluster(cmd: &ClusterCmd) -> Result<()> {
                     "--out-degree does not apply to --backend fms (clients talk to the server only)"
                 );
             }
+            let Some(peers) = a.peers else {
+                bail!("--peers is required for an FMS cluster");
+            };
             a.check()?;
-            let c = Cluster::init_fms_with(&a.out, a.peers, &a.hosts, a.base_port, a.existing())?;
+            let c = Cluster::init_fms_with(&a.out, peers, &a.hosts, a.base_port, a.existing())?;
             println!(
                 "wrote {} (FMS: {} clients, server id {}), keys beside it",
                 a.out.display(),
                 c.workers(),
-                c.server().unwrap_or(a.peers)
+                c.server().unwrap_or(peers)
             );
             Ok(())
         }
         ClusterCmd::Init(a) => {
-            let Some(q) = a.out_degree else {
-                bail!("--out-degree is required for an SFB cluster");
+            let t = match &a.topology {
+                Some(path) => {
+                    let t = Topology::read_file(path)?;
+                    for (flag, given, file) in [
+                        ("--peers", a.peers, t.peers()),
+                        ("--out-degree", a.out_degree, t.out_degree()),
+                    ] {
+                        if let Some(given) = given
+                            && given != file
+                        {
+                            bail!(
+                                "{} has {flag} {file}, but {flag} {given} was given",
+                                path.display()
+                            );
+                        }
+                    }
+                    a.check()?;
+                    t
+                }
+                None => {
+                    let (Some(p), Some(q)) = (a.peers, a.out_degree) else {
+                        bail!(
+                            "--peers and --out-degree are required for an SFB cluster (or --topology FILE)"
+                        );
+                    };
+                    if p < 2 {
+                        bail!("a libp2p cluster needs at least 2 peers, got {p}");
+                    }
+                    let limit = a.check()?;
+                    // The same topology `sfb run` would use: full broadcast, or the
+                    // optimizer's best.
+                    let out = sfb_harness::Cluster::builder()
+                        .peers(p)
+                        .out_degree(q)
+                        .topology_time_limit(limit)
+                        .resolve_topology()
+                        .map_err(cli_error)?;
+                    Topology::new(out)?
+                }
             };
-            if a.peers < 2 {
-                bail!("a libp2p cluster needs at least 2 peers, got {}", a.peers);
-            }
-            let limit = a.check()?;
-            // The same topology `sfb run` would use: full broadcast, or the optimizer's best.
-            let out = sfb_harness::Cluster::builder()
-                .peers(a.peers)
-                .out_degree(q)
-                .topology_time_limit(limit)
-                .resolve_topology()
-                .map_err(cli_error)?;
-            let t = Topology::new(out)?;
             let c = Cluster::init_with(&a.out, &t, &a.hosts, a.base_port, a.existing())?;
             println!(
                 "wrote {} ({} peers, out-degree {}, topology cost {}), keys beside it",
@@ -189,7 +221,7 @@ pub struct NetArgs {
     /// peer cannot --rejoin a gossip run yet.
     #[arg(long, value_name = "gossip|paper")]
     pub partial: Option<sfb_harness::PartialSpec>,
-    /// Pairs per consensus message of the gossip mode (default max(1, K/8) for mini-batches
+    /// Pairs per consensus message of the gossip mode (default max(1, ⌊3K/16⌋) for mini-batches
     /// of K, fewer where a peer would send more than full broadcast).
     #[arg(long, value_name = "R")]
     pub gossip_rank: Option<usize>,

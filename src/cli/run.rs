@@ -26,12 +26,16 @@ pub enum Transport {
 /// `sfb run` options.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Number of peers P.
-    #[arg(long, default_value_t = 4)]
-    pub peers: usize,
-    /// Out-degree Q (default P−1: full broadcast).
+    /// Number of peers P (default 4, or the --topology file's).
+    #[arg(long)]
+    pub peers: Option<usize>,
+    /// Out-degree Q (default P−1: full broadcast, or the --topology file's).
     #[arg(long)]
     pub out_degree: Option<usize>,
+    /// Train on exactly this topology: a file `sfb topology` wrote (TOML, JSON or DOT).
+    /// --peers and --out-degree, if given, must agree with it. SFB only.
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<std::path::PathBuf>,
     /// Backend.
     #[arg(long, value_enum, default_value = "sfb")]
     pub backend: Backend,
@@ -71,8 +75,15 @@ pub struct RunArgs {
 impl RunArgs {
     /// The run these options describe.
     pub fn to_spec(&self) -> RunSpec {
+        // The file's peer count is the default P; a file that cannot be read is refused
+        // by the spec's validation, naming it.
+        let file_peers = self.topology.as_deref().and_then(|path| {
+            sfb_topology::Topology::read_file(path)
+                .ok()
+                .map(|t| t.peers())
+        });
         let mut spec = RunSpec {
-            peers: self.peers,
+            peers: self.peers.or(file_peers).unwrap_or(4),
             backend: self.backend.into(),
             transport: match self.transport {
                 Transport::Mem => sfb_harness::Transport::Mem,
@@ -80,6 +91,7 @@ impl RunArgs {
             },
             topology: TopologyOptions {
                 out_degree: self.out_degree,
+                file: self.topology.clone(),
                 time_limit_s: self.topology_time_limit,
                 ..TopologyOptions::default()
             },

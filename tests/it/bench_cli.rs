@@ -290,7 +290,7 @@ fn q_sweep_runs_every_q_and_plots_the_trade_off() {
         .map(|a| a["bytes_per_clock"].as_f64().unwrap())
         .collect();
     // Bytes per clock grow linearly with Q: P·Q·(K + R)·(J+D)·4 plus headers for the
-    // gossip mode's Q < P − 1 (R = K/8 consensus pairs beside the K factor pairs); full
+    // gossip mode's Q < P − 1 (R = ⌊3K/16⌋ consensus pairs beside the K factor pairs); full
     // broadcast's (Q=4) P·4·K·(J+D)·4; with relay full broadcast's whatever Q.
     let full = bytes[3];
     for (i, b) in bytes.iter().enumerate() {
@@ -354,9 +354,9 @@ fn scale_simulates_full_partial_and_fms_and_finds_the_crossover() {
             .unwrap()
     };
     // Factor frames are all the same size: bytes per peer are proportional to Q, the
-    // partial arms' (gossip mode) carrying K/8 consensus pairs beside their K factor pairs.
+    // partial arms' (gossip mode) carrying ⌊3K/16⌋ = 3 consensus pairs beside their K factor pairs.
     let (full, q3, q10) = (per_peer(0), per_peer(1), per_peer(2));
-    let expected = 15.0 / 3.0 / 1.125;
+    let expected = 15.0 / 3.0 / 1.1875;
     assert!(
         (full / q3 - expected).abs() < 0.05 * expected,
         "{full} {q3}"

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Children, SFB, assert_gone, init, start, tempdir};
+use crate::common::{Children, SFB, assert_gone, init, out_lists, start, tempdir, topology_file};
 
 /// The DESIGN's `--summary` keys.
 const SUMMARY_KEYS: &[&str] = &[
@@ -207,4 +207,55 @@ fn options_a_node_cannot_honour_are_refused() {
         .collect::<Vec<_>>(),
     );
     assert!(e.contains("--out-degree does not apply"), "{e}");
+}
+
+#[test]
+fn a_topology_file_runs_as_hand_run_peers_as_in_memory() {
+    let d = tempdir("hand-run", "topology");
+    let topo = topology_file(
+        &d,
+        "t.toml",
+        &["--peers", "4", "--out-degree", "2", "--method", "kautz"],
+    );
+    let t = topo.to_str().unwrap();
+    // The cluster file carries that very graph: its out-lists are the topology file's.
+    let cluster = init(&d, &["--topology", t]);
+    assert_eq!(out_lists(&cluster), out_lists(&topo));
+    let nodes: Vec<(String, Vec<String>)> = (0..4)
+        .map(|i| node(&d, &format!("peer{i}"), &["peer", "--id", &i.to_string()]))
+        .collect();
+    run_to_end(&cluster, &nodes);
+    let hand: Vec<String> = (0..4)
+        .map(|i| check_node(&d, &format!("peer{i}"), "sfb", 4))
+        .collect();
+    // Each node's summary names the cluster file's graph: its out-degree and eq. 3 cost.
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("peer0.json")).unwrap()).unwrap();
+    assert_eq!(s["out_degree"], 2, "{s}");
+    assert_eq!(s["topology"]["source"], "cluster file", "{s}");
+    // The same file through `sfb run`, in memory: the same replicas, bit for bit.
+    let summary = d.join("mem.json");
+    let mut args = vec![
+        "run",
+        "--topology",
+        t,
+        "--summary",
+        summary.to_str().unwrap(),
+    ];
+    args.extend(TRAIN);
+    let st = Command::new(SFB)
+        .args(&args)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let m: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let mem: Vec<String> = m["replica_checksums"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(hand, mem, "hand-run peers and sfb run --topology differ");
+    assert_eq!(s["topology"]["cost"], m["topology"]["cost"]);
 }

@@ -28,4 +28,5 @@ mod scale_cli;
 mod sim;
 mod stop_rules;
 mod topology_cli;
+mod topology_files;
 mod warnings;

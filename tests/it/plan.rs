@@ -126,9 +126,15 @@ fn the_plan_gives_the_simulators_time_per_clock() {
     check(Cpu::Free, 0.01, &[FULL, Q3, FMS, FMS_DENSE]);
 }
 
+/// With the transport's CPU priced, the plan's schedule of one peer's transport thread
+/// (`gossip_period`) orders the consensus frames' jobs more coarsely than the simulator's
+/// events: within 1% at the gossip mode's old `R = 2` consensus pairs, 3.8% at the
+/// default `R = ⌊3K/16⌋ = 3` of this K = 16 (plan 0.788 ms, sim 0.759 ms), both exact for
+/// full broadcast and FMS.
 #[test]
 fn with_transport_cpu_too() {
-    check(Cpu::Transport, 0.01, &[FULL, Q3, FMS]);
+    check(Cpu::Transport, 0.01, &[FULL, FMS]);
+    check(Cpu::Transport, 0.05, &[Q3]);
 }
 
 /// On a shared host the plan prices a fair share (every node busy at once) and the

@@ -202,6 +202,22 @@ pub struct RunInfo {
     /// The stop rules, as written ([`crate::stop::Rule`]); empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub until: Vec<String>,
+    /// Where an SFB run's topology came from and its hop cost; `None` for FMS and when
+    /// not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyInfo>,
+}
+
+/// The `topology` block of a summary: which graph an SFB run trained on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopologyInfo {
+    /// `full` (broadcast), the construction or optimizer that built it (`optimal`,
+    /// `kautz`, …), `explicit` (out-lists given in the spec or to the builder), or
+    /// `file PATH`.
+    pub source: String,
+    /// Σ over ordered peer pairs of the hop distance (the SFB paper's eq. 3; `P(P − 1)`
+    /// for full broadcast).
+    pub cost: u64,
 }
 
 /// The `stop` block of a summary: the stop the run's stop rules agreed
@@ -297,6 +313,9 @@ pub struct Summary {
     /// The data's preprocessing ([`RunInfo::data`]); absent when not known.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub data: String,
+    /// The topology's source and hop cost ([`RunInfo::topology`]); absent for FMS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyInfo>,
     /// Longest peer wall time, seconds.
     pub wall_s: f64,
     /// Mean over peers of the held-out objective of their final replicas.
@@ -481,6 +500,7 @@ impl Summary {
             optimizer: info.optimizer,
             lr: f64::from(info.lr),
             data: info.data,
+            topology: info.topology,
             wall_s,
             objective: mean_opt(&|r| r.objective),
             test_accuracy: mean_opt(&|r| r.test_accuracy),
@@ -680,6 +700,13 @@ impl std::fmt::Display for Summary {
         )?;
         if !s.data.is_empty() {
             writeln!(f, "  {} · data: {}", s.model, s.data)?;
+        }
+        if let Some(t) = &s.topology {
+            writeln!(
+                f,
+                "  topology: {} · cost {} (Σ hop distances)",
+                t.source, t.cost
+            )?;
         }
         writeln!(
             f,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ndarray::Array2;
 use sfb_core::fms::{Client, Server};
-use sfb_core::metrics::{ClockRecord, RunInfo, Summary};
+use sfb_core::metrics::{ClockRecord, RunInfo, Summary, TopologyInfo};
 use sfb_core::wire::Dtype;
 use sfb_core::{
     Config, Consistency, Engine, Evaluator, Model, PeerId, Role, Shard, ShardSource, shard_indices,
@@ -144,7 +144,11 @@ impl Cluster {
             }
         }
         let topo = &spec.topology;
+        if let Some(path) = &topo.file {
+            b = b.topology_file(path);
+        }
         b.s.topology = match (&topo.explicit, topo.out_degree) {
+            _ if topo.file.is_some() => b.s.topology,
             (Some(out), _) => Topo::Lists(out.clone()),
             (None, Some(q)) => Topo::OutDegree {
                 q,
@@ -166,6 +170,11 @@ enum Topo {
         time_limit: Duration,
     },
     Lists(Vec<Vec<usize>>),
+    /// Read from a topology file (or why it could not be).
+    File {
+        path: std::path::PathBuf,
+        out: std::result::Result<Vec<Vec<usize>>, String>,
+    },
     /// Built: every peer's out- and in-neighbours (computed once, O(P·Q)).
     Resolved(Arc<Resolved>),
 }
@@ -173,6 +182,8 @@ enum Topo {
 #[derive(Debug)]
 struct Resolved {
     out: Vec<Vec<usize>>,
+    /// Where the lists came from ([`TopologyInfo::source`]).
+    source: String,
     inn: Vec<Vec<usize>>,
     /// The relay trees, built on first use.
     routes: std::sync::OnceLock<std::result::Result<Arc<sfb_core::Routes>, sfb_core::RouteError>>,
@@ -186,7 +197,7 @@ struct Resolved {
 }
 
 impl Resolved {
-    fn new(out: Vec<Vec<usize>>) -> Self {
+    fn new(out: Vec<Vec<usize>>, source: String) -> Self {
         let mut inn = vec![Vec::new(); out.len()];
         for (src, list) in out.iter().enumerate() {
             for &dst in list {
@@ -197,10 +208,27 @@ impl Resolved {
         }
         Self {
             out,
+            source,
             inn,
             routes: std::sync::OnceLock::new(),
             learning: std::sync::OnceLock::new(),
             warned: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Its source and hop cost (eq. 3: `P(P − 1)` for full broadcast, else a
+    /// breadth-first search from every peer, O(P²Q)).
+    fn info(&self) -> TopologyInfo {
+        let p = self.out.len() as u64;
+        let full = self.out.iter().all(|l| l.len() as u64 + 1 == p);
+        let cost = if full {
+            p * p.saturating_sub(1)
+        } else {
+            sfb_topology::Topology::new(self.out.clone()).map_or(0, |t| t.cost())
+        };
+        TopologyInfo {
+            source: self.source.clone(),
+            cost,
         }
     }
 
@@ -820,6 +848,19 @@ impl<K> Builder<K> {
         self
     }
 
+    /// Peer `i` sends to the out-neighbours of `i` in the topology file `path`, in any
+    /// format `sfb topology` writes (TOML, JSON, DOT; [`Topology::read_file`]). Read now;
+    /// a file that cannot be read or validated, or whose peer count is not the run's, is
+    /// refused when the run is built ([`Error::TopologyFile`]). The summary names the file.
+    pub fn topology_file(mut self, path: impl AsRef<std::path::Path>) -> Self {
+        let path = path.as_ref().to_path_buf();
+        let out = Topology::read_file(&path)
+            .map(|t| t.out_lists())
+            .map_err(|e| e.to_string());
+        self.s.topology = Topo::File { path, out };
+        self
+    }
+
     /// Partial broadcast: each peer sends to `q` others, in the optimizer's best topology
     /// (within 5 s; see [`topology_time_limit`](Self::topology_time_limit)). `P − 1` is
     /// full broadcast.
@@ -1000,7 +1041,7 @@ impl<K> Builder<K> {
         self
     }
 
-    /// The gossip mode's pairs per consensus message (default `max(1, K/8)`, fewer where
+    /// The gossip mode's pairs per consensus message (default `max(1, ⌊3K/16⌋)`, fewer where
     /// that would send more than full broadcast) and step (default
     /// [`sfb_core::gossip::Config::default_step`]; `None` keeps it).
     pub fn gossip(mut self, rank: usize, step: Option<f32>) -> Self {
@@ -1354,18 +1395,35 @@ impl<K> Builder<K> {
                     got: out.len(),
                 });
             }
-            Topo::Lists(out) => out.clone(),
-            _ if p < 2 => vec![Vec::new(); p],
-            Topo::Full => sfb_topology::full(p)?.out_lists(),
+            Topo::Lists(out) => (out.clone(), "explicit".to_string()),
+            Topo::File { path, out } => {
+                let refuse = |why: String| Error::TopologyFile {
+                    path: path.clone(),
+                    why,
+                };
+                let out = out.as_ref().map_err(|e| refuse(e.clone()))?;
+                if out.len() != p {
+                    return Err(refuse(format!(
+                        "it has {} peers, but the run has {p}",
+                        out.len()
+                    )));
+                }
+                (out.clone(), format!("file {}", path.display()))
+            }
+            _ if p < 2 => (vec![Vec::new(); p], "full".to_string()),
+            Topo::Full => (sfb_topology::full(p)?.out_lists(), "full".to_string()),
             &Topo::OutDegree { q, .. } if q == 0 || q >= p => {
                 return Err(Error::OutDegree { peers: p, got: q });
             }
-            &Topo::OutDegree { q, .. } if q == p - 1 => sfb_topology::full(p)?.out_lists(),
+            &Topo::OutDegree { q, .. } if q == p - 1 => {
+                (sfb_topology::full(p)?.out_lists(), "full".to_string())
+            }
             &Topo::OutDegree {
                 q,
                 method,
                 time_limit,
             } => {
+                let name = format!("{method:?}").to_lowercase();
                 let method = match method {
                     TopologyMethod::Optimal => None,
                     TopologyMethod::Kautz => Some(Method::Kautz),
@@ -1374,17 +1432,21 @@ impl<K> Builder<K> {
                     TopologyMethod::Random => Some(Method::Random { seed: self.s.seed }),
                 };
                 match method {
-                    Some(m) => sfb_topology::generate(&m, p, q)?.out_lists(),
+                    Some(m) => (sfb_topology::generate(&m, p, q)?.out_lists(), name),
                     None => {
                         let opts = sfb_topology::Options::default()
                             .time_limit(time_limit)
                             .deterministic(self.s.deterministic_topology);
-                        sfb_topology::optimize(p, q, &opts)?.topology.out_lists()
+                        (
+                            sfb_topology::optimize(p, q, &opts)?.topology.out_lists(),
+                            name,
+                        )
                     }
                 }
             }
         };
-        let r = Arc::new(Resolved::new(lists));
+        let (lists, source) = lists;
+        let r = Arc::new(Resolved::new(lists, source));
         self.s.topology = Topo::Resolved(Arc::clone(&r));
         Ok(r)
     }
@@ -1426,7 +1488,10 @@ impl<K: Kind> Builder<K> {
         let partial = match &self.s.topology {
             Topo::Full => false,
             Topo::OutDegree { q, .. } => q + 1 < self.s.peers,
-            Topo::Lists(out) => out.iter().any(|l| l.len() + 1 < self.s.peers),
+            Topo::Lists(out) | Topo::File { out: Ok(out), .. } => {
+                out.iter().any(|l| l.len() + 1 < self.s.peers)
+            }
+            Topo::File { out: Err(_), .. } => false,
             Topo::Resolved(r) => r.out.iter().any(|l| l.len() + 1 < self.s.peers),
         };
         partial
@@ -1782,7 +1847,20 @@ impl<K: Kind> Builder<K> {
             },
             data: self.kind.data_description(),
             until: self.s.until.iter().map(ToString::to_string).collect(),
+            topology: match (&self.s.topology, backend) {
+                (Topo::Resolved(r), "sfb") => Some(r.info()),
+                _ => None,
+            },
         }
+    }
+
+    /// The source and hop cost of this run's topology, built if it was not yet
+    /// ([`RunInfo::topology`]).
+    ///
+    /// # Errors
+    /// As [`resolve_topology`](Self::resolve_topology).
+    pub fn topology_info(&mut self) -> Result<TopologyInfo> {
+        Ok(self.resolved()?.info())
     }
 
     /// The in-memory driver's options, and the metrics file they append to (created

@@ -89,6 +89,15 @@ pub enum Error {
         /// Out-lists given.
         got: usize,
     },
+    /// A topology file cannot be used for this run.
+    #[error("topology file {}: {why}", path.display())]
+    TopologyFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong: unreadable, invalid, or its peer count or out-degree not the
+        /// run's (both figures named).
+        why: String,
+    },
     /// The simulator failed (a node's error, a stall, the event limit).
     #[error("simulation: {0}")]
     Sim(#[source] sfb_net::virtual_time::Error),

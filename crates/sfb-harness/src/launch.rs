@@ -399,6 +399,16 @@ impl NodeRun<'_> {
             checkpoint,
             prep,
         } = self;
+        // The graph this node trains on is the cluster file's, whatever the spec says.
+        let topology = (!full_w).then(|| file.topology()).flatten().map(|t| {
+            (
+                t.out_degree(),
+                sfb_core::metrics::TopologyInfo {
+                    source: "cluster file".into(),
+                    cost: t.cost(),
+                },
+            )
+        });
         let mut sinks: Vec<Sink> = Vec::new();
         if let Some(path) = &run.output.metrics {
             sinks.push(sink(path)?);
@@ -560,6 +570,10 @@ impl NodeRun<'_> {
             extra: None,
         };
         let mut summary = summarize(run.run_info(), &[node], None);
+        if let Some((q, info)) = topology {
+            summary.out_degree = q;
+            summary.topology = Some(info);
+        }
         if stop.load(std::sync::atomic::Ordering::Relaxed) != u64::MAX {
             let at = report.report.metrics.clocks;
             summary.clocks = at;
@@ -802,10 +816,12 @@ impl Launcher {
             resolved.fault.resume_at = Some(clock);
         }
         let spec = &resolved;
+        let mut topology = None;
         if fms {
             ClusterFile::init_fms(&cluster_path, p, &hosts, 0).map_err(Error::from)?;
         } else {
             let out = builder.resolve_topology()?;
+            topology = Some(builder.topology_info()?);
             let t = sfb_topology::Topology::new(out)?;
             ClusterFile::init(&cluster_path, &t, &hosts, 0).map_err(Error::from)?;
         }
@@ -867,6 +883,7 @@ impl Launcher {
             }
         };
         let mut outcome = merge(dir.path(), spec, fms, &lost)?;
+        outcome.summary.topology = topology;
         if let Some(t) = stopped_at {
             let resume = if spec.fault.checkpoint_dir.is_some() {
                 "every node checkpointed there: continue with --resume"

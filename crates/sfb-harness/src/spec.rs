@@ -2,7 +2,7 @@
 //! defaults and validation before anything runs.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -877,6 +877,11 @@ pub struct TopologyOptions {
     pub time_limit_s: f64,
     /// Explicit out-neighbour lists, one per peer; overrides the fields above.
     pub explicit: Option<Vec<Vec<usize>>>,
+    /// A topology file in any format `sfb topology` writes (TOML, JSON, DOT): the run
+    /// trains on exactly that graph. Its peer count must be `peers`, and its out-degree
+    /// `out_degree` when that is set; not with `explicit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
 }
 
 impl Default for TopologyOptions {
@@ -886,6 +891,7 @@ impl Default for TopologyOptions {
             method: TopologyMethod::Optimal,
             time_limit_s: 5.0,
             explicit: None,
+            file: None,
         }
     }
 }
@@ -962,7 +968,7 @@ pub struct NetOptions {
     /// rejoin a gossip run yet.
     pub partial: Option<PartialSpec>,
     /// Pairs per consensus message in the gossip mode (`--gossip-rank R`). Default
-    /// `max(1, K/8)`, fewer where that would send more than full broadcast
+    /// `max(1, ⌊3K/16⌋)`, fewer where that would send more than full broadcast
     /// ([`sfb_core::gossip::Config::default_rank_for`]).
     pub gossip_rank: Option<usize>,
     /// The gossip mode's consensus step in (0, 1] (`--gossip-step G`). Default
@@ -1404,6 +1410,9 @@ impl RunSpec {
         self.check_stream()?;
         let topo = &self.topology;
         preflight::seconds("topology.time_limit_s", topo.time_limit_s, true)?;
+        if let Some(path) = &topo.file {
+            self.check_topology_file(path)?;
+        }
         if self.backend == Backend::Sfb {
             if let Some(out) = &topo.explicit {
                 if out.len() != p {
@@ -1780,6 +1789,43 @@ impl RunSpec {
         Ok(())
     }
 
+    /// Refuses a topology file that cannot be read or does not describe this run (its
+    /// peer count, or its out-degree when `topology.out_degree` is set, is not the run's),
+    /// and one given where it has no use (FMS) or beside `topology.explicit`.
+    fn check_topology_file(&self, path: &Path) -> Result<()> {
+        let refuse = |why: String| Error::TopologyFile {
+            path: path.to_path_buf(),
+            why,
+        };
+        if self.backend == Backend::Fms {
+            return Err(refuse(
+                "FMS has no topology (clients talk to the server only)".into(),
+            ));
+        }
+        if self.topology.explicit.is_some() {
+            return Err(refuse(
+                "give either topology.file or topology.explicit, not both".into(),
+            ));
+        }
+        let t = sfb_topology::Topology::read_file(path).map_err(|e| refuse(e.to_string()))?;
+        if t.peers() != self.peers {
+            return Err(refuse(format!(
+                "it has {} peers, but the run has {} (--peers)",
+                t.peers(),
+                self.peers
+            )));
+        }
+        if let Some(q) = self.topology.out_degree
+            && q != t.out_degree()
+        {
+            return Err(refuse(format!(
+                "its out-degree is {}, but the run has {q} (--out-degree)",
+                t.out_degree()
+            )));
+        }
+        Ok(())
+    }
+
     /// The descriptive part of this run's summary (`out_degree` as resolved: `Q`, or
     /// `P − 1` for full broadcast, 1 for FMS).
     pub fn run_info(&self) -> RunInfo {
@@ -1789,7 +1835,11 @@ impl RunSpec {
             (Backend::Fms, _) => 1,
             (Backend::Sfb, Some(out)) => out.first().map_or(0, Vec::len),
             (Backend::Sfb, None) if p < 2 => 0,
-            (Backend::Sfb, None) => self.topology.out_degree.unwrap_or(p - 1),
+            (Backend::Sfb, None) => match &self.topology.file {
+                // Validated before the run: read again only for its out-degree.
+                Some(path) => sfb_topology::Topology::read_file(path).map_or(0, |t| t.out_degree()),
+                None => self.topology.out_degree.unwrap_or(p - 1),
+            },
         };
         RunInfo {
             backend: self.backend.name().into(),
@@ -1812,6 +1862,8 @@ impl RunSpec {
             },
             data: String::new(),
             until: self.train.until.iter().map(ToString::to_string).collect(),
+            // The launcher fills it in from the topology it built.
+            topology: None,
         }
     }
 }
@@ -1877,6 +1929,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "data.holdout" => "--holdout",
         "data.stream" => "--stream",
         "topology.time_limit_s" => "--topology-time-limit",
+        "topology.file" => "--topology",
         "net.timeout_s" => "--timeout",
         "net.peer_timeout_s" => "--peer-timeout",
         "net.startup_timeout_s" => "--startup-timeout",

@@ -128,7 +128,7 @@ pub enum Error {
     /// A topology or cluster file could not be parsed.
     #[error("invalid {format} topology file: {message}")]
     Parse {
-        /// `"TOML"` or `"JSON"`.
+        /// `"TOML"`, `"JSON"` or `"DOT"`.
         format: &'static str,
         /// What the parser said (one line, with the line number when known).
         message: String,

@@ -314,6 +314,128 @@ impl Topology {
         Topology::with_out_degree(q, j.out)
     }
 
+    /// Parses the Graphviz DOT text [`to_dot`](Self::to_dot) writes, and the usual hand
+    /// edits of it: one `digraph` whose statements are `a -> b;` or `a -> { b c … };`
+    /// between numeric peer ids, `//` and `#` comments, optional `;`. The out-degree is the
+    /// `out_degree = Q` of the header comment if present, else peer 0's.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] (format `"DOT"`) naming the line of anything else; every
+    /// [`Topology`] invariant (a peer without arcs is a peer that sends to no one).
+    pub fn from_dot_str(text: &str) -> Result<Self> {
+        let bad = |line: usize, message: String| Error::Parse {
+            format: "DOT",
+            message: format!("line {line}: {message}"),
+        };
+        let mut arcs: Vec<(usize, usize)> = Vec::new();
+        let mut declared_q: Option<usize> = None;
+        let mut declared_p: Option<usize> = None;
+        let mut opened = false;
+        let mut closed = false;
+        for (i, raw) in text.lines().enumerate() {
+            let n = i + 1;
+            let mut line = raw.trim();
+            if let Some(c) = line.strip_prefix("//").or_else(|| line.strip_prefix('#')) {
+                // The header comment `to_dot` writes: `// peers = P, out_degree = Q`.
+                for part in c.split(',') {
+                    let mut kv = part.split('=').map(str::trim);
+                    match (kv.next(), kv.next().map(str::parse::<usize>)) {
+                        (Some("peers"), Some(Ok(p))) => declared_p = Some(p),
+                        (Some("out_degree"), Some(Ok(q))) => declared_q = Some(q),
+                        _ => {}
+                    }
+                }
+                continue;
+            }
+            if line.is_empty() {
+                continue;
+            }
+            if !opened {
+                let head = line
+                    .strip_prefix("digraph")
+                    .ok_or_else(|| bad(n, format!("expected `digraph NAME {{`, found `{line}`")))?;
+                let rest = head.trim_start();
+                let brace = rest
+                    .find('{')
+                    .ok_or_else(|| bad(n, "expected `{` after `digraph NAME`".into()))?;
+                opened = true;
+                line = rest[brace + 1..].trim();
+                if line.is_empty() {
+                    continue;
+                }
+            }
+            if closed {
+                return Err(bad(n, format!("`{line}` after the graph's closing `}}`")));
+            }
+            for stmt in line.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                if stmt == "}" {
+                    closed = true;
+                    continue;
+                }
+                let (from, to) = stmt.split_once("->").ok_or_else(|| {
+                    bad(
+                        n,
+                        format!("expected `a -> b` or `a -> {{ b c }}`, found `{stmt}`"),
+                    )
+                })?;
+                let id = |s: &str| {
+                    s.trim().parse::<usize>().map_err(|_| {
+                        bad(
+                            n,
+                            format!("`{}` is not a peer id (a number from 0)", s.trim()),
+                        )
+                    })
+                };
+                let src = id(from)?;
+                let to = to.trim();
+                let targets = match to.strip_prefix('{') {
+                    Some(inner) => inner
+                        .strip_suffix('}')
+                        .ok_or_else(|| bad(n, format!("unclosed `{{` in `{stmt}`")))?,
+                    None => to,
+                };
+                for t in targets.split(|c: char| c.is_whitespace() || c == ',') {
+                    if !t.is_empty() {
+                        arcs.push((src, id(t)?));
+                    }
+                }
+            }
+        }
+        if !opened {
+            return Err(bad(1, "no `digraph` in the file".into()));
+        }
+        if !closed {
+            return Err(bad(
+                text.lines().count(),
+                "the graph's `}` is missing".into(),
+            ));
+        }
+        let p = arcs
+            .iter()
+            .map(|&(a, b)| a.max(b) + 1)
+            .max()
+            .unwrap_or(0)
+            .max(declared_p.unwrap_or(0));
+        if let Some(declared) = declared_p
+            && declared != p
+        {
+            return Err(Error::UnknownPeer {
+                peer: arcs
+                    .iter()
+                    .find(|&&(a, b)| a.max(b) >= declared)
+                    .map_or(0, |a| a.0),
+                neighbour: p - 1,
+                peers: declared,
+            });
+        }
+        let mut out = vec![Vec::new(); p];
+        for (a, b) in arcs {
+            out[a].push(b);
+        }
+        let q = declared_q.unwrap_or_else(|| out.first().map_or(0, Vec::len));
+        Topology::with_out_degree(q, out)
+    }
+
     /// Graphviz DOT text (`digraph sfb { 0 -> 1; … }`).
     pub fn to_dot(&self) -> String {
         use std::fmt::Write as _;
@@ -402,8 +524,10 @@ pub fn describe(
 }
 
 impl Topology {
-    /// Reads a topology file: the TOML cluster/topology file, or the JSON report when the
-    /// name ends in `.json`; validated like every topology.
+    /// Reads a topology file in any format `sfb topology` writes: the TOML
+    /// cluster/topology file, the JSON report (a name ending in `.json`, or text starting
+    /// with `{`) or Graphviz DOT (`.dot`/`.gv`, or text starting with `digraph`);
+    /// validated like every topology.
     ///
     /// # Errors
     /// [`Error::ReadFile`]; [`Error::InFile`] wrapping the parse or validation error.
@@ -412,17 +536,65 @@ impl Topology {
             path: path.to_path_buf(),
             error,
         })?;
-        let is_json = path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-        let t = if is_json {
-            Topology::from_json_str(&text)
-        } else {
-            Topology::from_toml_str(&text)
-        };
+        let t = Topology::from_str_as(&text, Format::of(path, &text));
         t.map_err(|e| Error::InFile {
             path: path.to_path_buf(),
             error: Box::new(e),
         })
+    }
+}
+
+/// The three formats `sfb topology` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The TOML cluster/topology file.
+    Toml,
+    /// The JSON report (`out`, optionally `peers`/`out_degree`).
+    Json,
+    /// Graphviz DOT.
+    Dot,
+}
+
+impl Format {
+    /// The format of a file named `path` holding `text`: by extension (`.json`, `.dot` or
+    /// `.gv`, `.toml`), else by its first word (`{`: JSON, `digraph`: DOT), else TOML.
+    pub fn of(path: &std::path::Path, text: &str) -> Format {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        match ext.as_deref() {
+            Some("json") => return Format::Json,
+            Some("dot" | "gv") => return Format::Dot,
+            Some("toml") => return Format::Toml,
+            _ => {}
+        }
+        let first = text
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with("//") && !l.starts_with('#'))
+            .unwrap_or("");
+        if first.starts_with('{') {
+            Format::Json
+        } else if first.starts_with("digraph") {
+            Format::Dot
+        } else {
+            Format::Toml
+        }
+    }
+}
+
+impl Topology {
+    /// Parses `text` as `format`.
+    ///
+    /// # Errors
+    /// As [`from_toml_str`](Self::from_toml_str), [`from_json_str`](Self::from_json_str) or
+    /// [`from_dot_str`](Self::from_dot_str).
+    pub fn from_str_as(text: &str, format: Format) -> Result<Self> {
+        match format {
+            Format::Toml => Topology::from_toml_str(text),
+            Format::Json => Topology::from_json_str(text),
+            Format::Dot => Topology::from_dot_str(text),
+        }
     }
 }

@@ -57,7 +57,7 @@ mod topology;
 
 pub use analysis::{Analysis, gap, lower_bound};
 pub use error::{Error, Result};
-pub use format::{ClusterFile, PeerEntry, Report, describe};
+pub use format::{ClusterFile, Format, PeerEntry, Report, describe};
 pub use generate::{Method, circulant, exponential, full, generate, kautz, random, ring};
 pub use learning::{Learning, PaperMode};
 pub use optimize::{

@@ -203,6 +203,30 @@ pub fn run_summary(args: &[&str], summary: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap()
 }
 
+/// `sfb <args>` to success; its stdout.
+pub fn sfb_ok(args: &[&str]) -> Vec<u8> {
+    let out = Command::new(SFB).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "sfb {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// `sfb topology <args> -o DIR/NAME`; returns the file.
+pub fn topology_file(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+    let path = dir.join(name);
+    sfb_ok(&[&["topology"], args, &["-o", path.to_str().unwrap()]].concat());
+    path
+}
+
+/// The out-lists of a topology file (`sfb topology -i FILE --format json`'s `out`).
+pub fn out_lists(path: &Path) -> Value {
+    let json = sfb_ok(&["topology", "--format", "json", "-i", path.to_str().unwrap()]);
+    serde_json::from_slice::<Value>(&json).unwrap()["out"].clone()
+}
+
 /// `sfb cluster init --base-port 0 <args> -o DIR/cluster.toml`; returns the file.
 pub fn init(dir: &Path, args: &[&str]) -> PathBuf {
     let cluster = dir.join("cluster.toml");

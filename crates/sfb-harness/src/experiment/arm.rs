@@ -169,6 +169,9 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
         put("transport", spec.transport.name().into());
     }
     put("peers", spec.peers.to_string());
+    if let Some(f) = &spec.topology.file {
+        put("topology", f.display().to_string());
+    }
     put("clocks", t.clocks.to_string());
     put("eval-every", t.eval_every.to_string());
     for rule in &t.until {

@@ -57,7 +57,14 @@ pub struct Options {
     /// The simulated network and machine of arms on the sim transport (and of the scale
     /// scenario, always simulated).
     pub sim: crate::sim::SimOptions,
+    /// fms-vs-sfb, compression, model-size: their partial-broadcast arms train on this
+    /// topology file (any format `sfb topology` writes) instead of the optimizer's graph;
+    /// P and Q are the file's (`peers`, if set, must agree).
+    pub topology: Option<std::path::PathBuf>,
 }
+
+/// The scenarios whose partial-broadcast arms take [`Options::topology`].
+pub const TOPOLOGY_SCENARIOS: &[&str] = &["fms-vs-sfb", "compression", "model-size"];
 
 impl Default for Options {
     fn default() -> Self {
@@ -72,6 +79,7 @@ impl Default for Options {
             straggler_ms: None,
             bandwidth: None,
             sim: crate::sim::SimOptions::default(),
+            topology: None,
         }
     }
 }
@@ -92,6 +100,44 @@ impl Options {
             expected: "a rate such as 1gbit or none",
             got: e,
         })
+    }
+
+    /// Peers and partial-broadcast out-degree of a scenario whose defaults are
+    /// `default_p` and `q_of(P)`: the topology file's when one is given (refused if
+    /// `peers` disagrees), else `peers` or the default.
+    fn peers_and_q(
+        &self,
+        default_p: usize,
+        q_of: impl Fn(usize) -> usize,
+    ) -> Result<(usize, usize)> {
+        let Some(path) = &self.topology else {
+            let p = self.peers.unwrap_or(default_p);
+            return Ok((p, q_of(p)));
+        };
+        let t = sfb_topology::Topology::read_file(path).map_err(|e| Error::Option {
+            option: "topology",
+            expected: "a topology file sfb topology wrote (TOML, JSON or DOT)",
+            got: e.to_string(),
+        })?;
+        if let Some(p) = self.peers
+            && p != t.peers()
+        {
+            return Err(Error::Option {
+                option: "peers",
+                expected: "the --topology file's peer count",
+                got: format!("{p}, but {} has {} peers", path.display(), t.peers()),
+            });
+        }
+        Ok((t.peers(), t.out_degree()))
+    }
+
+    /// Makes `spec` a partial-broadcast arm of out-degree `q`: on the topology file if
+    /// one is given, else on the optimizer's graph.
+    fn partial(&self, spec: &mut RunSpec, q: usize) {
+        match &self.topology {
+            Some(path) => spec.topology.file = Some(path.clone()),
+            None => spec.topology.out_degree = Some(q),
+        }
     }
 
     pub(super) fn frac(&self, default: f64) -> f64 {
@@ -146,6 +192,13 @@ pub fn mlr(j: usize, d: usize, samples: usize, test: usize) -> RunSpec {
 /// # Errors
 /// [`Error::UnknownScenario`], then the scenario's.
 pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
+    if opts.topology.is_some() && !TOPOLOGY_SCENARIOS.contains(&name) {
+        return Err(Error::Option {
+            option: "topology",
+            expected: "one of the scenarios with a single partial-broadcast topology: fms-vs-sfb, compression, model-size",
+            got: format!("--scenario {name}"),
+        });
+    }
     let mut report = match name {
         "fms-vs-sfb" => fms_vs_sfb(opts, runner)?,
         "q-sweep" => q_sweep(opts, runner)?,
@@ -325,7 +378,7 @@ pub fn demo(opts: &Demo, runner: &Runner) -> Result<Report> {
             .into(),
     );
     report.notes.push(
-        "Partial broadcast here is the default gossip mode: each replica applies its own and its in-neighbours' updates, weighted so the replicas' mean moves as full broadcast's, and a small consensus message per link (K/8 pairs) pulls the replicas together; it sends Q/(P−1) of full broadcast's bytes and 1/8 more, and its replicas differ by a disagreement the consensus keeps small (`max_replica_divergence`)."
+        "Partial broadcast here is the default gossip mode: each replica applies its own and its in-neighbours' updates, weighted so the replicas' mean moves as full broadcast's, and a small consensus message per link (⌊3K/16⌋ pairs) pulls the replicas together; it sends Q/(P−1) of full broadcast's bytes and up to 3/16 more, and its replicas differ by a disagreement the consensus keeps small (`max_replica_divergence`)."
             .into(),
     );
     Ok(report)
@@ -362,7 +415,7 @@ pub fn fms_vs_sfb(opts: &Options, runner: &Runner) -> Result<Report> {
     );
     let full = format!("SFB full (Q={})", p - 1);
     let mut partial = base.clone();
-    partial.topology.out_degree = Some(q);
+    opts.partial(&mut partial, q);
     let mut fms = base.clone();
     fms.backend = Backend::Fms;
     let arms = [
@@ -406,7 +459,9 @@ pub fn compression(opts: &Options, runner: &Runner) -> Result<Report> {
     );
     let with = |q: Option<usize>, rank: Option<usize>, relay: bool| {
         let mut s = base.clone();
-        s.topology.out_degree = q;
+        if let Some(q) = q {
+            opts.partial(&mut s, q);
+        }
         s.net.compress = rank.map(|rank| crate::spec::CompressSpec { rank });
         s.net.relay = relay;
         s
@@ -487,12 +542,12 @@ struct Headline {
 
 impl Headline {
     fn of(opts: &Options) -> Result<Self> {
-        let p = opts.peers.unwrap_or(8);
+        let (p, q) = opts.peers_and_q(8, |p| 3.min(p.saturating_sub(2)).max(1))?;
         let n = opts.size.unwrap_or(4096);
         Ok(Self {
             p,
             n,
-            q: 3.min(p.saturating_sub(2)).max(1),
+            q,
             base: opts.common(mlr(n, n, 8192, 256), p, opts.clocks.unwrap_or(40), 4)?,
         })
     }
@@ -690,7 +745,7 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
         report.notes.push(claim_verdict(&report, full_t, p, false));
         report.notes.push(claim_verdict(&report, full_t, p, true));
     }
-    report.notes.push("Without relay (the default gossip mode) each replica applies its own and its in-neighbours' updates, weighted, and a consensus message of K/8 pairs per link pulls the replicas together; they differ by what the consensus has not yet removed (max divergence in the JSON) and the objective is the mean over peers. With relay every replica applies every update, as many clocks late as it is hops from its origin, and sends the bytes of full broadcast over Q connections.".into());
+    report.notes.push("Without relay (the default gossip mode) each replica applies its own and its in-neighbours' updates, weighted, and a consensus message of ⌊3K/16⌋ pairs per link pulls the replicas together; they differ by what the consensus has not yet removed (max divergence in the JSON) and the objective is the mean over peers. With relay every replica applies every update, as many clocks late as it is hops from its origin, and sends the bytes of full broadcast over Q connections.".into());
     Ok(report)
 }
 
@@ -767,7 +822,7 @@ fn claim_verdict(report: &Report, full_t: f64, p: usize, relay: bool) -> String 
             } else {
                 " A gossip replica applies (Q + 1)/P of the batches a clock, weighted, so it \
                  needs more clocks than full broadcast; its clocks cost Q/(P − 1) of the \
-                 bytes and apply work plus the consensus's (K/8 pairs a link, at most full \
+                 bytes and apply work plus the consensus's (⌊3K/16⌋ pairs a link, at most full \
                  broadcast's bytes)."
             }
         );
@@ -1011,8 +1066,7 @@ pub fn scaling(opts: &Options, runner: &Runner) -> Result<Report> {
 /// # Errors
 /// The first arm that fails.
 pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
-    let p = opts.peers.unwrap_or(4);
-    let q = 1usize.max(p / 2);
+    let (p, q) = opts.peers_and_q(4, |p| 1usize.max(p / 2))?;
     let clocks = opts.clocks.unwrap_or(40);
     let sizes = opts
         .sizes
@@ -1034,7 +1088,7 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
     for &n in &sizes {
         let base = opts.common(mlr(n, n, 8192, 256), p, clocks, 4)?;
         let mut partial = base.clone();
-        partial.topology.out_degree = Some(q);
+        opts.partial(&mut partial, q);
         let mut fms = base.clone();
         fms.backend = Backend::Fms;
         let arms = [

@@ -1,6 +1,6 @@
 //! File formats: TOML round trips and errors, the JSON report keys, DOT.
 
-use sfb_topology::{ClusterFile, Error, Report, Topology, kautz};
+use sfb_topology::{ClusterFile, Error, Format, Report, Topology, kautz};
 
 #[test]
 fn toml_round_trip_keeps_addresses_and_unknown_keys() {
@@ -159,4 +159,69 @@ fn bad_parameters_are_typed_errors() {
         Topology::from_json_str(r#"{"peers": 3, "out": [[1], [0]]}"#),
         Err(Error::MissingPeer { .. })
     ));
+}
+
+#[test]
+fn every_written_format_is_read_back() {
+    for t in [
+        kautz(20, 3).unwrap(),
+        sfb_topology::ring(7, 2).unwrap(),
+        sfb_topology::full(4).unwrap(),
+    ] {
+        let report = Report::new(&t, &t.analyze(), false);
+        for (text, format) in [
+            (t.to_toml(), Format::Toml),
+            (report.to_json(), Format::Json),
+            (t.to_dot(), Format::Dot),
+        ] {
+            // The format is recognized from the text alone (no telling extension)…
+            let path = std::path::Path::new("topology.txt");
+            assert_eq!(Format::of(path, &text), format, "{text}");
+            // …and read back to the same graph, arc order included.
+            assert_eq!(Topology::from_str_as(&text, format).unwrap(), t, "{text}");
+        }
+    }
+}
+
+#[test]
+fn hand_written_dot_is_read() {
+    let text =
+        "# a ring of three, one arc per statement\ndigraph g {\n  0 -> 1; 1 -> 2\n  2 -> 0;\n}\n";
+    let t = Topology::from_dot_str(text).unwrap();
+    assert_eq!(t.out_lists(), vec![vec![1], vec![2], vec![0]]);
+    let one_line = "digraph { 0 -> {1 2}; 1 -> {2, 0}; 2 -> {0 1}; }";
+    assert_eq!(Topology::from_dot_str(one_line).unwrap().out_degree(), 2);
+}
+
+#[test]
+fn broken_dot_is_refused_naming_the_line() {
+    let cases = [
+        ("graph g { 0 -- 1 }", "line 1"),
+        (
+            "digraph g {\n  0 -> 1;\n  1 -> x;\n}",
+            "line 3: `x` is not a peer id",
+        ),
+        ("digraph g {\n  0 -> { 1 2;\n}", "line 2: unclosed `{`"),
+        ("digraph g {\n  0 -> 1;\n  1 -> 0;\n", "`}` is missing"),
+        (
+            "digraph g {\n  0 -> 1;\n  1 => 0;\n}",
+            "line 3: expected `a -> b`",
+        ),
+        (
+            "digraph g { 0 -> 1; 1 -> 0; }\n2 -> 0;",
+            "after the graph's closing",
+        ),
+    ];
+    for (text, want) in cases {
+        let err = Topology::from_dot_str(text).unwrap_err().to_string();
+        assert!(err.contains("DOT") && err.contains(want), "{text:?}: {err}");
+    }
+    // A valid graph that is not a topology (peer 2 sends nowhere) is refused as such.
+    let err = Topology::from_dot_str("digraph { 0 -> 1; 1 -> 0; 1 -> 2; }").unwrap_err();
+    assert!(!err.to_string().contains("DOT"), "{err}");
+    // The header's peer count must agree with the arcs.
+    let err = Topology::from_dot_str(
+        "digraph {\n // peers = 2, out_degree = 1\n 0 -> 1; 1 -> 2; 2 -> 0; }",
+    );
+    assert!(err.is_err());
 }
