@@ -354,11 +354,21 @@ fn damaged_foreign_and_missing_checkpoints_are_refused_in_one_line() {
     assert!(!ok);
     assert!(error_line(&err).contains("not an sfb checkpoint"), "{err}");
     std::fs::write(&newest, &original).unwrap();
-    // Foreign: another model shape, another model, another number of peers.
+    // Foreign: other data, another model, another number of peers, another seed, step
+    // size or consistency model (the run's agreement, in the files' meta).
     for (extra, reason) in [
         (
             vec!["--synthetic", "classes=9,features=64,samples=4000"],
-            "another model shape: W is 8×65, this run's is 9×65",
+            "written by a run with data synthetic classes=8,features=64,samples=4000, this run has synthetic classes=9",
+        ),
+        (
+            vec!["--seed", "6"],
+            "written by a run with seed 5, this run has 6",
+        ),
+        (vec!["--lr", "1e30"], "this run has 1e30"),
+        (
+            vec!["--staleness", "2"],
+            "written by a run with consistency",
         ),
         (
             vec!["--model", "dml"],

@@ -259,3 +259,56 @@ fn a_topology_file_runs_as_hand_run_peers_as_in_memory() {
     assert_eq!(hand, mem, "hand-run peers and sfb run --topology differ");
     assert_eq!(s["topology"]["cost"], m["topology"]["cost"]);
 }
+
+/// Starts a 3-peer full-broadcast cluster whose peer 2 has `odd` beside the others'
+/// options; every node must fail (none reports a result mixed with the odd one's
+/// updates), and one names `setting` as what differs. Returns the nodes' stderr.
+fn odd_peer_is_refused(name: &str, odd: &[&str], setting: &str) -> Vec<String> {
+    let d = tempdir("hand-run", name);
+    let cluster = init(&d, &["--peers", "3", "--out-degree", "2"]);
+    let nodes: Vec<(String, Vec<String>)> = (0..3)
+        .map(|i| {
+            let mut role = vec!["peer", "--id"];
+            let id = i.to_string();
+            role.push(&id);
+            role.extend(["--optimizer", "sgd", "--peer-timeout", "5"]);
+            if i == 2 {
+                role.extend(odd);
+            }
+            node(&d, &format!("peer{i}"), &role)
+        })
+        .collect();
+    let mut c = start(&cluster, &nodes);
+    let pids = c.children.pids();
+    c.exchange();
+    let mut errs = Vec::new();
+    for i in 0..3 {
+        let (status, err) = c
+            .children
+            .try_wait_one(i, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("peer {i} still running 60 s after the start"));
+        assert!(!status.success(), "peer {i} reported success: {err}");
+        // A summary, if written, says the run failed.
+        if let Ok(text) = std::fs::read_to_string(d.join(format!("peer{i}.json"))) {
+            let s: Value = serde_json::from_str(&text).unwrap();
+            assert!(s["failed"].is_string(), "peer {i}: {s}");
+        }
+        errs.push(err);
+    }
+    drop(c);
+    assert_gone(&pids);
+    assert!(
+        errs.iter()
+            .any(|e| e.contains(&format!("{setting} differs"))),
+        "no node named {setting}: {errs:#?}"
+    );
+    errs
+}
+
+#[test]
+fn a_peer_started_with_another_step_size_or_seed_is_refused_by_name() {
+    // Issue 31: one hand-run peer at --lr 1e30 drove every replica to 1e30 with exit 0.
+    let errs = odd_peer_is_refused("odd-lr", &["--lr", "1e30"], "lr");
+    assert!(errs.iter().any(|e| e.contains("1e30")), "{errs:#?}");
+    odd_peer_is_refused("odd-seed", &["--seed", "5"], "seed");
+}

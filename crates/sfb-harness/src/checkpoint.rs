@@ -69,12 +69,14 @@ use crate::{Error, Result};
 /// Magic bytes at the start of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"SFBCKPT\n";
 
-/// The file format version this build writes and reads (6: a node's metrics carry the
+/// The file format version this build writes and reads (7: the meta carries the run's
+/// agreement, so a run with another seed, step size or data is refused on resume; 6: a
+/// node's metrics carry the
 /// stop its stop rules agreed; 5: the gossip mode's state holds
 /// the consensus messages of the clock before the cut, folded a clock later; 4: a node's state holds the
 /// gossip mode's consensus state, so a version-3 node state does not decode; 3: a node's
 /// metrics carry the prioritizer's largest-pair energy).
-pub const FORMAT: u32 = 6;
+pub const FORMAT: u32 = 7;
 
 /// What run a checkpoint belongs to; a resumed run refuses a file whose meta differs from
 /// its own (the node's own checks then cover shape, topology, optimizer and data).
@@ -90,6 +92,11 @@ pub struct Meta {
     pub peers: usize,
     /// A hash of the topology's out-lists (0 for FMS).
     pub topology: u64,
+    /// The settings every node of the run shared
+    /// ([`Builder::agreement`](crate::Builder::agreement)): a run resumed with another
+    /// seed, step size, optimizer, consistency model or data is refused, naming the first.
+    #[serde(default)]
+    pub agreement: Vec<(String, String)>,
 }
 
 impl Meta {
@@ -101,7 +108,14 @@ impl Meta {
             model: model.into(),
             peers,
             topology,
+            agreement: Vec::new(),
         }
+    }
+
+    /// The meta with the run's agreement ([`Meta::agreement`]).
+    pub fn with_agreement(mut self, agreement: Vec<(String, String)>) -> Self {
+        self.agreement = agreement;
+        self
     }
 
     /// The first field in which `self` (a file's) differs from `run` (this run's), in words.
@@ -136,7 +150,15 @@ impl Meta {
                 self.topology, run.topology
             ));
         }
-        None
+        sfb_net::frame::first_difference(&self.agreement, &run.agreement).map(
+            |(name, file, run)| {
+                format!(
+                    "written by a run with {name} {}, this run has {}",
+                    file.unwrap_or("(not stated)"),
+                    run.unwrap_or("(not stated)")
+                )
+            },
+        )
     }
 }
 
@@ -570,7 +592,7 @@ mod tests {
         assert!(refuse(&long).contains("trailing bytes"));
         let mut v3 = bytes.clone();
         v3[8] = 3;
-        assert!(refuse(&v3).contains("format version 3, this sfb reads version 6"));
+        assert!(refuse(&v3).contains("format version 3, this sfb reads version 7"));
         // Another run's files.
         let other = |meta: Meta| Store::open(dir.path(), 2, meta).unwrap().encode(&state(5));
         let e = refuse(&other(Meta::new("sfb", "dml", 2, 7)));
@@ -587,6 +609,23 @@ mod tests {
         let mut old = Meta::new("sfb", "mlr", 2, 7);
         old.sfb = "0.0.1".into();
         assert!(refuse(&other(old)).contains("written by sfb 0.0.1"));
+        // Another run's settings: the first that differs, named with both values.
+        let seeded = |seed: &str| {
+            Meta::new("sfb", "mlr", 2, 7).with_agreement(vec![
+                ("seed".into(), seed.into()),
+                ("lr".into(), "0.5".into()),
+            ])
+        };
+        let mine = Store::open(dir.path(), 2, seeded("1")).unwrap();
+        let theirs = Store::open(dir.path(), 2, seeded("5"))
+            .unwrap()
+            .encode(&state(5));
+        let e = mine.decode(&theirs).unwrap_err();
+        assert!(
+            e.contains("written by a run with seed 5, this run has 1"),
+            "{e}"
+        );
+        assert!(mine.decode(&mine.encode(&state(5))).is_ok());
     }
 
     #[test]

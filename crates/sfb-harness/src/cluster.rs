@@ -121,6 +121,7 @@ impl Cluster {
             .wire(spec.net.wire)
             .timeout(Duration::from_secs_f64(spec.net.timeout_s));
         b.s.lr = t.lr;
+        b.s.agreement = spec.agreement();
         b.s.straggler = t.straggler;
         b.s.transport = spec.transport.name();
         b.s.metrics = spec.output.metrics.clone();
@@ -337,6 +338,9 @@ struct Settings {
     timing_only: bool,
     /// Stop rules ([`sfb_core::stop`]).
     until: Vec<sfb_core::stop::Rule>,
+    /// The spec's settings every node must share ([`RunSpec::agreement`]); empty for a
+    /// builder not made from a spec.
+    agreement: Vec<(String, String)>,
     /// The optimizer's budgets in work, not time ([`sfb_topology::Options::deterministic`];
     /// the simulator's, whose runs are bitwise reproducible).
     deterministic_topology: bool,
@@ -402,6 +406,7 @@ impl Default for Settings {
             timing_only: false,
             deterministic_topology: false,
             until: Vec::new(),
+            agreement: Vec::new(),
         }
     }
 }
@@ -1453,6 +1458,39 @@ impl<K> Builder<K> {
 }
 
 impl<K: Kind> Builder<K> {
+    /// The settings every node of this run must share, as the libp2p handshake and the
+    /// checkpoints' meta compare them: the spec's ([`RunSpec::agreement`]), with the
+    /// optimizer and step size as resolved ([`resolved_optimizer`](Self::resolved_optimizer):
+    /// a default taken from the data is compared as the figure it came to, wherever it
+    /// was resolved). A builder not made from a spec states its model, seed, consistency
+    /// model, optimizer and step size.
+    pub fn agreement(&self) -> Vec<(String, String)> {
+        let (optimizer, lr) = self.resolved_optimizer();
+        let (optimizer, lr) = match self.kind.own_step() {
+            Some(own) => (own.to_string(), "none".to_string()),
+            None => (optimizer.to_string(), format!("{lr:?}")),
+        };
+        let mut a = if self.s.agreement.is_empty() {
+            vec![
+                ("model".to_string(), self.kind.name().to_string()),
+                ("seed".to_string(), self.s.seed.to_string()),
+                ("consistency".to_string(), self.s.consistency.to_string()),
+                ("optimizer".to_string(), String::new()),
+                ("lr".to_string(), String::new()),
+            ]
+        } else {
+            self.s.agreement.clone()
+        };
+        for (name, value) in &mut a {
+            match name.as_str() {
+                "optimizer" => value.clone_from(&optimizer),
+                "lr" => value.clone_from(&lr),
+                _ => {}
+            }
+        }
+        a
+    }
+
     /// The optimizer and learning rate every node will use: the ones set, else the
     /// defaults (for a built-in model with its data, [`crate::default_method`] and
     /// [`crate::default_lr_for_data`]; for your own model, plain SGD at 0.5).
@@ -1708,7 +1746,8 @@ impl<K: Kind> Builder<K> {
         } else {
             0
         };
-        let meta = Meta::new(backend, self.kind.name(), self.s.peers, topology);
+        let meta = Meta::new(backend, self.kind.name(), self.s.peers, topology)
+            .with_agreement(self.agreement());
         let store = Arc::new(Store::open(&dir, keep, meta)?);
         if let Some(c) = &mut self.s.checkpoints {
             c.store = Some((backend, Arc::clone(&store)));

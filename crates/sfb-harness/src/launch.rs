@@ -301,6 +301,7 @@ fn drive_node(
         id,
         checkpoint,
         prep: builder.preprocessing(),
+        agreement: builder.agreement(),
     };
     match (fms, role) {
         (true, Role::Server) => {
@@ -371,6 +372,8 @@ struct NodeRun<'a> {
     checkpoint: Option<Arc<crate::checkpoint::Store>>,
     /// What the node's data went through (kept by `--save-model`).
     prep: Option<sfb_models::Preprocess>,
+    /// What every node must share ([`Cluster::agreement`](crate::Builder::agreement)).
+    agreement: Vec<(String, String)>,
 }
 
 /// A JSON-lines sink shared with the driver's progress callback.
@@ -398,6 +401,7 @@ impl NodeRun<'_> {
             id,
             checkpoint,
             prep,
+            agreement,
         } = self;
         // The graph this node trains on is the cluster file's, whatever the spec says.
         let topology = (!full_w).then(|| file.topology()).flatten().map(|t| {
@@ -474,6 +478,7 @@ impl NodeRun<'_> {
             clocks: run.train.clocks,
             full_w,
             dtype: run.net.wire,
+            agreement,
         };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

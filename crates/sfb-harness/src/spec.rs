@@ -1789,6 +1789,82 @@ impl RunSpec {
         Ok(())
     }
 
+    /// The settings every node of this run must share, `(name, value)` in a fixed order,
+    /// for the libp2p handshake ([`sfb_net::p2p::RunShape::agreement`]) and the
+    /// checkpoints' meta: the backend, the model and its hyper-parameters, the data (a
+    /// synthetic set's description; a file's size and a checksum of its first and last
+    /// 64 KiB, so copies at other paths agree), the seed, the optimizer, its step size
+    /// and schedule, the consistency model, initialization, feature scaling, stop rules,
+    /// and how partial broadcast, compression and FMS pushes work. (J, D, batch, clocks,
+    /// topology and wire encoding are compared by the handshake itself.) Not compared:
+    /// timeouts, bandwidth, outputs, stragglers, checkpoint settings — a node's own.
+    pub fn agreement(&self) -> Vec<(String, String)> {
+        fn j<T: Serialize + ?Sized>(v: &T) -> String {
+            serde_json::to_string(v).unwrap_or_default()
+        }
+        let t = &self.train;
+        let n = &self.net;
+        let data = match &self.data {
+            DataSource::Synthetic(s) => format!("synthetic {s}"),
+            DataSource::Files {
+                train,
+                test,
+                holdout,
+                features,
+                stream,
+                ..
+            } => format!(
+                "train {}, test {}, holdout {holdout}, features {}, stream {stream}",
+                file_identity(train),
+                test.as_deref().map_or("none".into(), file_identity),
+                features.map_or("from the data".into(), |f| f.to_string())
+            ),
+        };
+        let pairs: [(&str, String); 14] = [
+            ("backend", self.backend.name().into()),
+            ("model", j(&self.model)),
+            ("data", data),
+            ("seed", t.seed.to_string()),
+            ("optimizer", j(&t.optimizer)),
+            ("lr", t.lr.map_or("default".into(), |lr| format!("{lr:?}"))),
+            (
+                "lr schedule",
+                format!("{} {}", j(&t.lr_schedule), j(&t.warmup)),
+            ),
+            (
+                "consistency",
+                format!("{} {}", j(&t.consistency), t.max_drift),
+            ),
+            ("init_std", t.init_std.to_string()),
+            ("scaling", format!("{} {}", j(&t.scale), t.intercept)),
+            ("stop rules", j(&t.until)),
+            (
+                "partial broadcast",
+                format!(
+                    "{} relay {} {} gossip {} {} {} {}",
+                    j(&n.partial),
+                    n.relay,
+                    j(&n.relay_compress),
+                    j(&n.gossip_rank),
+                    j(&n.gossip_step),
+                    j(&n.gossip_own),
+                    j(&n.gossip_gain)
+                ),
+            ),
+            (
+                "compression",
+                format!(
+                    "{} {} {}",
+                    j(&n.compress),
+                    j(&n.prioritize),
+                    j(&n.aggregate)
+                ),
+            ),
+            ("fms push", j(&self.fms_push)),
+        ];
+        pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
     /// Refuses a topology file that cannot be read or does not describe this run (its
     /// peer count, or its out-degree when `topology.out_degree` is set, is not the run's),
     /// and one given where it has no use (FMS) or beside `topology.explicit`.
@@ -1957,6 +2033,30 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "net.aggregate" => "--aggregate",
         other => other,
     }
+}
+
+/// A data file's identity for [`RunSpec::agreement`]: its size and a CRC-32 of its first
+/// and last 64 KiB (the same file copied to another path or machine agrees; reading it
+/// whole would cost a pass over a file larger than memory).
+fn file_identity(path: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const EDGE: u64 = 64 * 1024;
+    let read = || -> std::io::Result<String> {
+        let mut f = std::fs::File::open(path)?;
+        let len = f.metadata()?.len();
+        let mut h = crc32fast::Hasher::new();
+        let mut buf = Vec::new();
+        (&mut f).take(EDGE).read_to_end(&mut buf)?;
+        h.update(&buf);
+        if len > EDGE {
+            f.seek(SeekFrom::Start(len.saturating_sub(EDGE).max(EDGE)))?;
+            buf.clear();
+            f.take(EDGE).read_to_end(&mut buf)?;
+            h.update(&buf);
+        }
+        Ok(format!("{len} bytes crc {:08x}", h.finalize()))
+    };
+    read().unwrap_or_else(|e| format!("unreadable ({e})"))
 }
 
 #[cfg(test)]

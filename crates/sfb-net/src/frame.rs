@@ -16,7 +16,7 @@ pub const PROTOCOL: &str = "/sfb/factors/1";
 /// prioritizer's largest-pair energy; 5: stop proposals (`--until`), and metrics carry the
 /// agreed stop; a peer of another version is refused at the handshake, naming the
 /// versions).
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// A heartbeat as it goes on the wire: the length prefix of an empty frame. A writer sends
 /// one when it has sent nothing for a while; the reader takes it as a sign of life and
@@ -125,6 +125,10 @@ pub struct Hello {
     pub topology_hash: u64,
     /// Element encoding of factors on this stream (`f32` or `f16`).
     pub dtype: String,
+    /// The training settings every node of the run must share, by name (`model`, `data`,
+    /// `seed`, `optimizer`, `lr`, …; [`RunShape::agreement`](crate::p2p::RunShape)): a
+    /// stream whose opener trains otherwise is refused, naming the first that differs.
+    pub agreement: Vec<(String, String)>,
 }
 
 impl Hello {
@@ -157,13 +161,55 @@ impl Hello {
             ),
             ("wire dtype", self.dtype.clone(), mine.dtype.clone()),
         ];
-        checks
-            .into_iter()
-            .find(|(_, a, b)| a != b)
-            .map(|(what, theirs, ours)| {
-                format!("{what} differs: peer has {theirs}, we have {ours}")
-            })
+        let (they, we) = (format!("peer {}", self.peer), format!("peer {}", mine.peer));
+        if let Some((what, theirs, ours)) = checks.into_iter().find(|(_, a, b)| a != b) {
+            return Some(format!(
+                "{what} differs: {they} has {theirs}, {we} has {ours}"
+            ));
+        }
+        agreement_mismatch(&self.agreement, &mine.agreement, &they, &we)
     }
+}
+
+/// The first setting in which `theirs` differs from `ours` (both lists of `(name,
+/// value)`), in words naming both sides (`they`, `we`: e.g. `peer 2`, `peer 0`), so that
+/// the message reads the same in either node's log: `"lr differs: peer 2 has 1e30, peer
+/// 0 has 0.05"`.
+pub fn agreement_mismatch(
+    theirs: &[(String, String)],
+    ours: &[(String, String)],
+    they: &str,
+    we: &str,
+) -> Option<String> {
+    first_difference(theirs, ours).map(|(name, t, o)| {
+        format!(
+            "{name} differs: {they} has {}, {we} has {}",
+            t.unwrap_or("none stated"),
+            o.unwrap_or("none stated")
+        )
+    })
+}
+
+/// The first setting, in `ours`' order (then `theirs`' extra ones), whose value differs
+/// between two agreement lists: its name and each side's value (`None`: not stated).
+pub fn first_difference<'a>(
+    theirs: &'a [(String, String)],
+    ours: &'a [(String, String)],
+) -> Option<(&'a str, Option<&'a str>, Option<&'a str>)> {
+    let find = |list: &'a [(String, String)], name: &str| {
+        list.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    ours.iter()
+        .map(|(name, o)| (name.as_str(), find(theirs, name), Some(o.as_str())))
+        .find(|(_, t, o)| t != o)
+        .or_else(|| {
+            theirs
+                .iter()
+                .find(|(n, _)| find(ours, n).is_none())
+                .map(|(name, t)| (name.as_str(), Some(t.as_str()), None))
+        })
 }
 
 /// Reply to a [`Hello`].
@@ -236,6 +282,34 @@ pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
 #[cfg(test)]
 mod control_tests {
     use super::*;
+
+    #[test]
+    fn the_first_differing_setting_is_named() {
+        let s = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        let m = |t: &[(String, String)], o: &[(String, String)]| {
+            agreement_mismatch(t, o, "peer 2", "peer 0")
+        };
+        let ours = s(&[("model", "mlr"), ("seed", "1"), ("lr", "0.05")]);
+        assert_eq!(m(&ours, &ours), None);
+        let theirs = s(&[("model", "mlr"), ("seed", "5"), ("lr", "1e30")]);
+        assert_eq!(
+            m(&theirs, &ours).unwrap(),
+            "seed differs: peer 2 has 5, peer 0 has 1"
+        );
+        let short = s(&[("model", "mlr"), ("seed", "1")]);
+        assert_eq!(
+            m(&short, &ours).unwrap(),
+            "lr differs: peer 2 has none stated, peer 0 has 0.05"
+        );
+        assert_eq!(
+            m(&ours, &short).unwrap(),
+            "lr differs: peer 2 has 0.05, peer 0 has none stated"
+        );
+    }
 
     #[test]
     fn control_frames_round_trip_and_never_look_like_engine_messages() {

@@ -307,6 +307,7 @@ pub fn max_frame() -> usize {
         clocks: 1,
         full_w: false,
         dtype: sfb_core::wire::Dtype::F32,
+        agreement: Vec::new(),
     }
     .max_frame()
 }

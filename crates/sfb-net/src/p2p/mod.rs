@@ -321,6 +321,12 @@ pub struct RunShape {
     pub full_w: bool,
     /// How factor values are encoded (every stream of a run must agree).
     pub dtype: wire::Dtype,
+    /// The training settings every node must share, `(name, value)` in a fixed order
+    /// (the harness's `RunSpec::agreement`): carried in every handshake and compared, so
+    /// that a node started with another seed, step size, optimizer, consistency model or
+    /// data is refused instead of mixing its updates into the others' replicas. Empty:
+    /// nothing beyond the shape is compared.
+    pub agreement: Vec<(String, String)>,
 }
 
 impl RunShape {
@@ -336,6 +342,7 @@ impl RunShape {
             start,
             topology_hash: cluster.topology_hash(),
             dtype: self.dtype.to_string(),
+            agreement: self.agreement.clone(),
         }
     }
 

@@ -482,6 +482,7 @@ mod tests {
                 start: 0,
                 topology_hash: 0,
                 dtype: "f32".into(),
+                agreement: Vec::new(),
             },
             expect: Expect {
                 j: 1,

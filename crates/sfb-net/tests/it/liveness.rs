@@ -62,6 +62,7 @@ async fn run_with_a_slow_peer(name: &str, heartbeat: Duration) -> Vec<Run> {
         clocks: CLOCKS,
         full_w: false,
         dtype: sfb_core::wire::Dtype::F32,
+        agreement: Vec::new(),
     };
     let opts = Options {
         liveness_timeout: Duration::from_millis(500),

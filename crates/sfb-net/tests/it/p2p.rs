@@ -30,6 +30,7 @@ const SHAPE: RunShape = RunShape {
     clocks: 5,
     full_w: false,
     dtype: sfb_core::wire::Dtype::F32,
+    agreement: Vec::new(),
 };
 
 fn factor_frame(origin: u32) -> Vec<u8> {
@@ -113,6 +114,7 @@ async fn a_key_not_in_the_cluster_file_cannot_deliver_a_frame() {
         start: 0,
         topology_hash: cluster.topology_hash(),
         dtype: "f32".into(),
+        agreement: Vec::new(),
     };
     // A stranger claiming to be peer 1 with a fresh key: refused at connection level.
     let rogue = try_deliver(
@@ -142,6 +144,25 @@ async fn a_key_not_in_the_cluster_file_cannot_deliver_a_frame() {
             ok: true,
             reason: String::new()
         })
+    );
+    // A listed key whose node trains otherwise is refused, naming the setting.
+    let mut other = hello.clone();
+    other.agreement = vec![("lr".into(), "1e30".into())];
+    let refused = try_deliver(
+        cluster.keypair(1).unwrap(),
+        target,
+        addr.clone(),
+        other,
+        factor_frame(1),
+    )
+    .await
+    .unwrap();
+    assert!(
+        !refused.ok
+            && refused
+                .reason
+                .contains("lr differs: peer 1 has 1e30, peer 0 has none stated"),
+        "{refused:?}"
     );
     // A listed key with a mismatched handshake is refused with a reason.
     let mut wrong = hello;
@@ -318,6 +339,7 @@ async fn libp2p_and_in_memory_runs_give_the_same_replicas_and_frames() {
         clocks: CLOCKS,
         full_w: false,
         dtype: wire::Dtype::F32,
+        agreement: Vec::new(),
     };
     // Queues of one frame: the engines keep meeting full links.
     let opts = Options {
@@ -473,6 +495,7 @@ async fn connections_beyond_the_pending_handshake_cap_are_refused_and_counted() 
         start: 0,
         topology_hash: cluster.topology_hash(),
         dtype: "f32".into(),
+        agreement: Vec::new(),
     };
     // CAP silent connections hold every handshake slot (until the 10 s handshake timeout).
     let mut silent = Vec::new();
