@@ -212,3 +212,34 @@ fn the_launcher_names_the_peer_that_was_killed() {
     );
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+#[test]
+fn a_launch_past_the_open_file_limit_is_refused_before_anything_is_spawned() {
+    // Issue 31: `--peers 1000` spawned children for over a minute. With `ulimit -n 256`
+    // a launcher of 100 nodes would hold 300 pipes: refused up front, naming both figures,
+    // leaving no run directory (and so no keys) behind.
+    let tmp = tempdir("exits", "host-limit");
+    let summary = tmp.join("s.json");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 256 && exec {SFB} run --transport libp2p --peers 100 --out-degree 3 --clocks 5 --summary {}",
+            summary.display()
+        ))
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("100 local node processes need 364 open files in the launcher")
+            && err.contains("allows 256 (ulimit -n)"),
+        "{err}"
+    );
+    assert!(run_dirs(&tmp).is_empty(), "{:?}", run_dirs(&tmp));
+    // The summary of a run that never started says why, with no clock run.
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert!(s["failed"].as_str().unwrap().contains("open files"), "{s}");
+    assert_eq!(s["clocks"], 0);
+}

@@ -73,6 +73,25 @@ pub enum Error {
         /// Bytes available.
         available: u64,
     },
+    /// A local launch (`sfb run --transport libp2p`) larger than this machine can start:
+    /// found before any process is spawned.
+    #[error(
+        "{nodes} local node processes need {need} {what}, but this machine allows {limit} \
+         ({origin}): use fewer peers, or run them on several machines (sfb cluster init, \
+         sfb peer)"
+    )]
+    HostLimit {
+        /// Nodes the launch would start.
+        nodes: usize,
+        /// What runs out (`open files in the launcher`, …).
+        what: &'static str,
+        /// How many the launch needs.
+        need: String,
+        /// How many the machine allows.
+        limit: String,
+        /// Where the limit comes from (`ulimit -n`, `MemAvailable`, …).
+        origin: &'static str,
+    },
     /// The out-degree does not fit the number of peers.
     #[error("topology.out_degree must be in 1..P−1 = 1..{max}, got {got}", max = peers.saturating_sub(1))]
     OutDegree {

@@ -802,6 +802,13 @@ impl Launcher {
         // Every node's replica is on this machine: refuse before starting any.
         let mut builder = Cluster::from_spec(spec)?;
         builder.check_fits(nodes)?;
+        // Processes, pipes and sockets: before the topology is built or anything spawned.
+        let neighbours = match spec.backend {
+            Backend::Fms => p,
+            Backend::Sfb => (2 * spec.topology.out_degree.unwrap_or(p.saturating_sub(1)))
+                .min(p.saturating_sub(1)),
+        };
+        check_host(nodes, neighbours, &HostLimits::of_this_machine())?;
         // A default learning rate may depend on the data (`default_lr_for_data`): resolve it
         // once here, so every node and the summary use this one.
         let resolved = RunSpec {
@@ -1371,6 +1378,47 @@ mod tests {
     }
 
     #[test]
+    fn a_launch_past_the_hosts_limits_is_refused_with_both_figures() {
+        let roomy = HostLimits {
+            open_files: Some(20_000),
+            processes: Some(100_000),
+            memory: Some(23 << 30),
+        };
+        assert!(check_host(64, 63, &roomy).is_ok());
+        // 1000 nodes: 23.4 GiB besides the replicas, 23 GiB available.
+        let e = check_host(1000, 20, &roomy).unwrap_err().to_string();
+        assert!(
+            e.contains("1000 local node processes need 25.2 GB of memory"),
+            "{e}"
+        );
+        assert!(e.contains("allows 24.7 GB (MemAvailable)"), "{e}");
+        let few_files = HostLimits {
+            open_files: Some(256),
+            ..roomy
+        };
+        let e = check_host(100, 3, &few_files).unwrap_err().to_string();
+        assert!(
+            e.contains("need 364 open files in the launcher")
+                && e.contains("allows 256 (ulimit -n)"),
+            "{e}"
+        );
+        // Full broadcast at 300 nodes: each node's sockets.
+        let e = check_host(60, 299, &few_files).unwrap_err().to_string();
+        assert!(e.contains("need 363 open files in each node"), "{e}");
+        let few_threads = HostLimits {
+            processes: Some(500),
+            ..roomy
+        };
+        let e = check_host(100, 3, &few_threads).unwrap_err().to_string();
+        assert!(
+            e.contains("need 800 threads") && e.contains("(ulimit -u)"),
+            "{e}"
+        );
+        // Unknown limits refuse nothing.
+        assert!(check_host(100_000, 99_999, &HostLimits::default()).is_ok());
+    }
+
+    #[test]
     fn protocol_lines_are_explicit_json() {
         assert_eq!(
             serde_json::to_string(&Event::Listening("/ip4/127.0.0.1/tcp/1".into())).unwrap(),
@@ -1409,5 +1457,99 @@ mod tests {
         spec.train.clocks = 1;
         let e = Launcher::new("/nonexistent/sfb").run(&spec).unwrap_err();
         assert!(e.to_string().contains("starting peer 0"), "{e}");
+    }
+}
+
+/// Resident memory of one node process besides its replicas and data: a libp2p peer
+/// measured 19–20 MB over a 10-minute run (issue 31's soak); rounded up.
+const NODE_PROCESS_BYTES: u64 = 24 << 20;
+
+/// Open files a node process needs besides one socket per neighbour: its listener, the
+/// runtime's, standard streams, its metrics and checkpoint files, with room to spare.
+const NODE_BASE_FILES: u64 = 64;
+
+/// Threads of one node process (the runtime's workers, its blocking pool, the engine's
+/// kernels and the main thread), as the process limit counts them.
+const NODE_THREADS: u64 = 8;
+
+/// The limits of this machine a local launch must fit in (`None`: unlimited or unknown).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct HostLimits {
+    /// Soft limit on open files of a process (`ulimit -n`), inherited by the nodes.
+    pub open_files: Option<u64>,
+    /// Soft limit on this user's processes and threads (`ulimit -u`).
+    pub processes: Option<u64>,
+    /// Memory available to new allocations (`MemAvailable`).
+    pub memory: Option<u64>,
+}
+
+impl HostLimits {
+    /// This process's limits (`/proc/self/limits`) and `MemAvailable` (Linux; elsewhere
+    /// unknown, so nothing is refused).
+    pub fn of_this_machine() -> Self {
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        let soft = |name: &str| -> Option<u64> {
+            let line = limits.lines().find(|l| l.starts_with(name))?;
+            line[name.len()..].split_whitespace().next()?.parse().ok()
+        };
+        Self {
+            open_files: soft("Max open files"),
+            processes: soft("Max processes"),
+            memory: crate::cluster::available_memory(),
+        }
+    }
+}
+
+/// Refuses a local launch of `nodes` processes, each with up to `neighbours` connections,
+/// that `limits` cannot hold: the launcher's three pipes per node, a node's sockets, the
+/// nodes' threads, and their memory besides the replicas ([`Cluster::check_fits`] counts
+/// those).
+///
+/// # Errors
+/// [`crate::Error::HostLimit`] naming the first limit passed, with both figures.
+pub(crate) fn check_host(
+    nodes: usize,
+    neighbours: usize,
+    limits: &HostLimits,
+) -> crate::Result<()> {
+    let n = nodes as u64;
+    let checks = [
+        (
+            "open files in the launcher (3 pipes a node)",
+            3 * n + NODE_BASE_FILES,
+            limits.open_files,
+            "ulimit -n",
+        ),
+        (
+            "open files in each node (a socket a neighbour)",
+            neighbours as u64 + NODE_BASE_FILES,
+            limits.open_files,
+            "ulimit -n",
+        ),
+        ("threads", n * NODE_THREADS, limits.processes, "ulimit -u"),
+    ];
+    for (what, need, limit, source) in checks {
+        if let Some(limit) = limit
+            && need > limit
+        {
+            return Err(crate::Error::HostLimit {
+                nodes,
+                what,
+                need: need.to_string(),
+                limit: limit.to_string(),
+                origin: source,
+            });
+        }
+    }
+    let memory = n * NODE_PROCESS_BYTES;
+    match limits.memory {
+        Some(avail) if memory > avail => Err(crate::Error::HostLimit {
+            nodes,
+            what: "of memory besides their replicas (24 MiB a process)",
+            need: format!("{:.1} GB", memory as f64 / 1e9),
+            limit: format!("{:.1} GB", avail as f64 / 1e9),
+            origin: "MemAvailable",
+        }),
+        _ => Ok(()),
     }
 }
