@@ -231,8 +231,9 @@ pub struct TrainArgs {
     pub resume_at: Option<u64>,
     /// When a neighbour is lost (its process died, or no heartbeat within --peer-timeout):
     /// fail, or continue training without it (its data: see --lost-shards; the summary
-    /// names who was lost at which clock). Default: fail under BSP, continue under ssp,
-    /// async and throttle.
+    /// names who was lost at which clock) while this peer still reaches a majority of the
+    /// run's peers, or continue-alone. Default: fail under BSP, continue under ssp, async
+    /// and throttle.
     #[arg(long, value_enum, value_name = "POLICY")]
     pub on_peer_loss: Option<PeerLossArg>,
     /// sfb peer: this peer was lost and restarts into the run under way: it takes W, the
@@ -266,8 +267,12 @@ pub enum LostShardsArg {
 pub enum PeerLossArg {
     /// Stop the run (after the last checkpoint).
     Fail,
-    /// Train on without the lost node.
+    /// Train on without the lost node while a majority of the run's peers is reachable
+    /// (the side of a partition without one stops, exit 1).
     Continue,
+    /// Train on without the lost node, even alone (availability: both sides of a
+    /// partition may go on and report results of their own).
+    ContinueAlone,
 }
 
 impl ModelKind {
@@ -345,6 +350,7 @@ impl TrainArgs {
             on_peer_loss: self.on_peer_loss.map(|p| match p {
                 PeerLossArg::Fail => sfb_harness::PeerLossSpec::Fail,
                 PeerLossArg::Continue => sfb_harness::PeerLossSpec::Continue,
+                PeerLossArg::ContinueAlone => sfb_harness::PeerLossSpec::ContinueAlone,
             }),
             rejoin: self.rejoin,
             lost_shards: self.lost_shards.map(|p| match p {

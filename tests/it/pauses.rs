@@ -259,3 +259,67 @@ fn a_slow_peer_outlives_the_peer_timeout_while_it_heartbeats() {
         assert!(wait > 2.5, "peer {i} waited only {wait} s for peer 1");
     }
 }
+
+#[test]
+fn a_peer_stopped_past_the_timeout_under_continue_stops_on_waking_and_the_majority_finishes() {
+    // Issue 31's split brain: the three others declared the stopped peer lost and trained
+    // on; on waking it declared *them* lost and trained alone to the end, exit 0. Now it
+    // holds no majority and stops, naming whom it lost; the majority's results stand.
+    const CLOCKS: u64 = 400;
+    let dir = tempdir(GROUP, "split");
+    let mut c = start_peers(
+        &dir,
+        4,
+        &[
+            "--consistency",
+            "ssp:2",
+            "--on-peer-loss",
+            "continue",
+            "--clocks",
+            &CLOCKS.to_string(),
+            "--peer-timeout",
+            "2",
+            "--straggler",
+            "rotate:5",
+            "--eval-every",
+            "0",
+            "--synthetic",
+            "classes=4,features=10,samples=400",
+        ],
+    );
+    let pids = c.children.pids();
+    // At clock 10 under SSP(2) the victim has had clock 7 from every other peer, which
+    // each had its clock 4: every stream in both directions is up.
+    c.wait_clock(VICTIM, 10);
+    signal(pids[VICTIM], "STOP");
+    // The others can finish only once they have lost the stopped peer (SSP(2)).
+    let mut others = Vec::new();
+    for i in [0, 1, 3] {
+        let (status, err) = c
+            .children
+            .try_wait_one(i, Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("peer {i} still running"));
+        assert!(status.success(), "peer {i}: {err}");
+        assert!(err.contains("lost p2"), "peer {i}: {err}");
+        others.push(i);
+    }
+    signal(pids[VICTIM], "CONT");
+    let (status, err) = c
+        .children
+        .try_wait_one(VICTIM, Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the woken peer is still running 60 s later"));
+    assert_eq!(status.code(), Some(1), "{status}: {err}");
+    let line = error_line(&err);
+    eprintln!("the woken peer: {line}");
+    assert!(
+        line.contains("p2 stops at clock") && line.contains("of the run's 4 peers"),
+        "{line}"
+    );
+    for i in others {
+        let v: Value =
+            serde_json::from_str(&std::fs::read_to_string(report(&dir, i)).unwrap()).unwrap();
+        assert_eq!(v["report"]["metrics"]["clocks"], CLOCKS, "peer {i}: {v}");
+    }
+    drop(c);
+    assert_gone(&pids);
+}

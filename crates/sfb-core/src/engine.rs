@@ -81,6 +81,12 @@ pub struct Config {
     /// What the peer does when a neighbour is lost ([`Engine::peer_lost`]). Default:
     /// [`PeerLoss::Fail`].
     pub on_peer_loss: PeerLoss,
+    /// With [`PeerLoss::Continue`]: train on only while the peers this one has not lost
+    /// (itself included) are a strict majority of [`peers`](Self::peers), and stop with
+    /// [`Error::Minority`] otherwise, so that the two sides of a partition cannot both go
+    /// on and both report success (at most one side holds a majority). `false` lets any
+    /// side train on alone (availability over consistency). Default: `true`.
+    pub quorum: bool,
     /// Take the peer's state ([`Event::Checkpoint`]) every this many clocks; 0: never.
     /// Those clocks are barriers (see [`checkpoint`](crate::checkpoint)). Default: 0.
     pub checkpoint_every: u64,
@@ -157,6 +163,7 @@ impl Config {
             max_drift: DEFAULT_MAX_DRIFT,
             optimizer: Optimizer::default(),
             on_peer_loss: PeerLoss::Fail,
+            quorum: true,
             checkpoint_every: 0,
             relay: None,
             relay_compress: None,
@@ -916,6 +923,9 @@ pub struct Engine<M: Model> {
     /// topology after a loss before this peer did. Replayed, in order, when a repair makes
     /// the sender an in-neighbour; at most [`EARLY_FRAMES`] per sender.
     early: BTreeMap<PeerId, Vec<Message>>,
+    /// The run's peers this one knows lost (by its own links or others' notices) and not
+    /// back: what [`Config::quorum`] counts.
+    gone: BTreeSet<PeerId>,
 }
 
 /// How many frames [`Engine::on_message`] holds for a sender that is not an in-neighbour
@@ -1018,6 +1028,7 @@ impl<M: Model> Engine<M> {
             takeover: None,
             former: BTreeSet::new(),
             early: BTreeMap::new(),
+            gone: BTreeSet::new(),
         })
     }
 
@@ -1111,6 +1122,7 @@ impl<M: Model> Engine<M> {
     /// the engine its neighbours again ([`set_neighbors`](Self::set_neighbors)); this
     /// records the return in the metrics.
     pub fn peer_rejoined(&mut self, peer: PeerId) {
+        self.gone.remove(&peer);
         self.worker
             .metrics
             .rejoined_peers
@@ -1340,6 +1352,7 @@ impl<M: Model> Engine<M> {
                       on without it)",
             });
         }
+        self.check_quorum(peer)?;
         self.worker.forget(peer, &mut self.side.out_neighbors);
         self.cfg.in_neighbors.retain(|&p| p != peer);
         self.cfg.out_neighbors.retain(|&p| p != peer);
@@ -1348,6 +1361,29 @@ impl<M: Model> Engine<M> {
         }
         self.retake(peer, true);
         Ok(true)
+    }
+
+    /// Counts `peer` lost and refuses to go on when the peers left (this one included)
+    /// are no strict majority of the run's ([`Config::quorum`]).
+    fn check_quorum(&mut self, peer: PeerId) -> Result<()> {
+        self.gone.insert(peer);
+        let peers = self.cfg.peers;
+        let alive = peers.saturating_sub(self.gone.len());
+        if !self.cfg.quorum || 2 * alive > peers {
+            return Ok(());
+        }
+        Err(Error::Minority {
+            me: self.cfg.id,
+            peers,
+            lost: self.gone.len(),
+            names: self
+                .gone
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            clock: self.worker.clock,
+        })
     }
 
     /// Another node reports `peer` lost (or `peer` announced it leaves): as
@@ -1361,6 +1397,9 @@ impl<M: Model> Engine<M> {
         let neighbour = self.worker.inbound.awaits(peer) || self.side.out_neighbors.contains(&peer);
         if neighbour {
             return self.peer_lost(peer);
+        }
+        if !self.worker.done && peer != self.cfg.id && self.cfg.on_peer_loss == PeerLoss::Continue {
+            self.check_quorum(peer)?;
         }
         if !self.worker.done
             && peer != self.cfg.id

@@ -132,6 +132,28 @@ pub enum Error {
         /// Why the run cannot go on without it.
         why: &'static str,
     },
+    /// This node has lost so many peers that the ones it still reaches (itself included)
+    /// are no majority of the run's: it may be the cut-off side of a partition, and the
+    /// other side, if it holds the majority, trains on. It stops rather than report a
+    /// result of its own ([`Config::quorum`](crate::Config::quorum)).
+    #[error(
+        "{me} stops at clock {clock}: it has lost {lost} of the run's {peers} peers ({names}), \
+         so it and the peers it still reaches are no majority; if the rest of the run still \
+         holds one it trains on without this node ({me} may --rejoin it). \
+         --on-peer-loss continue-alone lets every side train on instead"
+    )]
+    Minority {
+        /// This node.
+        me: PeerId,
+        /// Peers of the run.
+        peers: usize,
+        /// How many are lost.
+        lost: usize,
+        /// Which, as `p1, p3`.
+        names: String,
+        /// Clocks this node had completed.
+        clock: u64,
+    },
     /// A checkpoint state cannot be read or does not fit this node.
     #[error("checkpoint {reason}")]
     Checkpoint {

@@ -127,6 +127,7 @@ impl Cluster {
         b.s.metrics = spec.output.metrics.clone();
         let f = &spec.fault;
         b.s.on_peer_loss = Some(f.peer_loss(&t.consistency, spec.net.relay));
+        b.s.quorum = f.on_peer_loss != Some(crate::PeerLossSpec::ContinueAlone);
         b.s.relay = spec.net.relay;
         b.s.relay_compress = spec.net.relay_compress.map(|c| c.rank);
         b.s.partial = spec.net.partial;
@@ -322,6 +323,8 @@ struct Settings {
     metrics: Option<PathBuf>,
     checkpoints: Option<Checkpoints>,
     on_peer_loss: Option<sfb_core::PeerLoss>,
+    /// [`sfb_core::Config::quorum`].
+    quorum: bool,
     lost_shards: Option<crate::LostShardsSpec>,
     compress: Option<usize>,
     prioritize: Option<crate::PrioritizeSpec>,
@@ -392,6 +395,7 @@ impl Default for Settings {
             metrics: None,
             checkpoints: None,
             on_peer_loss: None,
+            quorum: true,
             lost_shards: None,
             compress: None,
             prioritize: None,
@@ -1011,6 +1015,14 @@ impl<K> Builder<K> {
     /// otherwise ([`sfb_core::PeerLoss`]).
     pub fn on_peer_loss(mut self, policy: sfb_core::PeerLoss) -> Self {
         self.s.on_peer_loss = Some(policy);
+        self
+    }
+
+    /// Under [`PeerLoss::Continue`](sfb_core::PeerLoss::Continue), whether a peer trains
+    /// on only while it reaches a majority of the run's peers ([`sfb_core::Config::quorum`]).
+    /// Default: true; false is `--on-peer-loss continue-alone`.
+    pub fn quorum(mut self, quorum: bool) -> Self {
+        self.s.quorum = quorum;
         self
     }
 
@@ -1640,6 +1652,7 @@ impl<K: Kind> Builder<K> {
                 sfb_core::PeerLoss::Continue
             },
         );
+        cfg.quorum = self.s.quorum;
         let takeover = cfg.on_peer_loss == sfb_core::PeerLoss::Continue
             && match self.s.lost_shards {
                 Some(p) => p == crate::LostShardsSpec::Takeover,

@@ -1223,15 +1223,19 @@ pub enum LostShardsSpec {
 pub enum PeerLossSpec {
     /// Stop the run.
     Fail,
-    /// Train on without the lost node.
+    /// Train on without the lost node while a majority of the run's peers is reachable
+    /// ([`sfb_core::Config::quorum`]).
     Continue,
+    /// Train on without the lost node, even alone (no quorum).
+    #[serde(rename = "continue-alone")]
+    ContinueAlone,
 }
 
 impl From<PeerLossSpec> for sfb_core::PeerLoss {
     fn from(p: PeerLossSpec) -> Self {
         match p {
             PeerLossSpec::Fail => sfb_core::PeerLoss::Fail,
-            PeerLossSpec::Continue => sfb_core::PeerLoss::Continue,
+            PeerLossSpec::Continue | PeerLossSpec::ContinueAlone => sfb_core::PeerLoss::Continue,
         }
     }
 }
@@ -1615,7 +1619,11 @@ impl RunSpec {
                     "it forwards peers' factor batches along the peer topology",
                 );
             }
-            if f.on_peer_loss == Some(PeerLossSpec::Continue) || f.rejoin {
+            if matches!(
+                f.on_peer_loss,
+                Some(PeerLossSpec::Continue | PeerLossSpec::ContinueAlone)
+            ) || f.rejoin
+            {
                 return refuse(
                     "--on-peer-loss fail (the default with --relay)",
                     "a lost peer cuts the relay trees through it, and the batches in flight \
@@ -1820,7 +1828,7 @@ impl RunSpec {
                 features.map_or("from the data".into(), |f| f.to_string())
             ),
         };
-        let pairs: [(&str, String); 14] = [
+        let pairs: [(&str, String); 15] = [
             ("backend", self.backend.name().into()),
             ("model", j(&self.model)),
             ("data", data),
@@ -1861,6 +1869,14 @@ impl RunSpec {
                 ),
             ),
             ("fms push", j(&self.fms_push)),
+            (
+                "peer loss",
+                format!(
+                    "{} {}",
+                    self.fault.peer_loss(&t.consistency, n.relay),
+                    self.fault.on_peer_loss != Some(PeerLossSpec::ContinueAlone)
+                ),
+            ),
         ];
         pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }

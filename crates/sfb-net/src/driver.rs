@@ -588,6 +588,12 @@ where
             }
             Ok(())
         }
+        // Cut off from a majority: the engine's error says what happened and what the
+        // rest of the run does.
+        Err(source @ sfb_core::Error::Minority { .. }) => Err(Error::Peer {
+            peer: node.id(),
+            source,
+        }),
         // The node's policy is to stop: the transport's error says best what happened.
         Err(_) => Err(e),
     }

@@ -850,3 +850,96 @@ fn resumes_bitwise_with_what_it_held_back(send: &dyn Fn(&mut Config)) {
         "{e}"
     );
 }
+
+/// A partition of 5 peers into {0, 1, 2} and {3, 4} (issue 31's split brain): each side
+/// learns the other side's peers are lost. Only the majority side trains on; every node
+/// of the minority stops with a reason naming who it lost, so no side reports a result
+/// of its own unless it holds a majority. With the quorum off (`continue-alone`) both
+/// sides go on.
+#[test]
+fn only_the_side_of_a_partition_holding_a_majority_trains_on() {
+    for quorum in [true, false] {
+        let mut engines = cluster(5, Method::Sgd, &Consistency::Ssp { staleness: 2 }, |cfg| {
+            cfg.on_peer_loss = sfb_core::PeerLoss::Continue;
+            cfg.quorum = quorum;
+        });
+        let side = |p: usize| usize::from(p >= 3);
+        let mut outcome: Vec<Option<String>> = vec![None; 5];
+        for (k, e) in engines.iter_mut().enumerate() {
+            for other in (0..5).filter(|&o| side(o) != side(k)) {
+                if let Err(err) = e.peer_lost(PeerId(other as u32)) {
+                    outcome[k] = Some(err.to_string());
+                    break;
+                }
+            }
+        }
+        for (k, o) in outcome.iter().enumerate() {
+            match (quorum, side(k)) {
+                (true, 1) => {
+                    let err = o.as_deref().unwrap_or_else(|| panic!("p{k} went on alone"));
+                    assert!(
+                        err.contains(&format!(
+                            "p{k} stops at clock 0: it has lost 3 of the run's 5 peers (p0, p1, p2)"
+                        )),
+                        "{err}"
+                    );
+                }
+                _ => assert!(o.is_none(), "p{k} (quorum {quorum}): {o:?}"),
+            }
+        }
+        // The majority trains to the end on its own.
+        let mut majority: Vec<&mut dyn StateMachine> = engines[..3]
+            .iter_mut()
+            .map(|e| e as &mut dyn StateMachine)
+            .collect();
+        let mut time = ManualTime::default();
+        let mut done = [false; 3];
+        for _ in 0..10_000 {
+            for i in 0..3 {
+                if done[i] {
+                    continue;
+                }
+                if majority[i].on_tick(&mut time).unwrap() == Progress::Done {
+                    majority[i].finish(&mut time);
+                    done[i] = true;
+                }
+                let from = majority[i].id();
+                while let Some(out) = majority[i].poll_output() {
+                    majority[out.to.index()]
+                        .on_message(from, out.msg, &mut time)
+                        .unwrap();
+                }
+                while majority[i].poll_event().is_some() {}
+            }
+            if done.iter().all(|&d| d) {
+                break;
+            }
+        }
+        assert!(
+            done.iter().all(|&d| d),
+            "quorum {quorum}: the majority did not finish"
+        );
+        assert!(engines[..3].iter().all(|e| e.metrics().clocks == 12));
+    }
+}
+
+/// One peer of 4 cut off from the others (or started late, or with a key nobody accepts):
+/// after its second loss it holds no majority and stops, instead of training all its
+/// clocks alone; the three others lose one peer and go on. Losses learnt from the others'
+/// notices count as much as the node's own.
+#[test]
+fn a_peer_cut_off_from_the_rest_stops_at_its_second_loss() {
+    let mut engines = cluster(4, Method::Sgd, &Consistency::Async, |cfg| {
+        cfg.on_peer_loss = sfb_core::PeerLoss::Continue;
+    });
+    assert!(engines[3].peer_lost(PeerId(0)).is_ok());
+    let e = engines[3].loss_reported(PeerId(1)).unwrap_err().to_string();
+    assert!(e.contains("lost 2 of the run's 4 peers (p0, p1)"), "{e}");
+    assert!(e.contains("--on-peer-loss continue-alone"), "{e}");
+    for e in &mut engines[..3] {
+        assert!(e.peer_lost(PeerId(3)).is_ok());
+    }
+    // A peer that comes back counts as reachable again.
+    engines[0].peer_rejoined(PeerId(3));
+    assert!(engines[0].peer_lost(PeerId(1)).is_ok());
+}
