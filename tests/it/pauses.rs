@@ -323,3 +323,54 @@ fn a_peer_stopped_past_the_timeout_under_continue_stops_on_waking_and_the_majori
     drop(c);
     assert_gone(&pids);
 }
+
+#[test]
+fn a_peer_that_never_reaches_the_others_does_not_report_success() {
+    // Issue 31's solo success: a peer started late (or with a key nobody accepts) waited
+    // out the start-up timeout, marked every other peer lost, trained every clock alone
+    // and exited 0. The others' addresses here are closed ports: it reaches nobody.
+    let dir = tempdir(GROUP, "solo");
+    let cluster = init(&dir, &["--peers", "4", "--out-degree", "3"]);
+    let args: Vec<String> = [
+        "peer",
+        "--id",
+        "3",
+        "--consistency",
+        "ssp:2",
+        "--on-peer-loss",
+        "continue",
+        "--clocks",
+        "50",
+        "--startup-timeout",
+        "2",
+        "--synthetic",
+        "classes=4,features=10,samples=400",
+        "--summary",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([dir.join("s3.json").display().to_string()])
+    .collect();
+    let mut c = start(&cluster, &[("peer 3".to_string(), args)]);
+    let pids = c.children.pids();
+    let closed = "/ip4/127.0.0.1/tcp/1";
+    let line = serde_json::json!({ "addrs": [closed, closed, closed, c.addrs[0]] }).to_string();
+    let mut stdin = c.children.0[0].1.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, format!("{line}\n").as_bytes()).unwrap();
+    c.stdins.push(stdin);
+    let (status, err) = c
+        .children
+        .try_wait_one(0, Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the lone peer still runs 60 s later"));
+    assert_eq!(status.code(), Some(1), "{err}");
+    let line = error_line(&err);
+    assert!(
+        line.contains("p3 stops at clock") && line.contains("no majority"),
+        "{line}"
+    );
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("s3.json")).unwrap()).unwrap();
+    assert!(s["failed"].as_str().unwrap().contains("no majority"), "{s}");
+    drop(c);
+    assert_gone(&pids);
+}
