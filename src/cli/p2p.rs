@@ -110,18 +110,8 @@ pub fn cluster(cmd: &ClusterCmd) -> Result<()> {
             let t = match &a.topology {
                 Some(path) => {
                     let t = Topology::read_file(path)?;
-                    for (flag, given, file) in [
-                        ("--peers", a.peers, t.peers()),
-                        ("--out-degree", a.out_degree, t.out_degree()),
-                    ] {
-                        if let Some(given) = given
-                            && given != file
-                        {
-                            bail!(
-                                "{} has {flag} {file}, but {flag} {given} was given",
-                                path.display()
-                            );
-                        }
+                    if let Some(why) = t.disagreement(a.peers, a.out_degree) {
+                        bail!("{}: {why}", path.display());
                     }
                     a.check()?;
                     t

@@ -119,23 +119,8 @@ pub fn run(args: &TopologyArgs) -> Result<()> {
     let mut proven = false;
     let topology = if let Some(path) = &args.input {
         let mut t = Topology::read_file(path)?;
-        if let Some(p) = args.peers
-            && p != t.peers()
-        {
-            bail!(
-                "{} has {} peers, but --peers {p} was given",
-                path.display(),
-                t.peers()
-            );
-        }
-        if let Some(q) = args.out_degree
-            && q != t.out_degree()
-        {
-            bail!(
-                "{} has out-degree {}, but --out-degree {q} was given",
-                path.display(),
-                t.out_degree()
-            );
+        if let Some(why) = t.disagreement(args.peers, args.out_degree) {
+            bail!("{}: {why}", path.display());
         }
         notes.push(format!("source     {}", path.display()));
         if !args.fail.is_empty() {

@@ -1900,22 +1900,10 @@ impl RunSpec {
             ));
         }
         let t = sfb_topology::Topology::read_file(path).map_err(|e| refuse(e.to_string()))?;
-        if t.peers() != self.peers {
-            return Err(refuse(format!(
-                "it has {} peers, but the run has {} (--peers)",
-                t.peers(),
-                self.peers
-            )));
+        match t.disagreement(Some(self.peers), self.topology.out_degree) {
+            Some(why) => Err(refuse(why)),
+            None => Ok(()),
         }
-        if let Some(q) = self.topology.out_degree
-            && q != t.out_degree()
-        {
-            return Err(refuse(format!(
-                "its out-degree is {}, but the run has {q} (--out-degree)",
-                t.out_degree()
-            )));
-        }
-        Ok(())
     }
 
     /// The descriptive part of this run's summary (`out_degree` as resolved: `Q`, or

@@ -436,6 +436,27 @@ impl Topology {
         Topology::with_out_degree(q, out)
     }
 
+    /// The first of the figures a run gives (`peers`, `out_degree`; `None`: not given)
+    /// that this topology does not have, in words naming both: `"it has 6 peers, but
+    /// --peers 5 was given"`. For every command that takes a topology file.
+    pub fn disagreement(&self, peers: Option<usize>, out_degree: Option<usize>) -> Option<String> {
+        if let Some(p) = peers
+            && p != self.peers()
+        {
+            return Some(format!(
+                "it has {} peers, but --peers {p} was given",
+                self.peers()
+            ));
+        }
+        match out_degree {
+            Some(q) if q != self.out_degree() => Some(format!(
+                "its out-degree is {}, but --out-degree {q} was given",
+                self.out_degree()
+            )),
+            _ => None,
+        }
+    }
+
     /// Graphviz DOT text (`digraph sfb { 0 -> 1; … }`).
     pub fn to_dot(&self) -> String {
         use std::fmt::Write as _;

@@ -119,13 +119,11 @@ impl Options {
             expected: "a topology file sfb topology wrote (TOML, JSON or DOT)",
             got: e.to_string(),
         })?;
-        if let Some(p) = self.peers
-            && p != t.peers()
-        {
+        if let Some(why) = t.disagreement(self.peers, None) {
             return Err(Error::Option {
                 option: "peers",
                 expected: "the --topology file's peer count",
-                got: format!("{p}, but {} has {} peers", path.display(), t.peers()),
+                got: format!("{}: {why}", path.display()),
             });
         }
         Ok((t.peers(), t.out_degree()))
