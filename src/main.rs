@@ -2,7 +2,38 @@
 
 use clap::{Parser, Subcommand};
 
+/// `print!` for the command line's output: a closed stdout (`sfb run … | head`) ends the
+/// process quietly with status 0, as Unix tools end, instead of panicking.
+macro_rules! out {
+    ($($t:tt)*) => {
+        $crate::write_stdout(format_args!($($t)*))
+    };
+}
+
+/// `println!` as [`out!`].
+macro_rules! outln {
+    () => {
+        $crate::write_stdout(format_args!("\n"))
+    };
+    ($($t:tt)*) => {
+        $crate::write_stdout(format_args!("{}\n", format_args!($($t)*)))
+    };
+}
+
 mod cli;
+
+/// Writes `args` to stdout ([`out!`]): a reader that went away (`EPIPE`) ends the
+/// process with status 0; any other write error panics, as `print!` does.
+fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        panic!("failed printing to stdout: {e}");
+    }
+}
 
 /// Sufficient Factor Broadcasting: distributed training of matrix-parametrized models.
 #[derive(Debug, Parser)]

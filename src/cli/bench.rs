@@ -166,14 +166,14 @@ fn kernel(args: &BenchArgs) -> Result<()> {
         ..kernel::Config::default()
     };
     let (j, d) = (cfg.j, cfg.d);
-    let report = kernel::measure(&cfg, |p| print!("{}", p.text(j, d)))?;
+    let report = kernel::measure(&cfg, |p| out!("{}", p.text(j, d)))?;
     if report.missed.is_empty() {
-        println!(
+        outln!(
             "targets (≥70% GEMM for R≥64, ≥70% RMW bandwidth for R=1, ≥10× naive for R≥8): all met"
         );
     }
     for f in &report.missed {
-        println!("target missed: {f}");
+        outln!("target missed: {f}");
     }
     let dir = super::bench_train::out_dir(args);
     let machine = sfb_harness::experiment::Machine::this().line();
@@ -199,7 +199,7 @@ fn kernel(args: &BenchArgs) -> Result<()> {
             log_y: true,
         },
     )?;
-    println!(
+    outln!(
         "wrote {}/kernel.json, kernel.csv, kernel.md and kernel.png",
         dir.display()
     );

@@ -29,7 +29,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("tokio runtime")?;
-    println!(
+    outln!(
         "link bench: one libp2p stream (TCP+noise+yamux, 127.0.0.1) per arm; factor frames K={K} J={J} D={D} ({} B); {} MiB per arm per round, {} rounds after a warm-up, arms alternating; medians",
         sfb_core::wire::encode(&link::frame_message()).len() + 4,
         cfg.mib,
@@ -37,10 +37,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     );
     let report = rt.block_on(link::measure(&cfg))?;
     rt.shutdown_timeout(Duration::from_secs(1));
-    print!("{}", report.text());
+    out!("{}", report.text());
     if let Some(dir) = &args.out {
         report.write_files(dir)?;
-        println!(
+        outln!(
             "wrote {0}/link.json, {0}/link.csv and {0}/link.md",
             dir.display()
         );

@@ -14,7 +14,7 @@ pub const NAME: &str = experiment::BUDGET_CHECK;
 /// `budget-check skipped: <reason>` and writes nothing where namespaces are unavailable.
 pub fn run(args: &BenchArgs) -> Result<()> {
     if let Err(why) = super::netns::available() {
-        println!("{NAME} skipped: {why}");
+        outln!("{NAME} skipped: {why}");
         return Ok(());
     }
     if args.transport != "libp2p" {

@@ -61,7 +61,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     demo.arms().map_err(flagged)?;
     // The folder is made (and found writable) before the first arm, not after the last.
     sfb_harness::preflight::output_dir("-o", &args.out).map_err(super::train::cli_error)?;
-    println!(
+    outln!(
         "sfb demo: MLR on seeded synthetic data (J=256 classes of Gaussian blobs × D=1024 features, 24000 samples, 1000 held out; chance is 0.4%), {} peers, K=16, BSP, default optimizer, {} clocks per arm, {}, over {}",
         args.peers,
         args.clocks,
@@ -70,7 +70,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     );
     let mut report = experiment::demo(&demo, &super::experiment::runner()).map_err(flagged)?;
     super::experiment::finish(&mut report, &args.out)?;
-    println!(
+    outln!(
         "compute / apply / wait / other: mean ms per clock of a peer (FMS: of a client); times exclude evaluation.\n(open {}/demo-objective-vs-time.png)",
         args.out.display()
     );

@@ -21,8 +21,8 @@ pub fn runner() -> Runner {
 /// Writes `report` into `dir`, prints it, and says how many files it wrote.
 pub fn finish(report: &mut Report, dir: &std::path::Path) -> anyhow::Result<()> {
     let written = report.write(dir)?;
-    print!("{}", report.text());
-    println!("\nwrote {} files in {}/", written.len(), dir.display());
+    out!("{}", report.text());
+    outln!("\nwrote {} files in {}/", written.len(), dir.display());
     Ok(())
 }
 

@@ -1,6 +1,5 @@
 //! `sfb predict` and `sfb eval`: a saved model (`--save-model`) on new data.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -71,7 +70,7 @@ pub fn predict(a: &PredictArgs) -> Result<()> {
         Some(path) => {
             std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?
         }
-        None => std::io::stdout().lock().write_all(text.as_bytes())?,
+        None => out!("{text}"),
     }
     Ok(())
 }
@@ -82,13 +81,13 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
     let m = load(&a.model)?;
     let data = m.read_data(&a.test_data, true, &Limits::from_env()?)?;
     let e = m.evaluate(&data.samples)?;
-    println!(
+    outln!(
         "{} model · {} samples · data: {}",
         m.spec.name(),
         data.samples.len(),
         m.prep.describe()
     );
-    println!(
+    outln!(
         "  objective {:.4}  test accuracy {}",
         e.objective,
         e.accuracy.map_or("-".into(), |a| format!("{a:.4}"))

@@ -98,7 +98,7 @@ pub fn cluster(cmd: &ClusterCmd) -> Result<()> {
             };
             a.check()?;
             let c = Cluster::init_fms_with(&a.out, peers, &a.hosts, a.base_port, a.existing())?;
-            println!(
+            outln!(
                 "wrote {} (FMS: {} clients, server id {}), keys beside it",
                 a.out.display(),
                 c.workers(),
@@ -138,7 +138,7 @@ pub fn cluster(cmd: &ClusterCmd) -> Result<()> {
                 }
             };
             let c = Cluster::init_with(&a.out, &t, &a.hosts, a.base_port, a.existing())?;
-            println!(
+            outln!(
                 "wrote {} ({} peers, out-degree {}, topology cost {}), keys beside it",
                 a.out.display(),
                 c.peers(),

@@ -143,9 +143,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     }
     let plan = sfb_harness::plan::plan(&setup)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&plan)?);
+        outln!("{}", serde_json::to_string_pretty(&plan)?);
     } else {
-        print!("{plan}");
+        out!("{plan}");
     }
     Ok(())
 }

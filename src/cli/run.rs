@@ -137,7 +137,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
 /// `--summary`).
 pub fn run_spec(spec: &RunSpec, print_spec: bool) -> Result<()> {
     if print_spec {
-        println!("{}", spec.to_json());
+        outln!("{}", spec.to_json());
         return Ok(());
     }
     // Everything that can be refused is refused before the first clock: the options, then
@@ -146,7 +146,7 @@ pub fn run_spec(spec: &RunSpec, print_spec: bool) -> Result<()> {
     spec.check_outputs().map_err(cli_error)?;
     // The harness streams the per-clock records to `--metrics` as they happen.
     let (summary, _) = execute(spec, None)?;
-    print!("{summary}");
+    out!("{summary}");
     if let Some(path) = &spec.output.summary {
         std::fs::write(path, serde_json::to_string_pretty(&summary)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;

@@ -1,6 +1,5 @@
 //! `sfb topology`: build, optimize, check, convert and repair Q-out broadcast topologies.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -218,11 +217,11 @@ pub fn run(args: &TopologyArgs) -> Result<()> {
         Some(path) => {
             std::fs::write(path, &text)
                 .with_context(|| format!("cannot write {}", path.display()))?;
-            print!("{summary}");
-            println!("wrote      {}", path.display());
+            out!("{summary}");
+            outln!("wrote      {}", path.display());
         }
         None => {
-            std::io::stdout().write_all(text.as_bytes())?;
+            out!("{text}");
             eprint!("{summary}");
         }
     }

@@ -243,3 +243,41 @@ fn a_launch_past_the_open_file_limit_is_refused_before_anything_is_spawned() {
     assert!(s["failed"].as_str().unwrap().contains("open files"), "{s}");
     assert_eq!(s["clocks"], 0);
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_sfb_quietly() {
+    // `sfb run … | head -1` panicked with "failed printing to stdout: Broken pipe".
+    for args in [
+        &[
+            "run",
+            "--peers",
+            "2",
+            "--clocks",
+            "5",
+            "--synthetic",
+            "classes=4,features=10,samples=400",
+        ][..],
+        &[
+            "topology",
+            "--peers",
+            "12",
+            "--out-degree",
+            "3",
+            "--format",
+            "dot",
+        ][..],
+    ] {
+        let mut child = Command::new(SFB)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close the read end before sfb prints: its first write meets a closed pipe.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "sfb {args:?}: {:?} {err}", out.status);
+        assert!(!err.contains("panicked"), "sfb {args:?}: {err}");
+    }
+}
