@@ -406,7 +406,14 @@ impl NodeArgs {
             done.report.net_bytes_sent,
             r.objective.map_or("-".into(), |o| format!("{o:.4}"))
         );
-        Ok(())
+        // The exit code says what the summary says (e.g. stopped by a signal); a node of
+        // `sfb run` leaves that to the launcher, which stopped it.
+        match &done.summary.failed {
+            Some(why) if !spec.owned_by_launcher => {
+                bail!("the node's run did not complete: {why}")
+            }
+            _ => Ok(()),
+        }
     }
 }
 

@@ -151,7 +151,12 @@ pub fn run_spec(spec: &RunSpec, print_spec: bool) -> Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&summary)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(())
+    // The exit code says what the summary says: a run stopped before its clocks (a
+    // signal, a full disk) did not complete.
+    match &summary.failed {
+        Some(why) => bail!("the run did not complete: {why}"),
+        None => Ok(()),
+    }
 }
 
 /// Carries out `spec` through the harness (the libp2p transport as one local `sfb`

@@ -455,8 +455,13 @@ fn sigint_to_the_launcher_stops_every_node_at_one_clock_checkpointed_and_resumab
     let status = wait_timeout(&mut launcher, Duration::from_secs(60)).expect("the launcher exits");
     let mut guard = Children(vec![("launcher".into(), launcher)]);
     let err = common::stderr_of(&mut guard.0[0].1);
-    assert!(status.success(), "{status}: {err}");
+    // Stopped before its clocks: exit 1, as the summary's `failed` says.
+    assert_eq!(status.code(), Some(1), "{status}: {err}");
     assert!(err.contains("stopping every node at clock"), "{err}");
+    assert!(
+        err.contains("the run did not complete: stopped by a signal"),
+        "{err}"
+    );
     assert_gone(&kids);
     assert_gone(&[pid]);
     let s: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
@@ -490,7 +495,7 @@ fn sigint_to_the_launcher_stops_every_node_at_one_clock_checkpointed_and_resumab
 }
 
 #[test]
-fn sigterm_to_a_peer_ends_its_run_with_exit_0_and_the_others_go_on_under_ssp() {
+fn sigterm_to_a_peer_ends_its_run_with_exit_1_and_the_others_go_on_under_ssp() {
     let dir = tempdir(GROUP, "sigterm-peer");
     let cluster = init(&dir, &["--peers", "4", "--out-degree", "3"]);
     let ck = dir.join("ck");
@@ -521,7 +526,12 @@ fn sigterm_to_a_peer_ends_its_run_with_exit_0_and_the_others_go_on_under_ssp() {
     c.wait_clock(1, 20);
     common::signal(pids[1], "TERM");
     let (status, err) = c.children.wait_one(1, Duration::from_secs(60));
-    assert!(status.success(), "{status}: {err}");
+    // It did not do its clocks: exit 1, as its summary's `failed` says (it exited 0).
+    assert_eq!(status.code(), Some(1), "{status}: {err}");
+    assert!(
+        err.contains("the node's run did not complete: stopped at clock"),
+        "{err}"
+    );
     let s: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("s-1.json")).unwrap()).unwrap();
     let why = s["failed"].as_str().unwrap();

@@ -55,39 +55,45 @@ fn run_dirs(tmp: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Starts a long libp2p run of 3 peers with its temporary files under `tmp`, and waits
-/// until every peer has completed a clock. Returns the launcher and its children's PIDs.
+/// Starts a long libp2p run of 3 peers with its temporary files under `tmp` and its
+/// metrics in `tmp/m.jsonl`, and waits until every peer has completed a clock. Returns the
+/// launcher and its children's PIDs.
 fn start_long_run(tmp: &Path) -> (Launcher, Vec<u32>) {
+    let metrics = tmp.join("m.jsonl");
     let launcher = Command::new(SFB)
-        .args([
-            "run",
-            "--transport",
-            "libp2p",
-            "--peers",
-            "3",
-            "--clocks",
-            "1000000",
-            "--eval-every",
-            "0",
-            "--synthetic",
-            "classes=4,features=16,samples=600",
-        ])
+        .args(small_libp2p_run(
+            1_000_000,
+            &["--metrics", &metrics.display().to_string()],
+        ))
         .env("TMPDIR", tmp)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let pid = launcher.id();
+    // The launcher streams every node's records to the metrics file as they arrive.
     wait_for("every peer's first clock", || {
-        run_dirs(tmp).iter().any(|d| {
-            (0..3).all(|i| {
-                std::fs::read_to_string(d.join(format!("node-{i}.jsonl")))
-                    .is_ok_and(|t| t.lines().count() >= 1)
-            })
-        })
+        let text = std::fs::read_to_string(&metrics).unwrap_or_default();
+        (0..3).all(|i| text.contains(&format!("{{\"peer\":{i},")))
     });
     let children = children_of(pid);
     assert_eq!(children.len(), 3, "three peer processes: {children:?}");
+    // Every node has read its private key: the keys are off the disk (issue 31: they
+    // outlived a killed launcher), and the nodes keep no per-clock file there.
+    let dirs = run_dirs(tmp);
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let mut files: Vec<String> = std::fs::read_dir(&dirs[0])
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        ["cluster.toml", "node.json"],
+        "{}",
+        dirs[0].display()
+    );
     (Launcher(launcher), children)
 }
 
@@ -114,9 +120,15 @@ fn sigterm_of_the_launcher_stops_every_child_and_removes_its_directory() {
     let st = wait_exit(&mut launcher.0);
     let mut err = String::new();
     std::io::Read::read_to_string(&mut launcher.0.stderr.take().unwrap(), &mut err).unwrap();
-    // A clean shutdown: every node stops at one clock and the launcher exits 0.
-    assert_eq!(st.code(), Some(0), "{st}: {err}");
+    // A clean shutdown: every node stops at one clock; the run did not do its clocks, so
+    // the launcher exits 1, as its summary says `failed` (it exited 0 with a failed
+    // summary).
+    assert_eq!(st.code(), Some(1), "{st}: {err}");
     assert!(err.contains("stopping every node at clock"), "{err}");
+    assert!(
+        err.contains("the run did not complete: stopped by a signal: the run stopped at clock"),
+        "{err}"
+    );
     for pid in children {
         wait_for(&format!("peer process {pid} to end"), || !running(pid));
     }
@@ -280,4 +292,233 @@ fn a_reader_that_goes_away_ends_sfb_quietly() {
         assert!(out.status.success(), "sfb {args:?}: {:?} {err}", out.status);
         assert!(!err.contains("panicked"), "sfb {args:?}: {err}");
     }
+}
+
+/// PIDs of processes whose command line mentions `path` (the launcher passes its
+/// temporary directory to every node): to check that none is left, never to signal.
+fn processes_mentioning(path: &Path) -> Vec<u32> {
+    let needle = path.to_string_lossy().into_owned();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains(&needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn sigterm_while_the_nodes_start_leaves_no_process_directory_or_key() {
+    // Issue 31: SIGTERM in the launcher's first second killed it by the signal's default
+    // action, leaving its directory and keys. The signal comes as soon as the directory
+    // exists: while the data is made, the topology built or the nodes spawned.
+    let tmp = tempdir("exits", "sigterm-start");
+    let mut launcher = Command::new(SFB)
+        .args([
+            "run",
+            "--transport",
+            "libp2p",
+            "--peers",
+            "12",
+            "--out-degree",
+            "3",
+            "--clocks",
+            "1000000",
+            "--synthetic",
+            "classes=16,features=256,samples=60000",
+        ])
+        .env("TMPDIR", &tmp)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = launcher.id();
+    wait_for("the launcher's directory", || !run_dirs(&tmp).is_empty());
+    signal(pid, "TERM");
+    let st = wait_exit(&mut launcher);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut launcher.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(st.code(), Some(1), "handled, not killed: {st}: {err}");
+    assert!(err.contains("interrupted"), "{err}");
+    wait_for("every node process to end", || {
+        processes_mentioning(&tmp).is_empty()
+    });
+    wait_for("the launcher's directory to be removed", || {
+        run_dirs(&tmp).is_empty()
+    });
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// `sh -c` that ignores SIGXFSZ and limits every file the command writes to `blocks`
+/// (512 or 1024 bytes each, by shell), then runs `sfb args…`: a disk that fills.
+fn with_file_limit(blocks: u32, args: &[String]) -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!(
+            "trap '' XFSZ; ulimit -f {blocks}; exec \"$0\" \"$@\""
+        ))
+        .arg(SFB)
+        .args(args);
+    c
+}
+
+/// `sfb run` of 3 small libp2p peers for `clocks` clocks without evaluations, then `extra`.
+fn small_libp2p_run(clocks: u64, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "run",
+        "--transport",
+        "libp2p",
+        "--peers",
+        "3",
+        "--clocks",
+        &clocks.to_string(),
+        "--eval-every",
+        "0",
+        "--synthetic",
+        "classes=4,features=16,samples=600",
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    a.extend(extra.iter().map(|x| x.to_string()));
+    a
+}
+
+#[test]
+fn a_long_libp2p_run_writes_nothing_per_clock_to_its_temporary_directory() {
+    // Issue 31: each node appended its records to a file in $TMPDIR (11 MB a minute),
+    // and a full $TMPDIR failed the run at the end with `clocks: 0`. Every file sfb writes
+    // is limited here to 32–64 KiB; 3 nodes × 3,000 records are about 2.7 MB.
+    let tmp = tempdir("exits", "tmpdir-bounded");
+    let summary = tmp.join("s.json");
+    let out = with_file_limit(
+        64,
+        &small_libp2p_run(3000, &["--summary", &summary.display().to_string()]),
+    )
+    .env("TMPDIR", &tmp)
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(s["clocks"], 3000, "{s}");
+    assert!(s["failed"].is_null(), "{s}");
+    assert!(run_dirs(&tmp).is_empty(), "{:?}", run_dirs(&tmp));
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn a_metrics_file_that_fills_stops_the_libp2p_run_at_once_checkpointed_with_its_clocks() {
+    // Issue 31: a failed output write was found at the end, and the run thrown away. Here
+    // the metrics file reaches the file-size limit after some tens of clocks.
+    let tmp = tempdir("exits", "metrics-full-libp2p");
+    let (summary, metrics, ck) = (tmp.join("s.json"), tmp.join("m.jsonl"), tmp.join("ck"));
+    let asked = 1_000_000u64;
+    let out = with_file_limit(
+        64,
+        &small_libp2p_run(
+            asked,
+            &[
+                "--checkpoint-dir",
+                &ck.display().to_string(),
+                "--checkpoint-every",
+                "100000",
+                "--metrics",
+                &metrics.display().to_string(),
+                "--summary",
+                &summary.display().to_string(),
+            ],
+        ),
+    )
+    .env("TMPDIR", &tmp)
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot write output.metrics") && err.contains("File too large"),
+        "{err}"
+    );
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let why = s["failed"].as_str().unwrap();
+    assert!(
+        why.contains("File too large") && why.contains("continue with --resume"),
+        "{why}"
+    );
+    // The clocks actually done, every node stopped at the same one and checkpointed it.
+    let t = s["clocks"].as_u64().unwrap();
+    assert!(t > 0 && t < asked, "{s}");
+    assert_eq!(s["replica_checksums"].as_array().unwrap().len(), 3, "{s}");
+    for i in 0..3 {
+        let f = ck.join(format!("peer-{i}.c{t:010}.sfbck"));
+        assert!(f.exists(), "{}", f.display());
+    }
+    // What was written is whole records, none past the stop.
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    let clocks: Vec<u64> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|r| r["clock"].as_u64().unwrap())
+        .collect();
+    assert!(!clocks.is_empty() && clocks.iter().all(|&c| c <= t), "{t}");
+    assert!(run_dirs(&tmp).is_empty(), "{:?}", run_dirs(&tmp));
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn a_metrics_write_that_fails_stops_an_in_memory_or_simulated_run_at_once() {
+    // `/dev/full` takes the file and refuses every write, as a full disk does.
+    if !Path::new("/dev/full").exists() {
+        return;
+    }
+    let tmp = tempdir("exits", "metrics-full-mem");
+    let asked = 10_000_000u64;
+    for cmd in ["run", "sim"] {
+        let summary = tmp.join(format!("{cmd}.json"));
+        let out = Command::new(SFB)
+            .args([
+                cmd,
+                "--peers",
+                "4",
+                "--clocks",
+                &asked.to_string(),
+                "--eval-every",
+                "0",
+                "--synthetic",
+                "classes=4,features=16,samples=600",
+                "--metrics",
+                "/dev/full",
+                "--summary",
+                &summary.display().to_string(),
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd}: {err}");
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+        let why = s["failed"].as_str().unwrap();
+        assert!(
+            why.contains("cannot write output.metrics /dev/full")
+                && why.contains("No space left on device"),
+            "{cmd}: {why}"
+        );
+        // A real summary of the clocks done: every replica's checksum, all alike (BSP).
+        let t = s["clocks"].as_u64().unwrap();
+        assert!(t > 0 && t < asked, "{cmd}: {s}");
+        assert!(
+            why.contains(&format!("stopped at clock {t}")),
+            "{cmd}: {why}"
+        );
+        let sums = s["replica_checksums"].as_array().unwrap();
+        assert_eq!(sums.len(), 4, "{cmd}: {s}");
+        assert!(sums.iter().all(|c| c == &sums[0]), "{cmd}: {s}");
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
 }

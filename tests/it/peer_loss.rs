@@ -596,11 +596,14 @@ fn rejoin(p: usize, q: usize, tag: &str) {
 fn the_launcher_reports_a_lost_peer_and_lets_the_survivors_finish() {
     let dir = tempdir(GROUP, "launcher");
     let summary = dir.join("summary.json");
+    let records = dir.join("m.jsonl");
     let mut launcher = Command::new(SFB)
         .args(["run", "--transport", "libp2p", "--peers", "4"])
         .args(run_args("ssp:2"))
         .arg("--summary")
         .arg(&summary)
+        .arg("--metrics")
+        .arg(&records)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -616,19 +619,8 @@ fn the_launcher_reports_a_lost_peer_and_lets_the_survivors_finish() {
         // Polling the process table.
         std::thread::sleep(Duration::from_millis(5));
     };
-    // The launcher's directory (from a child's `--spec DIR/node.json`) holds each node's
-    // records as they happen: kill node 2 by PID once it has completed 20 clocks.
-    let cmdline = std::fs::read(format!("/proc/{}/cmdline", kids[0])).unwrap();
-    let args: Vec<String> = cmdline
-        .split(|&b| b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    let spec = args
-        .iter()
-        .position(|a| a == "--spec")
-        .map(|i| args[i + 1].clone())
-        .unwrap();
-    let records = Path::new(&spec).with_file_name("node-2.jsonl");
+    // The launcher streams every node's records to the metrics file as they arrive: kill
+    // node 2 by PID once it has completed 20 clocks.
     let victim = *kids
         .iter()
         .find(|&&k| {
@@ -640,6 +632,7 @@ fn the_launcher_reports_a_lost_peer_and_lets_the_survivors_finish() {
     while std::fs::read_to_string(&records)
         .unwrap_or_default()
         .lines()
+        .filter(|l| l.starts_with("{\"peer\":2,"))
         .count()
         < 20
     {

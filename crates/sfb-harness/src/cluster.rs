@@ -19,7 +19,7 @@ use sfb_models::{Example, ModelSpec, Preprocess, Problem};
 use sfb_topology::{Method, Topology};
 
 use crate::checkpoint::{Meta, Store};
-use crate::records::MetricsFile;
+use crate::records::RecordSink;
 use crate::spec::{RunSpec, StragglerSpec, TopologyMethod};
 use crate::summary::{NodeOutcome, summarize};
 use crate::{Error, Result};
@@ -321,6 +321,9 @@ struct Settings {
     optimizer: Option<sfb_core::Optimizer>,
     keep_all: bool,
     metrics: Option<PathBuf>,
+    /// Where records go, if the caller holds it ([`Builder::record_sink`]); else one is
+    /// made from `metrics` for the run.
+    sink: Option<Arc<RecordSink>>,
     checkpoints: Option<Checkpoints>,
     on_peer_loss: Option<sfb_core::PeerLoss>,
     /// [`sfb_core::Config::quorum`].
@@ -393,6 +396,7 @@ impl Default for Settings {
             optimizer: None,
             keep_all: true,
             metrics: None,
+            sink: None,
             checkpoints: None,
             on_peer_loss: None,
             quorum: true,
@@ -980,11 +984,38 @@ impl<K> Builder<K> {
         self
     }
 
-    /// In-memory runs: append every node's per-clock records to `path` (JSON lines) as
-    /// they happen. Default: none.
+    /// In-memory and simulated runs: append every node's per-clock records to `path`
+    /// (JSON lines) as they happen. Default: none. A write that fails stops the run at
+    /// once, every node at one clock, and its summary says why (`failed`).
     pub fn metrics_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.s.metrics = Some(path.into());
         self
+    }
+
+    /// In-memory and simulated runs: hand every record to `sink` (which decides the
+    /// metrics file, instead of [`metrics_file`](Self::metrics_file)), so that the caller
+    /// still has each node's last record when the run fails ([`RecordSink::last`]).
+    pub fn record_sink(mut self, sink: Arc<RecordSink>) -> Self {
+        self.s.sink = Some(sink);
+        self
+    }
+
+    /// The run's record sink: the caller's, or a new one on the metrics file.
+    fn sink(&self) -> Result<Arc<RecordSink>> {
+        match &self.s.sink {
+            Some(s) => Ok(Arc::clone(s)),
+            None => Ok(Arc::new(RecordSink::create(self.s.metrics.as_deref())?)),
+        }
+    }
+
+    /// How far past the furthest node a stop on a failed write is set: the consistency
+    /// model's spread (or the flow control's), plus 2.
+    fn stop_margin(&self) -> u64 {
+        self.s
+            .consistency
+            .staleness_bound()
+            .unwrap_or(self.s.max_drift)
+            .saturating_add(2)
     }
 
     /// Every node writes its state to `dir` every `every` clocks (those clocks are
@@ -1270,17 +1301,13 @@ impl Builder<Builtin> {
             sparse_v,
             eval_samples: problem.test.len(),
         };
-        let file = match &self.s.metrics {
-            Some(path) => Some(MetricsFile::create(path)?),
-            None => None,
-        };
         let mut observer = SimObserver {
-            file,
+            sink: self.sink()?,
             progress: self.s.progress.clone(),
             server_at: self.s.peers,
         };
         let batch = self.s.batch;
-        let (summary, records, report, w) = match fms {
+        let (summary, records, report, w): (Summary, Vec<ClockRecord>, _, _) = match fms {
             None => {
                 let engines = self.build_engines()?;
                 let (j, d) = engines.first().map_or((0, 0), |e| e.replica().dim());
@@ -1332,8 +1359,9 @@ impl Builder<Builtin> {
                 (summary, records, report, w)
             }
         };
-        if let Some(f) = &observer.file {
-            f.finish()?;
+        let mut summary = summary;
+        if let Err(e) = observer.sink.finish() {
+            stopped_early(&mut summary, &records, e.to_string());
         }
         tracing::info!(
             "simulated {:.3} s in {:.2} s ({} events)",
@@ -1341,7 +1369,6 @@ impl Builder<Builtin> {
             t0.elapsed().as_secs_f64(),
             report.events
         );
-        let mut summary = summary;
         summary.sim = Some(report);
         Ok(Outcome {
             summary,
@@ -1362,18 +1389,21 @@ fn sim_report(
     report
 }
 
-/// Streams a simulated run's records to its metrics file and progress callback.
+/// Streams a simulated run's records to its record sink and progress callback, and stops
+/// the run when the sink's file cannot be written.
 struct SimObserver {
-    file: Option<MetricsFile>,
+    sink: Arc<RecordSink>,
     progress: Option<Progress>,
     server_at: usize,
 }
 
 impl<N> sfb_net::virtual_time::Observer<N> for SimObserver {
+    fn stop_requested(&mut self) -> bool {
+        self.sink.failed()
+    }
+
     fn on_record(&mut self, r: &ClockRecord) {
-        if let Some(f) = &self.file {
-            f.write(r);
-        }
+        self.sink.write(r);
         if let Some(f) = &self.progress {
             let node = if r.peer == PeerId::SERVER.0 {
                 self.server_at
@@ -1915,40 +1945,40 @@ impl<K: Kind> Builder<K> {
         Ok(self.resolved()?.info())
     }
 
-    /// The in-memory driver's options, and the metrics file they append to (created
-    /// here, flushed by [`finish_metrics`]).
+    /// The in-memory driver's options, and the record sink they hand every record to
+    /// (flushed by the caller, [`RecordSink::finish`]); a failed write stops every node
+    /// at one clock.
     fn mem_options(
         &mut self,
         backend: &'static str,
-    ) -> Result<(sfb_net::mem::Options, Option<Arc<MetricsFile>>)> {
+    ) -> Result<(sfb_net::mem::Options, Arc<RecordSink>)> {
         let checkpoint = self.checkpoint_store(backend)?.map(checkpoint_sink);
-        let file = match &self.s.metrics {
-            Some(path) => Some(Arc::new(MetricsFile::create(path)?)),
-            None => None,
-        };
+        let sink = self.sink()?;
+        let stop = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+        let margin = self.stop_margin();
+        let on_failure = Arc::clone(&stop);
+        sink.on_failure(Box::new(move |fastest| {
+            let at = fastest.saturating_add(margin);
+            tracing::warn!("the metrics cannot be written: every node stops at clock {at}");
+            on_failure.store(at, std::sync::atomic::Ordering::Relaxed);
+        }));
         let user = self.s.progress.clone();
-        let progress: Option<sfb_net::p2p::ProgressFn> = if user.is_none() && file.is_none() {
-            None
-        } else {
-            let server_at = self.s.peers;
-            let file = file.clone();
-            Some(Arc::new(move |r: &ClockRecord| {
-                if let Some(f) = &file {
-                    f.write(r);
-                }
-                if let Some(f) = &user {
-                    let node = if r.peer == PeerId::SERVER.0 {
-                        server_at
-                    } else {
-                        r.peer as usize
-                    };
-                    f(node, r.clock);
-                }
-            }))
-        };
+        let server_at = self.s.peers;
+        let to_sink = Arc::clone(&sink);
+        let progress: sfb_net::p2p::ProgressFn = Arc::new(move |r: &ClockRecord| {
+            to_sink.write(r);
+            if let Some(f) = &user {
+                let node = if r.peer == PeerId::SERVER.0 {
+                    server_at
+                } else {
+                    r.peer as usize
+                };
+                f(node, r.clock);
+            }
+        });
         let opts = sfb_net::mem::Options {
             timeout: self.s.timeout,
-            progress,
+            progress: Some(progress),
             stragglers: self.s.stragglers(),
             keep: if self.s.keep_all {
                 Keep::All
@@ -1956,9 +1986,10 @@ impl<K: Kind> Builder<K> {
                 Keep::Last
             },
             checkpoint,
+            stop_at: Some(stop),
             ..Default::default()
         };
-        Ok((opts, file))
+        Ok((opts, sink))
     }
 
     /// Who the drivers slow down when ([`Builder::straggler`]): hand it to the driver of a
@@ -1983,10 +2014,14 @@ impl<K: Kind> Builder<K> {
             .first()
             .map_or(0, |e| e.config().out_neighbors.len());
         let info = self.info("sfb", out_degree);
-        let (opts, metrics) = self.mem_options("sfb")?;
+        let (opts, sink) = self.mem_options("sfb")?;
         let peers = sfb_net::mem::run(engines, &opts)?;
-        finish_metrics(metrics)?;
-        Ok(MemRun { peers, info })
+        let failed = sink.finish().err().map(|e| e.to_string());
+        Ok(MemRun {
+            peers,
+            info,
+            failed,
+        })
     }
 
     /// Runs an FMS server and P clients to completion over the in-memory transport.
@@ -1996,10 +2031,10 @@ impl<K: Kind> Builder<K> {
     pub fn run_fms_mem(mut self, push: crate::Push) -> Result<FmsRun<K::Model>> {
         let (server, clients) = self.build_fms(push)?;
         let info = self.info("fms", 1);
-        let (opts, metrics) = self.mem_options("fms")?;
+        let (opts, sink) = self.mem_options("fms")?;
         let run = sfb_net::mem_fms::run(server, clients, &opts)?;
-        finish_metrics(metrics)?;
-        Ok(FmsRun { run, info })
+        let failed = sink.finish().err().map(|e| e.to_string());
+        Ok(FmsRun { run, info, failed })
     }
 }
 
@@ -2068,9 +2103,25 @@ fn restore_error(store: &Store, role: Role, id: PeerId, clock: u64, e: sfb_core:
     }
 }
 
-/// Flushes a run's metrics file, if it has one.
-fn finish_metrics(file: Option<Arc<MetricsFile>>) -> Result<()> {
-    file.map_or(Ok(()), |f| f.finish())
+/// A run that was stopped because its records could not be written (`why`): its summary
+/// says so, with the clocks every worker actually completed (from `records`, each worker's
+/// last one at least), not the clocks asked for.
+fn stopped_early(summary: &mut Summary, records: &[ClockRecord], why: String) {
+    let done = records.iter().filter(|r| r.peer != PeerId::SERVER.0).fold(
+        std::collections::BTreeMap::new(),
+        |mut m, r| {
+            let c: &mut u64 = m.entry(r.peer).or_default();
+            *c = (*c).max(r.clock);
+            m
+        },
+    );
+    if let Some(&least) = done.values().min() {
+        summary.clocks = summary.clocks.min(least);
+    }
+    summary.failed = Some(format!(
+        "{why}: the run stopped at clock {}",
+        summary.clocks
+    ));
 }
 
 /// A finished run: its summary and every node's per-clock records.
@@ -2092,6 +2143,9 @@ pub struct MemRun<M: Model> {
     pub peers: Vec<sfb_net::mem::PeerRun<M>>,
     /// What the run was.
     pub info: RunInfo,
+    /// Why the run was stopped early, if it was: its records could not be written (the
+    /// summary's `failed`).
+    pub failed: Option<String>,
 }
 
 impl<M: Model> fmt::Debug for MemRun<M> {
@@ -2111,7 +2165,16 @@ impl<M: Model> MemRun<M> {
             .iter()
             .map(|r| NodeOutcome::from_engine(&r.engine, &r.records))
             .collect();
-        summarize(self.info.clone(), &nodes, None)
+        let mut summary = summarize(self.info.clone(), &nodes, None);
+        if let Some(why) = &self.failed {
+            let last: Vec<ClockRecord> = self
+                .peers
+                .iter()
+                .filter_map(|r| r.records.last().cloned())
+                .collect();
+            stopped_early(&mut summary, &last, why.clone());
+        }
+        summary
     }
 
     /// The summary and every peer's records.
@@ -2136,6 +2199,8 @@ pub struct FmsRun<M: Model> {
     pub run: sfb_net::mem_fms::Run<M, M>,
     /// What the run was.
     pub info: RunInfo,
+    /// Why the run was stopped early, if it was (as [`MemRun::failed`]).
+    pub failed: Option<String>,
 }
 
 impl<M: Model> fmt::Debug for FmsRun<M> {
@@ -2156,11 +2221,21 @@ impl<M: Model> FmsRun<M> {
             .iter()
             .map(|r| NodeOutcome::from_client(&r.client, &r.records))
             .collect();
-        summarize(
+        let mut summary = summarize(
             self.info.clone(),
             &nodes,
             Some(self.run.server.server.metrics()),
-        )
+        );
+        if let Some(why) = &self.failed {
+            let last: Vec<ClockRecord> = self
+                .run
+                .clients
+                .iter()
+                .filter_map(|r| r.records.last().cloned())
+                .collect();
+            stopped_early(&mut summary, &last, why.clone());
+        }
+        summary
     }
 
     /// The summary, every client's records, then the server's.

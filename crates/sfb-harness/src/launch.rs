@@ -9,9 +9,10 @@
 //!
 //! Parent and children talk in JSON lines ([`Event`] on the child's stdout, [`Addrs`] on
 //! its stdin): each child says where it listens, learns everyone's address, then reports
-//! every clock it completes (the parent's progress callback hears them). The per-clock
-//! records go to `node-I.jsonl` as they happen, the final report to `node-I.json` and the
-//! final W to `node-I.w`.
+//! every clock it completes with its record ([`Event::Record`]): the parent streams the
+//! records to the run's metrics file as they arrive (a child writes no per-clock file, so
+//! a long run fills no disk), and hears the progress. The final report goes to
+//! `node-I.json` and the final W to `node-I.w`.
 //!
 //! Children are killed on every path out of [`Launcher::run`] (error, interruption, panic,
 //! drop): each is owned by a task of a [`JoinSet`] with `kill_on_drop`, and the set is
@@ -33,7 +34,7 @@ use tokio::task::JoinSet;
 
 use crate::cluster::{Cluster, Outcome, Progress};
 use crate::netns::{self, Netns};
-use crate::records::MetricsFile;
+use crate::records::RecordSink;
 use crate::spec::{Backend, NetOptions, RunSpec};
 use crate::summary::{NodeOutcome, summarize};
 
@@ -110,12 +111,12 @@ pub struct NodeSpec {
     /// The run (its `output` is the node's own: `--summary`/`--metrics` of one node).
     pub run: RunSpec,
     /// Say where this node listens ([`Event::Listening`]), read every node's address
-    /// ([`Addrs`]) from stdin, and report every clock ([`Event::Clock`]) on stdout.
+    /// ([`Addrs`]) from stdin, and report every clock's record ([`Event::Record`]) on
+    /// stdout.
     #[serde(default)]
     pub exchange_addrs: bool,
-    /// Write `node-I.json` (a [`NodeReport`]), `node-I.w` (final W, raw little-endian
-    /// f32, row-major) and `node-I.jsonl` (per-clock records) here, `I` being the node's
-    /// index in the cluster file.
+    /// Write `node-I.json` (a [`NodeReport`]) and `node-I.w` (final W, raw little-endian
+    /// f32, row-major) here at the end, `I` being the node's index in the cluster file.
     #[serde(default)]
     pub out_dir: Option<PathBuf>,
     /// `out_dir` is the launcher's own temporary directory (it holds the cluster file and
@@ -163,8 +164,8 @@ impl NodeSpec {
 pub enum Event {
     /// The node listens at this multiaddr.
     Listening(String),
-    /// The node completed this many clocks.
-    Clock(u64),
+    /// The node completed a clock: its record.
+    Record(ClockRecord),
 }
 
 /// A request of the launcher to its children, one JSON line on their stdin after [`Addrs`].
@@ -227,8 +228,8 @@ pub enum Role {
 
 /// Runs one node of the cluster file `cluster` as `spec` says, to completion: builds its
 /// engine (SFB peer or FMS client or server) from `spec.run` through the cluster builder,
-/// drives it over libp2p, streams its per-clock records to `spec.run.output.metrics` (and
-/// `node-I.jsonl` under `out_dir`), writes its own summary (one node: its figures and its
+/// drives it over libp2p, streams its per-clock records to `spec.run.output.metrics` (and,
+/// with `exchange_addrs`, to its parent), writes its own summary (one node: its figures and its
 /// one checksum) to `spec.run.output.summary`, and its report and W under `out_dir`.
 /// Returns its summary, report and final W.
 ///
@@ -270,23 +271,26 @@ pub fn run_node(spec: &NodeSpec, cluster: &Path, role: Role) -> crate::Result<No
     run.backend = if fms { Backend::Fms } else { Backend::Sfb };
     run.transport = crate::Transport::Libp2p;
     run.validate()?;
-    let out = drive_node(spec, &run, file, id, fms, role, p);
+    // A failed write of its metrics makes the node leave the run at once (its neighbours
+    // go on under the run's peer-loss policy); it then fails, naming the file.
+    let sink = Arc::new(RecordSink::create(run.output.metrics.as_deref())?);
+    let out = drive_node((spec, &run), file, (id, role), fms, p, &sink);
     if let Err(e) = &out {
-        // The node's records so far are in its metrics file: a summary marked failed.
-        crate::records::write_partial_summary(&run, &e.to_string());
+        // A summary marked failed, from the node's last record.
+        crate::records::write_partial_summary(&run, &e.to_string(), &sink.last());
     }
     out
 }
 
-/// Builds node `id` of `file` and drives it to the end ([`run_node`]'s body).
+/// Builds node `id` (in `role`) of `file` and drives it to the end, its records to `sink`
+/// ([`run_node`]'s body).
 fn drive_node(
-    spec: &NodeSpec,
-    run: &RunSpec,
+    (spec, run): (&NodeSpec, &RunSpec),
     file: ClusterFile,
-    id: usize,
+    (id, role): (usize, Role),
     fms: bool,
-    role: Role,
     p: usize,
+    sink: &Arc<RecordSink>,
 ) -> crate::Result<NodeDone> {
     let mut builder = Cluster::from_spec(run)?;
     if !fms {
@@ -302,6 +306,7 @@ fn drive_node(
         checkpoint,
         prep: builder.preprocessing(),
         agreement: builder.agreement(),
+        sink: Arc::clone(sink),
     };
     match (fms, role) {
         (true, Role::Server) => {
@@ -374,14 +379,8 @@ struct NodeRun<'a> {
     prep: Option<sfb_models::Preprocess>,
     /// What every node must share ([`Cluster::agreement`](crate::Builder::agreement)).
     agreement: Vec<(String, String)>,
-}
-
-/// A JSON-lines sink shared with the driver's progress callback.
-type Sink = Arc<Mutex<std::io::BufWriter<std::fs::File>>>;
-
-fn sink(path: &Path) -> Result<Sink, Error> {
-    let f = std::fs::File::create(path).map_err(io(format!("creating {}", path.display())))?;
-    Ok(Arc::new(Mutex::new(std::io::BufWriter::new(f))))
+    /// The node's own metrics file (`run.output.metrics`).
+    sink: Arc<RecordSink>,
 }
 
 impl NodeRun<'_> {
@@ -402,6 +401,7 @@ impl NodeRun<'_> {
             checkpoint,
             prep,
             agreement,
+            sink,
         } = self;
         // The graph this node trains on is the cluster file's, whatever the spec says.
         let topology = (!full_w).then(|| file.topology()).flatten().map(|t| {
@@ -413,17 +413,15 @@ impl NodeRun<'_> {
                 },
             )
         });
-        let mut sinks: Vec<Sink> = Vec::new();
-        if let Some(path) = &run.output.metrics {
-            sinks.push(sink(path)?);
-        }
-        if let Some(dir) = &spec.out_dir {
-            sinks.push(sink(&dir.join(format!("node-{id}.jsonl")))?);
-        }
         let mut opts = node_options(&run.net);
-        // A coordinated stop: the launcher's `{"stop_at":T}` on stdin, or SIGTERM/SIGINT.
+        // A coordinated stop: the launcher's `{"stop_at":T}` on stdin, or SIGTERM/SIGINT; a
+        // failed write of the node's metrics makes it leave now (0).
         let stop = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
         opts.stop_at = Some(Arc::clone(&stop));
+        let leave = Arc::clone(&stop);
+        sink.on_failure(Box::new(move |_| {
+            leave.store(0, std::sync::atomic::Ordering::Relaxed);
+        }));
         // Straggling is a driver option: the same schedule as in memory.
         opts.stragglers = run.train.straggler.map_or(sfb_core::Stragglers::None, |s| {
             s.schedule(run.peers, run.train.seed)
@@ -456,21 +454,14 @@ impl NodeRun<'_> {
         // A resumed node's streams carry the clocks from its checkpoint on.
         opts.start_clock = start_clock;
         let exchange = spec.exchange_addrs;
-        if exchange || !sinks.is_empty() {
-            let sinks = sinks.clone();
-            opts.progress = Some(Arc::new(move |r: &ClockRecord| {
-                // Streamed as records happen: a line per clock, flushed, nothing kept.
-                for s in &sinks {
-                    let mut w = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let _ = serde_json::to_writer(&mut *w, r);
-                    let _ = writeln!(w);
-                    let _ = w.flush();
-                }
-                if exchange {
-                    say(&Event::Clock(r.clock));
-                }
-            }));
-        }
+        let to_sink = Arc::clone(&sink);
+        opts.progress = Some(Arc::new(move |r: &ClockRecord| {
+            // Streamed as records happen; the sink keeps only the last.
+            to_sink.write(r);
+            if exchange {
+                say(&Event::Record(r.clone()));
+            }
+        }));
         let shape = RunShape {
             j: jd.0,
             d: jd.1,
@@ -533,12 +524,7 @@ impl NodeRun<'_> {
             )
         })?;
         drop(rt);
-        for s in &sinks {
-            s.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .flush()
-                .map_err(io("writing metrics"))?;
-        }
+        sink.finish()?;
         let f = finished(&outcome.node);
         let mut metrics = f.metrics;
         // The transport's counts include framing; prefer them to the node's payload counts
@@ -727,6 +713,7 @@ fn threads_each(cores: usize, nodes: usize) -> usize {
 pub struct Launcher {
     exe: PathBuf,
     progress: Option<Progress>,
+    sink: Option<Arc<RecordSink>>,
 }
 
 impl std::fmt::Debug for Launcher {
@@ -745,6 +732,7 @@ impl Launcher {
         Self {
             exe: exe.into(),
             progress: None,
+            sink: None,
         }
     }
 
@@ -769,6 +757,14 @@ impl Launcher {
         self
     }
 
+    /// Hand every node's records to `sink` as they arrive (which decides the metrics file,
+    /// instead of the spec's `output.metrics`), so that the caller still has each node's
+    /// last record when the run fails ([`RecordSink::last`]).
+    pub fn record_sink(mut self, sink: Arc<RecordSink>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
     /// Runs `spec` (transport libp2p): on loopback, or with `spec.net.netns` each node in
     /// its own network namespace behind a tbf-shaped link at `spec.net.bandwidth`
     /// ([`crate::netns`]; the children then get no token bucket). Returns the merged
@@ -783,6 +779,15 @@ impl Launcher {
         let p = spec.peers;
         let fms = spec.backend == Backend::Fms;
         let nodes = p + usize::from(fms);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(io("starting the async runtime"))?;
+        // SIGINT and SIGTERM are heard from here on, in every phase: before the children
+        // start, one ends the launch between two steps (nothing is left behind: the
+        // temporary directory and its keys go with it); once they run, see `children`.
+        let mut signals = rt.block_on(Signals::listen())?;
         // Set up before anything else can fail; torn down (drop) after the children end.
         let shaping = match (spec.net.netns, spec.net.bandwidth) {
             (true, Some(rate)) => {
@@ -790,6 +795,7 @@ impl Launcher {
             }
             _ => None,
         };
+        signals.check()?;
         let dir = tempfile::Builder::new()
             .prefix("sfb-run-")
             .tempdir()
@@ -801,6 +807,7 @@ impl Launcher {
         let cluster_path = dir.path().join("cluster.toml");
         // Every node's replica is on this machine: refuse before starting any.
         let mut builder = Cluster::from_spec(spec)?;
+        signals.check()?;
         builder.check_fits(nodes)?;
         // Processes, pipes and sockets: before the topology is built or anything spawned.
         let neighbours = match spec.backend {
@@ -834,9 +841,11 @@ impl Launcher {
         } else {
             let out = builder.resolve_topology()?;
             topology = Some(builder.topology_info()?);
+            signals.check()?;
             let t = sfb_topology::Topology::new(out)?;
             ClusterFile::init(&cluster_path, &t, &hosts, 0).map_err(Error::from)?;
         }
+        signals.check()?;
         let mut child = NodeSpec {
             run: spec.clone(),
             exchange_addrs: true,
@@ -855,11 +864,6 @@ impl Launcher {
         let prefixes: Vec<Vec<String>> = (0..nodes)
             .map(|i| shaping.as_ref().map_or_else(Vec::new, |n| n.exec_prefix(i)))
             .collect();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(io("starting the async runtime"))?;
         // Under a continue policy a node that dies is lost, not the run's end.
         let survive = spec
             .fault
@@ -873,13 +877,20 @@ impl Launcher {
         };
         // A streaming peer scans its data file before it listens: minutes for a large one.
         let listen = LISTEN_TIMEOUT.max(Duration::from_secs_f64(spec.net.startup_timeout_s));
+        let sink = match &self.sink {
+            Some(s) => Arc::clone(s),
+            None => Arc::new(
+                RecordSink::create(spec.output.metrics.as_deref())?
+                    .keep_all(spec.output.keep_records),
+            ),
+        };
         let ran = rt.block_on(self.children(
             &spec_path,
             &cluster_path,
             &prefixes,
             (fms, survive),
-            margin,
-            listen,
+            (margin, listen),
+            (&sink, &mut signals),
         ));
         // The runtime (and with it every child still running) ends before the namespaces
         // are torn down.
@@ -887,14 +898,14 @@ impl Launcher {
         let (lost, stopped_at) = match ran {
             Ok(r) => r,
             Err(e) => {
-                // What the nodes recorded before the failure, for the partial summary.
-                if let Some(path) = &spec.output.metrics {
-                    copy_records(dir.path(), nodes, path);
+                // What the nodes recorded before the failure is in the metrics file.
+                if let Err(w) = sink.finish() {
+                    tracing::warn!("{w}");
                 }
                 return Err(e.into());
             }
         };
-        let mut outcome = merge(dir.path(), spec, fms, &lost)?;
+        let mut outcome = merge(dir.path(), spec, fms, &lost, &sink)?;
         outcome.summary.topology = topology;
         if let Some(t) = stopped_at {
             let resume = if spec.fault.checkpoint_dir.is_some() {
@@ -902,8 +913,12 @@ impl Launcher {
             } else {
                 "no checkpoints (--checkpoint-dir): it cannot be resumed"
             };
+            let why = match sink.failure() {
+                Some(e) => e,
+                None => "stopped by a signal".into(),
+            };
             outcome.summary.clocks = t.min(outcome.summary.clocks);
-            outcome.summary.failed = Some(format!("stopped by a signal at clock {t}; {resume}"));
+            outcome.summary.failed = Some(format!("{why}: the run stopped at clock {t}; {resume}"));
         }
         if let Some(n) = &shaping {
             outcome.summary.transport = "libp2p+netns".into();
@@ -923,8 +938,8 @@ impl Launcher {
         cluster: &Path,
         prefixes: &[Vec<String>],
         (fms, survive): (bool, bool),
-        margin: u64,
-        listen: Duration,
+        (margin, listen): (u64, Duration),
+        (sink, signals): (&Arc<RecordSink>, &mut Signals),
     ) -> Result<(Vec<usize>, Option<u64>), Error> {
         let n = prefixes.len();
         let name = |i: usize| {
@@ -934,11 +949,11 @@ impl Launcher {
                 format!("peer {i}")
             }
         };
-        // SIGINT and SIGTERM stop the run the same way, from the start.
-        let ctrl_c = tokio::signal::ctrl_c();
-        tokio::pin!(ctrl_c);
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(io("listening for SIGTERM"))?;
+        // A failed write of the metrics stops the run as a signal does.
+        let (failed_tx, mut write_failed) = tokio::sync::mpsc::unbounded_channel::<()>();
+        sink.on_failure(Box::new(move |_| {
+            let _ = failed_tx.send(());
+        }));
         let (tx, mut listening) = tokio::sync::mpsc::channel::<(usize, String)>(n.max(1));
         let mut set: JoinSet<(usize, Result<std::process::ExitStatus, Error>)> = JoinSet::new();
         let mut stdins = Vec::new();
@@ -952,6 +967,9 @@ impl Launcher {
             tracing::info!("{n} nodes on this host: RAYON_NUM_THREADS={t} each");
         }
         for (i, prefix) in prefixes.iter().enumerate() {
+            // A signal while the nodes are started: those started are killed (dropping
+            // `set`) and see their stdin close, which removes the directory too.
+            signals.check()?;
             let mut cmd = match prefix.split_first() {
                 Some((prog, args)) => {
                     let mut c = tokio::process::Command::new(prog);
@@ -990,6 +1008,7 @@ impl Launcher {
             let tx = tx.clone();
             let progress = self.progress.clone();
             let fastest = Arc::clone(&fastest);
+            let sink = Arc::clone(sink);
             set.spawn(async move {
                 // The child lives in this task: aborting the task kills it.
                 let mut c = c;
@@ -1014,8 +1033,10 @@ impl Launcher {
                             Ok(Event::Listening(a)) => {
                                 let _ = tx.send((i, a)).await;
                             }
-                            Ok(Event::Clock(k)) => {
+                            Ok(Event::Record(r)) => {
+                                let k = r.clock;
                                 fastest.fetch_max(k, std::sync::atomic::Ordering::Relaxed);
+                                sink.write(&r);
                                 if let Some(f) = &progress {
                                     f(i, k);
                                 }
@@ -1059,8 +1080,7 @@ impl Launcher {
                         return Err(failed(i, "exited before listening".into()));
                     }
                 }
-                _ = &mut ctrl_c => return Err(Error::Interrupted),
-                _ = term.recv() => return Err(Error::Interrupted),
+                Some(()) = signals.rx.recv() => return Err(Error::Interrupted),
                 () = tokio::time::sleep_until(deadline) => {
                     let i = addrs.iter().position(Option::is_none).unwrap_or(0);
                     return Err(failed(i, format!("did not say where it listens within {listen:?}")));
@@ -1074,6 +1094,11 @@ impl Launcher {
                 stderr: Vec::new(),
             });
         };
+        // Every node has read its private key (it listens under its identity): the keys
+        // leave the disk now, whatever happens to this process later.
+        if let Err(e) = std::fs::remove_dir_all(ClusterFile::keys_dir(cluster)) {
+            tracing::debug!("removing the launch's keys: {e}");
+        }
         let line = serde_json::to_string(&Addrs { addrs }).expect("plain strings") + "\n";
         // Each child's stdin stays open until this function returns: a child that sees it
         // close early knows the launcher died and stops.
@@ -1117,8 +1142,14 @@ impl Launcher {
                     };
                     return Err(failed(i, why));
                 }
-                _ = &mut ctrl_c => true,
-                _ = term.recv() => true,
+                Some(()) = signals.rx.recv() => true,
+                Some(()) = write_failed.recv() => {
+                    if stopping.is_some() {
+                        continue;
+                    }
+                    tracing::warn!("{}", sink.failure().unwrap_or_default());
+                    true
+                }
             };
             if signalled {
                 if stopping.is_some() {
@@ -1138,9 +1169,45 @@ impl Launcher {
                     let _ = stdin.flush().await;
                 }
                 stopping = Some(t);
-                // ctrl_c is a one-shot future: listen again.
-                ctrl_c.set(tokio::signal::ctrl_c());
             }
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, heard by the launcher from its first step: each delivery is one
+/// message on `rx`. (Registering replaces the signals' default action, killing the
+/// process, for the rest of its life.)
+struct Signals {
+    rx: tokio::sync::mpsc::UnboundedReceiver<()>,
+}
+
+impl Signals {
+    /// Starts listening (on the current runtime).
+    async fn listen() -> Result<Self, Error> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).map_err(io("listening for SIGTERM"))?;
+        let mut int = signal(SignalKind::interrupt()).map_err(io("listening for SIGINT"))?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    Some(()) = term.recv() => {}
+                    Some(()) = int.recv() => {}
+                    else => return,
+                }
+                if tx.send(()).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Self { rx })
+    }
+
+    /// [`Error::Interrupted`] if a signal came since the last look.
+    fn check(&mut self) -> Result<(), Error> {
+        match self.rx.try_recv() {
+            Ok(()) => Err(Error::Interrupted),
+            Err(_) => Ok(()),
         }
     }
 }
@@ -1186,55 +1253,21 @@ async fn blame(
     (i, status)
 }
 
-/// The run's outcome from the children's files: one [`summarize`] over the workers (and
-/// the FMS server's counters).
-fn merge(dir: &Path, spec: &RunSpec, fms: bool, lost: &[usize]) -> crate::Result<Outcome> {
+/// The run's outcome from the children's files and the records `sink` received: one
+/// [`summarize`] over the workers (and the FMS server's counters).
+fn merge(
+    dir: &Path,
+    spec: &RunSpec,
+    fms: bool,
+    lost: &[usize],
+    sink: &RecordSink,
+) -> crate::Result<Outcome> {
     let p = spec.peers;
     let mut reports = Vec::new();
     let mut server = None;
     let mut ws = Vec::new();
-    let mut records = Vec::new();
-    let metrics = match &spec.output.metrics {
-        Some(path) => Some(MetricsFile::create(path)?),
-        None => None,
-    };
     for i in 0..p + usize::from(fms) {
-        let path = dir.join(format!("node-{i}.jsonl"));
-        let gone = lost.contains(&i);
-        if gone && !path.exists() {
-            continue;
-        }
-        let file = std::fs::File::open(&path).map_err(io(format!("reading {}", path.display())))?;
-        // Line by line: a long run's records are never all in memory unless asked for.
-        let mut last = None;
-        for line in std::io::BufRead::lines(std::io::BufReader::new(file)) {
-            let line = line.map_err(io(format!("reading {}", path.display())))?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let rec = match serde_json::from_str::<ClockRecord>(&line) {
-                Ok(r) => r,
-                // A lost node may have died in the middle of a line.
-                Err(_) if gone => break,
-                Err(source) => {
-                    return Err(Error::Json {
-                        what: format!("{}", path.display()),
-                        source,
-                    }
-                    .into());
-                }
-            };
-            if let Some(m) = &metrics {
-                m.write_line(&line);
-            }
-            if spec.output.keep_records {
-                records.push(rec);
-            } else {
-                last = Some(rec);
-            }
-        }
-        records.extend(last);
-        if gone {
+        if lost.contains(&i) {
             // Its records up to its loss are in the metrics; its figures are not in the
             // survivors' summary.
             continue;
@@ -1266,12 +1299,13 @@ fn merge(dir: &Path, spec: &RunSpec, fms: bool, lost: &[usize]) -> crate::Result
         })
         .collect();
     let summary = summarize(spec.run_info(), &nodes, server.as_ref());
-    if let Some(m) = &metrics {
-        m.finish()?;
+    // A failed write has stopped the run already; the caller says so in the summary.
+    if !sink.failed() {
+        sink.finish()?;
     }
     Ok(Outcome {
         summary,
-        records,
+        records: sink.records(),
         w: ws.into_iter().next(),
     })
 }
@@ -1301,24 +1335,6 @@ fn repair_fn(out: Vec<Vec<usize>>, me: usize) -> Option<sfb_net::driver::RepairF
         let fingerprint = format!("{:016x}", crate::checkpoint::topology_fingerprint(&in_old));
         Some((ids(my_out), ids(my_in), fingerprint))
     }))
-}
-
-/// Appends every node's records found in `dir` (`node-I.jsonl`) to `path`, skipping
-/// lines cut short; best effort (logged).
-fn copy_records(dir: &Path, nodes: usize, path: &Path) {
-    let mut out = String::new();
-    for i in 0..nodes {
-        let text = std::fs::read_to_string(dir.join(format!("node-{i}.jsonl"))).unwrap_or_default();
-        for line in text.lines() {
-            if serde_json::from_str::<ClockRecord>(line).is_ok() {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-    }
-    if let Err(e) = std::fs::write(path, out) {
-        tracing::warn!("writing {}: {e}", path.display());
-    }
 }
 
 /// Counters of every node's tbf qdisc and TCP stack, summed, as summary extras: bytes on
@@ -1424,9 +1440,30 @@ mod tests {
             serde_json::to_string(&Event::Listening("/ip4/127.0.0.1/tcp/1".into())).unwrap(),
             r#"{"listening":"/ip4/127.0.0.1/tcp/1"}"#
         );
+        let r = ClockRecord {
+            peer: 2,
+            clock: 3,
+            wall_s: 0.5,
+            objective: Some(1.25),
+            test_accuracy: None,
+            samples: 8,
+            samples_per_s: 16.0,
+            bytes_sent: 100,
+            bytes_received: 90,
+            compute_s: 0.1,
+            apply_s: 0.2,
+            wait_s: 0.0,
+            eval_s: 0.0,
+            max_staleness: 1,
+        };
+        let line = serde_json::to_string(&Event::Record(r.clone())).unwrap();
+        assert!(
+            line.starts_with(r#"{"record":{"peer":2,"clock":3,"#),
+            "{line}"
+        );
         assert_eq!(
-            serde_json::to_string(&Event::Clock(3)).unwrap(),
-            r#"{"clock":3}"#
+            serde_json::from_str::<Event>(&line).unwrap(),
+            Event::Record(r)
         );
         let a: Addrs = serde_json::from_str(r#"{"addrs":["a","b"]}"#).unwrap();
         assert_eq!(a.addrs, ["a", "b"]);

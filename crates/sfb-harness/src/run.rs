@@ -1,6 +1,7 @@
 //! Carrying out a [`RunSpec`].
 
 use std::path::Path;
+use std::sync::Arc;
 
 use ndarray::ArrayView2;
 use sfb_models::Preprocess;
@@ -9,6 +10,7 @@ use sfb_models::saved::SavedModel;
 use crate::Result;
 use crate::cluster::{Cluster, Outcome, Progress};
 use crate::launch::Launcher;
+use crate::records::RecordSink;
 use crate::spec::{Backend, RunSpec, Transport};
 
 /// Runs `spec` to completion and returns its summary and records; `progress`, if given,
@@ -25,18 +27,28 @@ use crate::spec::{Backend, RunSpec, Transport};
 /// A run that fails after it started still leaves its per-clock records in
 /// `output.metrics` and a summary marked `failed` in `output.summary` (the figures of each
 /// node's last record: [`write_partial_summary`](crate::records::write_partial_summary)).
+/// A run whose metrics file cannot be written (a full disk) is stopped at once, every node
+/// at one clock, and returned with its summary's `failed` saying why.
 pub fn run(spec: &RunSpec, progress: Option<Progress>) -> Result<Outcome> {
     spec.validate()?;
-    let out = run_validated(spec, progress);
+    // In memory and on the simulator the drivers keep the records a run returns; the
+    // launcher keeps them in the sink.
+    let keep = spec.transport == Transport::Libp2p && spec.output.keep_records;
+    let sink = Arc::new(RecordSink::create(spec.output.metrics.as_deref())?.keep_all(keep));
+    let out = run_validated(spec, progress, &sink);
     if let Err(e) = &out {
-        crate::records::write_partial_summary(spec, &e.to_string());
+        crate::records::write_partial_summary(spec, &e.to_string(), &sink.last());
     }
     out
 }
 
-fn run_validated(spec: &RunSpec, progress: Option<Progress>) -> Result<Outcome> {
+fn run_validated(
+    spec: &RunSpec,
+    progress: Option<Progress>,
+    sink: &Arc<RecordSink>,
+) -> Result<Outcome> {
     let (out, prep) = if spec.transport == Transport::Libp2p {
-        let mut launcher = Launcher::from_env()?;
+        let mut launcher = Launcher::from_env()?.record_sink(Arc::clone(sink));
         if let Some(p) = progress {
             launcher = launcher.progress(p);
         }
@@ -48,7 +60,7 @@ fn run_validated(spec: &RunSpec, progress: Option<Progress>) -> Result<Outcome> 
         };
         (out, prep)
     } else {
-        let mut builder = Cluster::from_spec(spec)?;
+        let mut builder = Cluster::from_spec(spec)?.record_sink(Arc::clone(sink));
         if let Some(p) = progress {
             builder = builder.progress(p);
         }

@@ -8,6 +8,8 @@
 //! tells the others to stop. The loop is the crate's one [`driver::drive`]; this module
 //! supplies its links (crossbeam channels).
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -38,6 +40,10 @@ pub struct Options {
     /// Where every node's checkpoint states go (called on the node's thread). Default:
     /// none (states are dropped).
     pub checkpoint: Option<CheckpointFn>,
+    /// A coordinated stop, as [`DriveOptions::stop_at`](crate::driver::DriveOptions): set
+    /// it to a clock no node has passed (e.g. on a failed output write) and every node
+    /// ends its run there, checkpointing if it checkpoints. Default: none.
+    pub stop_at: Option<Arc<AtomicU64>>,
 }
 
 impl std::fmt::Debug for Options {
@@ -49,6 +55,7 @@ impl std::fmt::Debug for Options {
             .field("stragglers", &self.stragglers)
             .field("keep", &self.keep)
             .field("checkpoint", &self.checkpoint.is_some())
+            .field("stop_at", &self.stop_at)
             .finish()
     }
 }
@@ -62,6 +69,7 @@ impl Default for Options {
             checkpoint: None,
             stragglers: Stragglers::None,
             keep: Keep::All,
+            stop_at: None,
         }
     }
 }
@@ -243,7 +251,7 @@ pub(crate) fn drive<N: StateMachine>(
         keep: opts.keep,
         rejoin_timeout: None,
         checkpoint: opts.checkpoint.clone(),
-        stop_at: None,
+        stop_at: opts.stop_at.clone(),
         repair: None,
     };
     let r = driver::drive(&mut node, &mut links, &mut time, &drive_opts, &mut records);

@@ -246,7 +246,7 @@ pub fn init(dir: &Path, args: &[&str]) -> PathBuf {
 }
 
 /// A started cluster: the guard, each node's listen address, and its stdout lines
-/// (`(node, line)`: the `{"clock":N}` progress lines).
+/// (`(node, line)`: the `{"record":{…}}` lines of each clock).
 pub struct Started {
     pub children: Children,
     pub addrs: Vec<String>,
@@ -333,13 +333,16 @@ impl Started {
 
     /// Waits until node `k` reports clock `clock` (60 s at most for each line).
     pub fn wait_clock(&self, k: usize, clock: u64) {
-        let want = format!(r#"{{"clock":{clock}}}"#);
         loop {
             let (i, line) = self
                 .lines
                 .recv_timeout(Duration::from_secs(60))
                 .unwrap_or_else(|_| panic!("node {k} did not reach clock {clock} within 60 s"));
-            if i == k && line == want {
+            // A node's record of each clock: `{"record":{"peer":…,"clock":N,…}}`.
+            let at = serde_json::from_str::<Value>(&line)
+                .ok()
+                .and_then(|v| v["record"]["clock"].as_u64());
+            if i == k && at == Some(clock) {
                 return;
             }
         }

@@ -203,6 +203,13 @@ pub trait Observer<N> {
     fn on_record(&mut self, record: &ClockRecord) {
         let _ = record;
     }
+
+    /// Asked after each record: `true` stops the whole run at once, every node that has
+    /// not finished at the same clock, one past the furthest node's
+    /// ([`StateMachine::stop_at`]; e.g. when the records can no longer be written).
+    fn stop_requested(&mut self) -> bool {
+        false
+    }
 }
 
 impl<N> Observer<N> for () {}
@@ -497,6 +504,8 @@ struct Sim<'o, N, O> {
     cfg: Config,
     stats: Stats,
     observer: &'o mut O,
+    /// A stop the observer asked for, once set ([`Observer::stop_requested`]).
+    stopped: bool,
 }
 
 impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
@@ -573,6 +582,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             cfg,
             stats: Stats::default(),
             observer,
+            stopped: false,
         };
         for i in 0..sim.nodes.len() {
             sim.wake(i, Duration::ZERO);
@@ -777,6 +787,21 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 self.observer.on_record(&r);
                 if self.cfg.keep_records {
                     self.slots[i].records.push(r);
+                }
+            }
+        }
+        if !self.stopped && self.observer.stop_requested() {
+            self.stopped = true;
+            let live = |k: &usize| !self.slots[*k].done;
+            let t = (0..self.nodes.len())
+                .filter(live)
+                .map(|k| self.nodes[k].clock())
+                .max()
+                .unwrap_or(0)
+                + 1;
+            for k in 0..self.nodes.len() {
+                if !self.slots[k].done {
+                    self.nodes[k].stop_at(t);
                 }
             }
         }
