@@ -18,8 +18,9 @@ use crate::p2p::NodeName;
 
 impl Error {
     /// The node this error says is gone (its stream ended early or broke, it went silent
-    /// past the liveness timeout, or the link to it closed), as an sfb-core id; `None` for
-    /// every other error.
+    /// past the liveness timeout, or the link to it closed), or is shut out (its handshake
+    /// was refused or refused this node's, or it sent a bad frame: the link is closed, and
+    /// the fault stays on that link), as an sfb-core id; `None` for every other error.
     pub fn lost_peer(&self) -> Option<PeerId> {
         let core = |n: &NodeName| {
             if n.server {
@@ -34,6 +35,7 @@ impl Error {
             | Error::StreamBroken { from, .. }
             | Error::NoHeartbeat { from, .. } => Some(core(from)),
             Error::Disconnected { to, .. } => Some(*to),
+            Error::Handshake { peer, .. } | Error::BadFrame { peer, .. } => Some(*peer),
             Error::LostNotice { lost, .. } => Some(*lost),
             Error::Left { left, .. } => Some(*left),
             _ => None,

@@ -219,6 +219,7 @@ impl Node {
             stats: Arc::clone(&stats),
             handshake_timeout: opts.startup_timeout,
             liveness_timeout: opts.liveness_timeout,
+            live: std::sync::Mutex::new(vec![false; cluster.peers()]),
             heartbeat: opts.heartbeat,
         };
         tokio::spawn(readers.accept(incoming));

@@ -38,6 +38,9 @@ pub(super) struct Readers {
     pub(super) liveness_timeout: Duration,
     /// The writers' heartbeat interval (the stream is checked twice per interval).
     pub(super) heartbeat: Duration,
+    /// Per node: whether a stream from it is being read (its handshake was taken): a
+    /// second session from the same identity meanwhile is a duplicate, refused.
+    pub(super) live: std::sync::Mutex<Vec<bool>>,
 }
 
 impl Readers {
@@ -47,6 +50,31 @@ impl Readers {
         while let Some((peer, stream)) = incoming.next().await {
             tokio::spawn(Arc::clone(&this).read(peer, stream));
         }
+    }
+
+    /// Takes a session from node `from` unless one is live: then the reason to refuse it
+    /// (the first session of an identity wins).
+    fn admit(&self, from: usize) -> Option<String> {
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if live[from] {
+            return Some(format!(
+                "duplicate: {} already has a live session with {} (is a second process \
+                 running as --id {from}?)",
+                self.names[from], self.names[self.me]
+            ));
+        }
+        live[from] = true;
+        None
+    }
+
+    /// Node `from`'s session ended: a new one may be taken (a rejoin).
+    fn release(&self, from: usize) {
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)[from] = false;
     }
 
     fn refuse(&self, why: String) {
@@ -81,7 +109,7 @@ impl Readers {
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("no handshake in time".into()),
         };
-        let problem = match &hello {
+        let mut problem = match &hello {
             Err(e) => Some(format!("bad handshake: {e}")),
             Ok(h) if h.peer as usize != from => Some(format!(
                 "handshake claims peer {} but the connection's key is peer {from}'s",
@@ -89,6 +117,13 @@ impl Readers {
             )),
             Ok(h) => h.mismatch(&self.hello),
         };
+        // The first session of an identity wins: a second one while it is read is another
+        // process with the same key (a copy of the cluster file run with the same --id).
+        let mut duplicate = false;
+        if problem.is_none() {
+            problem = self.admit(from);
+            duplicate = problem.is_some();
+        }
         let ack = Ack {
             ok: problem.is_none(),
             reason: problem.clone().unwrap_or_default(),
@@ -98,18 +133,24 @@ impl Readers {
         if let Some(why) = problem {
             self.refuse(format!("peer {from}: {why}"));
             let _ = stream.close().await;
-            let _ = self
-                .inbox
-                .send(Inbound::Fatal(Error::Handshake {
-                    peer: self.core_ids[from],
-                    reason: why,
-                }))
-                .await;
+            if !duplicate {
+                // That node is shut out (a loss, under the run's peer-loss policy); a
+                // duplicate is refused alone, and the first session goes on.
+                let _ = self
+                    .inbox
+                    .send(Inbound::Fatal(Error::Handshake {
+                        peer: self.core_ids[from],
+                        reason: why,
+                    }))
+                    .await;
+            }
             return;
         }
         // A node that opens a stream may be one that was lost and came back (`--rejoin`).
         let _ = self.inbox.send(Inbound::Joined(self.core_ids[from])).await;
-        if let Some(fatal) = self.follow(from, stream).await {
+        let end = self.follow(from, stream).await;
+        self.release(from);
+        if let Some(fatal) = end {
             let _ = self.inbox.send(Inbound::Fatal(fatal)).await;
         }
     }
@@ -496,6 +537,7 @@ mod tests {
             handshake_timeout: Duration::from_secs(1),
             liveness_timeout: liveness,
             heartbeat,
+            live: std::sync::Mutex::new(vec![false; 2]),
         };
         (r, rx)
     }
@@ -527,6 +569,23 @@ mod tests {
     }
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_second_session_of_a_live_identity_is_refused_and_the_first_goes_on() {
+        let (r, _rx) = readers(5, 4, Duration::from_secs(1), Duration::from_millis(100));
+        assert_eq!(r.admit(1), None, "the first session is taken");
+        let why = r
+            .admit(1)
+            .expect("a second one while the first is read is refused");
+        assert!(
+            why.starts_with("duplicate: peer 1 already has a live session with peer 0")
+                && why.contains("--id 1"),
+            "{why}"
+        );
+        // The first session ended (its node was lost, or the run): a rejoin is taken.
+        r.release(1);
+        assert_eq!(r.admit(1), None);
+    }
 
     #[tokio::test]
     async fn heartbeats_keep_a_quiet_stream_alive_and_never_reach_the_engine() {

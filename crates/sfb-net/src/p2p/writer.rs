@@ -76,8 +76,19 @@ impl Writer {
     /// task's error).
     pub(super) async fn run(self, rx: mpsc::Receiver<Arc<Vec<u8>>>) -> Result<()> {
         let r = self.run_inner(rx).await;
-        if r.is_err() {
-            let _ = self.fatal.try_send(Inbound::WriterFailed(self.to));
+        match &r {
+            // Refused by the other end: it is shut out with the reason it gave (a loss
+            // under the run's policy, whose message then says why).
+            Err(Error::Handshake { peer, reason }) => {
+                let _ = self.fatal.try_send(Inbound::Fatal(Error::Handshake {
+                    peer: *peer,
+                    reason: reason.clone(),
+                }));
+            }
+            Err(_) => {
+                let _ = self.fatal.try_send(Inbound::WriterFailed(self.to));
+            }
+            Ok(()) => {}
         }
         r
     }

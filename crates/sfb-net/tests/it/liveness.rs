@@ -9,7 +9,7 @@ use std::time::Duration;
 use sfb_core::{PeerId, Stragglers};
 use sfb_net::Error;
 use sfb_net::cluster::Cluster;
-use sfb_net::p2p::{Node, Options, Outcome, RunShape};
+use sfb_net::p2p::{Node, Options, Outcome};
 
 const CLOCKS: u64 = 3;
 
@@ -55,15 +55,7 @@ async fn run_with_a_slow_peer(name: &str, heartbeat: Duration) -> Vec<Run> {
     let topo = sfb_topology::full(3).unwrap();
     let mut cluster =
         Cluster::init(&dir.join("cluster.toml"), &topo, &["127.0.0.1".into()], 0).unwrap();
-    let shape = RunShape {
-        j: 3,
-        d: 6,
-        batch: 4,
-        clocks: CLOCKS,
-        full_w: false,
-        dtype: sfb_core::wire::Dtype::F32,
-        agreement: Vec::new(),
-    };
+    let shape = crate::p2p::mlr_shape(CLOCKS);
     let opts = Options {
         liveness_timeout: Duration::from_millis(500),
         heartbeat,

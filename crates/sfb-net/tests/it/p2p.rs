@@ -301,7 +301,28 @@ fn valid_frames_pass_and_oversized_lengths_are_refused_before_allocation() {
 }
 
 /// Three MLR engines with full broadcast under BSP on seeded synthetic data.
+/// The run shape of [`mlr_engines`]' engines.
+pub(crate) fn mlr_shape(clocks: u64) -> RunShape {
+    RunShape {
+        j: 3,
+        d: 6,
+        batch: 4,
+        clocks,
+        full_w: false,
+        dtype: wire::Dtype::F32,
+        agreement: Vec::new(),
+    }
+}
+
 fn mlr_engines(clocks: u64) -> Vec<sfb_core::Engine<sfb_models::Mlr>> {
+    mlr_engines_with(clocks, |_| {})
+}
+
+/// [`mlr_engines`] with `tweak` applied to each engine's configuration.
+fn mlr_engines_with(
+    clocks: u64,
+    tweak: impl Fn(&mut sfb_core::Config),
+) -> Vec<sfb_core::Engine<sfb_models::Mlr>> {
     use sfb_models::synthetic;
     let spec: synthetic::ClassificationSpec = "classes=3,features=6,samples=120".parse().unwrap();
     let (train, _) = synthetic::classification(&spec, 7);
@@ -311,6 +332,7 @@ fn mlr_engines(clocks: u64) -> Vec<sfb_core::Engine<sfb_models::Mlr>> {
             cfg.clocks = clocks;
             cfg.batch_size = 4;
             cfg.eval_every = 0;
+            tweak(&mut cfg);
             let mine = sfb_core::shard_indices(train.len(), 3, i as usize)
                 .map(|k| train[k].clone())
                 .collect();
@@ -332,15 +354,7 @@ async fn libp2p_and_in_memory_runs_give_the_same_replicas_and_frames() {
     let topo = sfb_topology::full(3).unwrap();
     let mut cluster =
         Cluster::init(&dir.join("cluster.toml"), &topo, &["127.0.0.1".into()], 0).unwrap();
-    let shape = RunShape {
-        j: 3,
-        d: 6,
-        batch: 4,
-        clocks: CLOCKS,
-        full_w: false,
-        dtype: wire::Dtype::F32,
-        agreement: Vec::new(),
-    };
+    let shape = mlr_shape(CLOCKS);
     // Queues of one frame: the engines keep meeting full links.
     let opts = Options {
         queue_frames: 1,
@@ -618,4 +632,82 @@ fn a_broken_stream_names_the_node_lost_and_the_server_as_the_server() {
             .starts_with("lost peer 2: the stream from peer 1 to it broke after 7 frames ("),
         "{send}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_frame_from_an_authenticated_peer_costs_that_link_only() {
+    // Issue 31, item 3: a bad frame was fatal to the receiving node's run. Now the link is
+    // closed and its sender counts as lost: under SSP with a continue policy, nodes 0 and
+    // 1 finish without "node 2", here a client with node 2's key that sends garbage after
+    // a good handshake.
+    const CLOCKS: u64 = 40;
+    let dir = tempdir("bad-frame");
+    let topo = sfb_topology::full(3).unwrap();
+    let mut cluster =
+        Cluster::init(&dir.join("cluster.toml"), &topo, &["127.0.0.1".into()], 0).unwrap();
+    let shape = mlr_shape(CLOCKS);
+    let opts = Options {
+        startup_timeout: Duration::from_secs(20),
+        ..Options::default()
+    };
+    let mut nodes = Vec::new();
+    for i in 0..2 {
+        nodes.push(Node::start(&cluster, i, &shape, &opts).await.unwrap());
+    }
+    // Nothing listens at node 2's address but the impostor's dial comes from elsewhere.
+    let mut addrs: Vec<Multiaddr> = nodes.iter().map(|n| n.listen_addr().clone()).collect();
+    addrs.push("/ip4/127.0.0.1/tcp/1".parse().unwrap());
+    cluster.set_addrs(addrs).unwrap();
+    let target = cluster.peer_id(0);
+    let to = cluster.addr(0).clone();
+    let hello = Hello {
+        version: frame::PROTOCOL_VERSION,
+        wire_version: wire::WIRE_VERSION,
+        peer: 2,
+        j: 3,
+        d: 6,
+        batch: 4,
+        clocks: CLOCKS,
+        start: 0,
+        topology_hash: cluster.topology_hash(),
+        dtype: "f32".into(),
+        agreement: Vec::new(),
+    };
+    let key = cluster.keypair(2).unwrap();
+    // The garbage arrives before the nodes run: their readers take it as they start.
+    let ack = try_deliver(key, target, to, hello, vec![0xA5; 64])
+        .await
+        .unwrap();
+    assert!(ack.ok, "{ack:?}");
+    let cluster = Arc::new(cluster);
+    let runs: Vec<_> = nodes
+        .into_iter()
+        .zip(mlr_engines_with(CLOCKS, |c| {
+            c.consistency = sfb_core::Consistency::Ssp { staleness: 2 };
+            c.on_peer_loss = sfb_core::PeerLoss::Continue;
+        }))
+        .map(|(node, engine)| {
+            let (cluster, opts, shape) = (Arc::clone(&cluster), opts.clone(), shape.clone());
+            tokio::spawn(async move { node.run(&cluster, engine, &shape, &opts).await })
+        })
+        .collect();
+    for (i, r) in runs.into_iter().enumerate() {
+        let out = tokio::time::timeout(Duration::from_secs(120), r)
+            .await
+            .expect("the run finishes")
+            .unwrap()
+            .unwrap_or_else(|e| panic!("node {i} failed: {e}"));
+        assert_eq!(out.records.last().unwrap().clock, CLOCKS, "node {i}");
+        let lost = &out.node.metrics().lost_peers;
+        assert_eq!(
+            lost.iter().map(|l| l.0).collect::<Vec<_>>(),
+            [2],
+            "node {i}"
+        );
+        let bad = out
+            .stats
+            .bad_frames
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(bad, u64::from(i == 0), "node {i}");
+    }
 }
