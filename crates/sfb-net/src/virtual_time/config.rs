@@ -210,6 +210,21 @@ pub struct Pause {
     pub until: Duration,
 }
 
+/// Node `node` crashes at virtual time `at`: it takes no step and no frame from then on
+/// (frames it sent before arrive; frames sent to it are dropped), and
+/// [`Config::detect_after`] later every node still running learns that it is lost, as
+/// the transports' liveness check and loss notices tell them
+/// ([`StateMachine::loss_reported`](sfb_core::StateMachine::loss_reported)); the
+/// [`Network::repair`](super::Network::repair) function, if given, then rewires them. A
+/// node that has finished by `at` is not affected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crash {
+    /// The node that crashes.
+    pub node: PeerId,
+    /// When.
+    pub at: Duration,
+}
+
 /// Frames number `frames` (0-based, counted per link in sending order) on the directed
 /// link `from → to` are lost: sent (and counted in the sender's bytes) but never
 /// delivered.
@@ -249,6 +264,11 @@ pub struct Config {
     pub pauses: Vec<Pause>,
     /// Lost frames. Default: none.
     pub losses: Vec<Loss>,
+    /// Crashed nodes. Default: none.
+    pub crashes: Vec<Crash>,
+    /// How long after a crash the others learn of it (the transports' liveness timeout,
+    /// plus the notices' way round; modelled as one delay for every node). Default: 1 s.
+    pub detect_after: Duration,
     /// Nodes that share hosts' cores ([`Hosts`]). Default: none (every node has a host
     /// to itself and its work takes exactly its cost).
     pub hosts: Option<Hosts>,
@@ -271,6 +291,8 @@ impl Default for Config {
             stragglers: Stragglers::None,
             pauses: Vec::new(),
             losses: Vec::new(),
+            crashes: Vec::new(),
+            detect_after: Duration::from_secs(1),
             hosts: None,
             max_events: 10_000_000,
             keep_records: true,

