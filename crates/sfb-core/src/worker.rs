@@ -64,7 +64,11 @@ pub(crate) struct Inbound {
     delivered: Vec<u64>,
     mean_iter_s: Vec<f64>,
     /// Awaited since a topology repair and nothing received yet: its first frame may be of
-    /// any clock (it starts sending from where it is).
+    /// any clock (it starts sending from where it is). It does not hold this node's
+    /// barrier until then: two nodes the repaired graph newly joins would otherwise each
+    /// wait for the other's first frame, which each sends only after its next clock (a
+    /// deadlock the virtual-time crash property found), nor the end of the run (it may
+    /// have sent its last clock before the repair). Checkpoint cuts still wait for it.
     fresh: Vec<bool>,
     /// Number of nodes of the cluster (for error messages).
     cluster: usize,
@@ -242,16 +246,31 @@ impl Inbound {
         self.delivered.iter().all(|&d| d >= n)
     }
 
-    /// The status table of a node about to start `clock`.
+    /// Whether every awaited node that has sent since the last repair has delivered at
+    /// least `n` clocks (the barrier's view: fresh nodes do not hold it).
+    fn all_delivered_but_fresh(&self, n: u64) -> bool {
+        self.delivered
+            .iter()
+            .zip(&self.fresh)
+            .all(|(&d, &fresh)| fresh || d >= n)
+    }
+
+    /// The status table of a node about to start `clock` (a fresh node counts as ready,
+    /// having delivered as much as this node: it does not hold the barrier).
     fn statuses(&self, clock: u64) -> Vec<PeerStatus> {
         self.peers
             .iter()
             .zip(self.delivered.iter().zip(&self.mean_iter_s))
-            .map(|(&peer, (&delivered, &mean_iter_s))| PeerStatus {
+            .zip(&self.fresh)
+            .map(|((&peer, (&delivered, &mean_iter_s)), &fresh)| PeerStatus {
                 peer,
-                delivered,
+                delivered: if fresh {
+                    delivered.max(clock)
+                } else {
+                    delivered
+                },
                 mean_iter_s,
-                ready: delivered >= clock,
+                ready: fresh || delivered >= clock,
             })
             .collect()
     }
@@ -623,7 +642,9 @@ impl<M: Model> Worker<M> {
         let since = self.last_step_end.unwrap_or(started);
         if self.clock >= self.plan.clocks {
             side.drain(self);
-            if !self.inbound.all_delivered(self.plan.clocks) || !side.settled(self) {
+            // A fresh in-neighbour that has sent nothing since the repair may have sent its
+            // last clock before it (it has nothing more for this node): not awaited.
+            if !self.inbound.all_delivered_but_fresh(self.plan.clocks) || !side.settled(self) {
                 return Ok(Progress::Blocked);
             }
             self.metrics.flush_s += secs(since, now);
@@ -735,7 +756,7 @@ impl<M: Model> Worker<M> {
     }
 
     fn within_drift(&self) -> bool {
-        self.inbound.all_delivered(self.drift_need())
+        self.inbound.all_delivered_but_fresh(self.drift_need())
     }
 
     /// Awaited nodes the worker is blocked on, with the clocks each has delivered; empty
