@@ -215,15 +215,13 @@ fn why_not<N>(n: &sfb_net::virtual_time::NodeRun<N>) -> String {
     format!("told of {:?}, finished at {:?}", n.told, n.finished_at)
 }
 
-/// Found by the property at `RngSeed::Fixed(2)`, 4,000 cases, and open: p0 → p7 is an arc
-/// of the first graph, not of the one repaired after p6's crash, and again of the one
-/// repaired after p3's. p7 holds p0's late frames of clocks 0–3 (sent under the first
-/// graph) until the second repair, takes them as p0's first frames as a fresh
-/// in-neighbour, then refuses p0's clock 6 as out of order: p0 sent clocks 4 and 5 to
-/// its neighbours of the middle graph. Frames carry no topology epoch, so a receiver
-/// cannot tell a stale frame from a first one.
+/// Found by the property at `RngSeed::Fixed(2)`, 4,000 cases: p0 → p7 is an arc of the
+/// first graph, not of the one repaired after p6's crash, and again of the one repaired
+/// after p3's. p7 held p0's late frames of clocks 0–3 (sent under the first graph) until
+/// the second repair, took them as p0's first frames, then refused p0's clock 6 as out of
+/// order: p0 had sent clocks 4 and 5 to its neighbours of the middle graph. A node
+/// brought back by a repair may now skip clocks once (sfb-core `Inbound`).
 #[test]
-#[ignore = "known: frames held across two repairs arrive out of order (issue 31, open)"]
 fn frames_held_across_two_repairs_are_taken_in_order() {
     let c = CrashCase {
         base: Case {
