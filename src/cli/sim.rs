@@ -80,6 +80,15 @@ pub struct SimFlags {
     /// MLR only.
     #[arg(long)]
     pub timing_only: bool,
+    /// Peer PEER crashes right after completing CLOCK (repeatable); the others learn of
+    /// it --peer-timeout later and repair the topology. Needs --on-peer-loss continue.
+    /// The summary's lost_peers lists each crash.
+    #[arg(long = "crash", value_name = "PEER@CLOCK", value_parser = sim::crash)]
+    pub crashes: Vec<(usize, u64)>,
+    /// This share of the peers (drawn with --seed) crash, each after a random clock of the
+    /// run, e.g. 0.05.
+    #[arg(long, value_name = "FRACTION")]
+    pub crash_fraction: Option<f64>,
 }
 
 impl SimFlags {
@@ -102,6 +111,8 @@ impl SimFlags {
             transport_cpu: self.transport_cpu,
             transport_cpu_frame_s: self.frame_cpu,
             timing_only: self.timing_only,
+            crashes: self.crashes.clone(),
+            crash_fraction: self.crash_fraction,
         }
     }
 }

@@ -128,6 +128,7 @@ impl Cluster {
         let f = &spec.fault;
         b.s.on_peer_loss = Some(f.peer_loss(&t.consistency, spec.net.relay));
         b.s.quorum = f.on_peer_loss != Some(crate::PeerLossSpec::ContinueAlone);
+        b.s.detect = Duration::from_secs_f64(spec.net.peer_timeout_s);
         b.s.relay = spec.net.relay;
         b.s.relay_compress = spec.net.relay_compress.map(|c| c.rank);
         b.s.partial = spec.net.partial;
@@ -350,6 +351,9 @@ struct Settings {
     /// The optimizer's budgets in work, not time ([`sfb_topology::Options::deterministic`];
     /// the simulator's, whose runs are bitwise reproducible).
     deterministic_topology: bool,
+    /// How long after a simulated crash the others learn of it (the spec's
+    /// `net.peer_timeout_s`).
+    detect: Duration,
 }
 
 /// Where and how often the nodes checkpoint, and whether they resume.
@@ -413,6 +417,7 @@ impl Default for Settings {
             aggregate: None,
             timing_only: false,
             deterministic_topology: false,
+            detect: Duration::from_secs(60),
             until: Vec::new(),
             agreement: Vec::new(),
         }
@@ -1317,15 +1322,37 @@ impl Builder<Builtin> {
                     .first()
                     .map_or(0, |e| e.config().out_neighbors.len());
                 let info = self.info("sfb", out_degree);
-                let run = Network::with_config(engines, cfg(costs))
-                    .run_with(&mut observer)
-                    .map_err(Error::Sim)?;
+                let crashes = crate::sim::crashes_of(sim, self.s.peers, self.s.clocks, self.s.seed);
+                let mut net = Network::with_config(engines, cfg(costs));
+                if !crashes.is_empty() {
+                    let out = self.resolve_topology()?;
+                    net = net
+                        .detect_after(self.s.detect)
+                        .repair(Box::new(move |k, lost| {
+                            crate::launch::repair_fn(out.clone(), k)?(lost)
+                        }));
+                    for &(p, c) in &crashes {
+                        net = net.crash_after_clock(PeerId(p as u32), c);
+                    }
+                    tracing::info!("{} simulated crashes: {crashes:?}", crashes.len());
+                }
+                let run = net.run_with(&mut observer).map_err(Error::Sim)?;
+                // The crashed peers are not in the summary's figures; the survivors'
+                // lost_peers name them.
                 let nodes: Vec<_> = run
                     .nodes
                     .iter()
+                    .filter(|n| !n.crashed)
                     .map(|n| NodeOutcome::from_engine(&n.node, &n.records))
                     .collect();
-                let summary = summarize(info, &nodes, None);
+                let mut summary = summarize(info, &nodes, None);
+                if let Some((n, why)) = run.nodes.iter().find_map(|n| Some((n, n.failed.as_ref()?)))
+                {
+                    summary.failed = Some(format!(
+                        "{} stopped: {why}",
+                        sfb_core::StateMachine::id(&n.node)
+                    ));
+                }
                 let w = nodes.first().map(|n| n.w.to_owned());
                 let report = sim_report(report, run.end, run.stats.events);
                 let records = run.nodes.into_iter().flat_map(|n| n.records).collect();

@@ -1314,7 +1314,7 @@ fn merge(
 /// ([`sfb_topology::repair`], deterministic: every survivor computes the same graph), with
 /// the fingerprint of the repaired graph in the original ids; `None` if `out` is not a
 /// valid topology.
-fn repair_fn(out: Vec<Vec<usize>>, me: usize) -> Option<sfb_net::driver::RepairFn> {
+pub(crate) fn repair_fn(out: Vec<Vec<usize>>, me: usize) -> Option<sfb_net::driver::RepairFn> {
     let topology = sfb_topology::Topology::new(out).ok()?;
     Some(Arc::new(move |lost: &[sfb_core::PeerId]| {
         let failed: Vec<usize> = lost.iter().map(|p| p.index()).collect();

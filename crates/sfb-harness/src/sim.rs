@@ -222,6 +222,61 @@ pub struct SimOptions {
     /// in memory or finish in reasonable time. Times come from the cost model as usual;
     /// there is no learning to report (no objective). SFB with MLR only. Default: off.
     pub timing_only: bool,
+    /// Peers that crash, each right after completing a clock, as `(peer, clock)`
+    /// ([`CrashAt::Clock`](sfb_net::virtual_time::CrashAt)); the others are told
+    /// `net.peer_timeout_s` later and repair the topology. Needs `--on-peer-loss continue`
+    /// (or `continue-alone`). Default: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub crashes: Vec<(usize, u64)>,
+    /// Besides `crashes`: this share of the peers, drawn with the run's seed, crash each
+    /// right after a clock drawn uniformly from the run's. Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crash_fraction: Option<f64>,
+}
+
+/// Parses `PEER@CLOCK` (`--crash`).
+///
+/// # Errors
+/// A message naming the text.
+pub fn crash(s: &str) -> std::result::Result<(usize, u64), String> {
+    let bad = || format!("{s:?}: expected PEER@CLOCK, e.g. 3@120");
+    let (p, c) = s.split_once('@').ok_or_else(bad)?;
+    Ok((
+        p.trim().parse().map_err(|_| bad())?,
+        c.trim().parse().map_err(|_| bad())?,
+    ))
+}
+
+/// The crashes of a run of `peers` peers and `clocks` clocks: `opts.crashes`, then
+/// `opts.crash_fraction` of the other peers drawn with `seed`, each after a clock drawn
+/// from `1..clocks`; sorted by peer.
+pub fn crashes_of(opts: &SimOptions, peers: usize, clocks: u64, seed: u64) -> Vec<(usize, u64)> {
+    // SplitMix64: a fixed, documented stream (no dependency for one draw per peer).
+    let mut state = seed ^ 0x00c7_a54e;
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut out = opts.crashes.clone();
+    if let Some(f) = opts.crash_fraction {
+        let mut others: Vec<usize> = (0..peers)
+            .filter(|p| !out.iter().any(|&(q, _)| q == *p))
+            .collect();
+        // Fisher–Yates.
+        for i in (1..others.len()).rev() {
+            others.swap(i, (next() % (i as u64 + 1)) as usize);
+        }
+        let n = ((f * peers as f64).round() as usize).min(others.len());
+        let span = clocks.saturating_sub(1).max(1);
+        for &p in &others[..n] {
+            out.push((p, 1 + next() % span));
+        }
+    }
+    out.sort_unstable();
+    out
 }
 
 impl Default for SimOptions {
@@ -242,6 +297,8 @@ impl Default for SimOptions {
             transport_cpu: None,
             transport_cpu_frame_s: None,
             timing_only: false,
+            crashes: Vec::new(),
+            crash_fraction: None,
         }
     }
 }
@@ -283,6 +340,15 @@ impl SimOptions {
             return Err(Error::OutOfRange {
                 field: "sim.transport_cpu_frame_s",
                 expected: "in 0..=1 seconds",
+                got: f,
+            });
+        }
+        if let Some(f) = self.crash_fraction
+            && !(f.is_finite() && (0.0..1.0).contains(&f))
+        {
+            return Err(Error::OutOfRange {
+                field: "sim.crash_fraction",
+                expected: "in 0..1",
                 got: f,
             });
         }
@@ -801,6 +867,27 @@ fn calibrate_compute_alone(spec: &crate::RunSpec) -> Result<InSitu> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crashes_are_the_named_ones_then_a_seeded_share_of_the_others() {
+        let opts = SimOptions {
+            crashes: vec![(5, 10)],
+            crash_fraction: Some(0.05),
+            ..SimOptions::default()
+        };
+        let a = crashes_of(&opts, 1024, 600, 7);
+        assert_eq!(a, crashes_of(&opts, 1024, 600, 7), "seeded");
+        assert_ne!(a, crashes_of(&opts, 1024, 600, 8));
+        // 5 plus round(0.05 × 1024) = 51 others, each once, after a clock in 1..600.
+        assert_eq!(a.len(), 52);
+        assert!(a.contains(&(5, 10)));
+        let mut peers: Vec<usize> = a.iter().map(|c| c.0).collect();
+        peers.dedup();
+        assert_eq!(peers.len(), 52);
+        assert!(a.iter().all(|&(p, c)| p < 1024 && (1..600).contains(&c)));
+        assert_eq!(crash("3@120"), Ok((3, 120)));
+        assert!(crash("3:120").unwrap_err().contains("PEER@CLOCK"));
+    }
 
     #[test]
     fn durations_take_units_and_the_other_values_parse() {

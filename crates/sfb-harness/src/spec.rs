@@ -1752,6 +1752,40 @@ impl RunSpec {
         if let Some(&(field, _, why)) = refused.iter().find(|(_, set, _)| *set) {
             return Err(Error::NotSimulated { field, why });
         }
+        if !self.sim.crashes.is_empty() || self.sim.crash_fraction.is_some() {
+            if self.backend == Backend::Fms {
+                return Err(Error::Requires {
+                    field: "sim.crashes",
+                    requires: "backend sfb",
+                    why: "the simulator crashes SFB peers; an FMS run has one server",
+                });
+            }
+            if self
+                .fault
+                .peer_loss(&self.train.consistency, self.net.relay)
+                == sfb_core::PeerLoss::Fail
+            {
+                return Err(Error::Requires {
+                    field: "sim.crashes",
+                    requires: "--on-peer-loss continue (or continue-alone)",
+                    why: "under the run's policy a loss fails every node: nothing to simulate",
+                });
+            }
+            for &(peer, clock) in &self.sim.crashes {
+                check(
+                    "sim.crashes peer",
+                    "a peer of the run (below --peers)",
+                    peer as f64,
+                    peer < self.peers,
+                )?;
+                check(
+                    "sim.crashes clock",
+                    "in 1..clocks",
+                    clock as f64,
+                    clock >= 1 && clock < self.train.clocks,
+                )?;
+            }
+        }
         if self.sim.timing_only {
             if self.backend == Backend::Fms {
                 return Err(Error::Requires {
@@ -2127,6 +2161,8 @@ mod tests {
                 colocate: Some((8, 2)),
                 transport_cpu: Some(Rate(3.6e8)),
                 compute_per_sample_s: Some(2e-6),
+                crashes: vec![(1, 20), (3, 40)],
+                crash_fraction: Some(0.05),
                 ..crate::sim::SimOptions::default()
             },
         };

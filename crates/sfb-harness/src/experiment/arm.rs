@@ -294,6 +294,12 @@ fn sim_args(s: &crate::sim::SimOptions, a: &mut Vec<String>) {
     if let Some(r) = s.transport_cpu {
         put("transport-cpu", rate_text(r.0));
     }
+    for &(p, c) in &s.crashes {
+        put("crash", format!("{p}@{c}"));
+    }
+    if let Some(f) = s.crash_fraction {
+        put("crash-fraction", f.to_string());
+    }
     if s.timing_only {
         a.push("--timing-only".into());
     }

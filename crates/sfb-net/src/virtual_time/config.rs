@@ -222,7 +222,16 @@ pub struct Crash {
     /// The node that crashes.
     pub node: PeerId,
     /// When.
-    pub at: Duration,
+    pub at: CrashAt,
+}
+
+/// When a [`Crash`] happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashAt {
+    /// At this virtual time.
+    Time(Duration),
+    /// Right after the node completes this clock (its batch of that clock is out).
+    Clock(u64),
 }
 
 /// Frames number `frames` (0-based, counted per link in sending order) on the directed

@@ -112,7 +112,7 @@ use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
 use sfb_core::{Event, PeerId, Progress, StateMachine, Stragglers, TimeSource, Work};
 
-pub use config::{Config, Costs, Crash, Latency, Loss, Nic, Pause};
+pub use config::{Config, Costs, Crash, CrashAt, Latency, Loss, Nic, Pause};
 pub use error::{Blocked, Error};
 pub use fms::FmsNode;
 pub use host::Hosts;
@@ -313,7 +313,19 @@ impl<N: StateMachine> Network<N> {
 
     /// Adds a [`Crash`] of `node` at `at`.
     pub fn crash(mut self, node: PeerId, at: Duration) -> Self {
-        self.cfg.crashes.push(Crash { node, at });
+        self.cfg.crashes.push(Crash {
+            node,
+            at: CrashAt::Time(at),
+        });
+        self
+    }
+
+    /// Adds a [`Crash`] of `node` right after it completes `clock`.
+    pub fn crash_after_clock(mut self, node: PeerId, clock: u64) -> Self {
+        self.cfg.crashes.push(Crash {
+            node,
+            at: CrashAt::Clock(clock),
+        });
         self
     }
 
@@ -561,6 +573,8 @@ struct Sim<'o, N, O> {
     repair: Option<RepairFn>,
     /// Crashed nodes the others were told of, in that order.
     lost: Vec<PeerId>,
+    /// Nodes that crash right after completing a clock ([`CrashAt::Clock`]).
+    crash_clocks: BTreeMap<usize, u64>,
 }
 
 impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
@@ -633,6 +647,13 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             .iter()
             .map(|c| Ok((c.at, find(c.node, "crash")?)))
             .collect::<Result<Vec<_>>>()?;
+        let crash_clocks: BTreeMap<usize, u64> = crashes
+            .iter()
+            .filter_map(|&(at, i)| match at {
+                CrashAt::Clock(c) => Some((i, c)),
+                CrashAt::Time(_) => None,
+            })
+            .collect();
         let mut sim = Self {
             nodes,
             slots,
@@ -649,9 +670,12 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             stopped: false,
             repair: None,
             lost: Vec::new(),
+            crash_clocks,
         };
         for (at, i) in crashes {
-            sim.schedule(at, i, Kind::Crash);
+            if let CrashAt::Time(at) = at {
+                sim.schedule(at, i, Kind::Crash);
+            }
         }
         for i in 0..sim.nodes.len() {
             sim.wake(i, Duration::ZERO);
@@ -935,9 +959,17 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
     fn drain_events(&mut self, i: usize) {
         while let Some(ev) = self.nodes[i].poll_event() {
             if let Event::Clock(r) = ev {
+                let crash_now = self.crash_clocks.get(&i) == Some(&r.clock);
                 self.observer.on_record(&r);
                 if self.cfg.keep_records {
                     self.slots[i].records.push(r);
+                }
+                if crash_now {
+                    // Before its next step: the batch of this clock is its last.
+                    self.crash_clocks.remove(&i);
+                    let at = self.slots[i].clock.time();
+                    self.crash(i, at);
+                    return;
                 }
             }
         }
