@@ -346,7 +346,12 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1024))]
+    #![proptest_config(ProptestConfig {
+        // Seeded: the same cases on every run.
+        rng_seed: proptest::test_runner::RngSeed::Fixed(1024),
+        failure_persistence: None,
+        ..ProptestConfig::with_cases(1024)
+    })]
 
     /// The main property: whatever the seeds, delays, topology, straggler and model, the
     /// run completes, the rule holds at every tick, staleness stays within `s`, every batch
@@ -417,7 +422,12 @@ fn fast_wait(out: &Outcome<Engine<Mlr>>, slow: u32) -> f64 {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig {
+        // Seeded: the same cases on every run.
+        rng_seed: proptest::test_runner::RngSeed::Fixed(64),
+        failure_persistence: None,
+        ..ProptestConfig::with_cases(64)
+    })]
 
     /// SSP lets the fast peers run ahead of a (virtual) straggler by exactly the rule's
     /// bound, `s + 1` completed clocks (BSP: 1), never more; they apply its batches exactly
@@ -482,7 +492,12 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig {
+        // Seeded: the same cases on every run.
+        rng_seed: proptest::test_runner::RngSeed::Fixed(64),
+        failure_persistence: None,
+        ..ProptestConfig::with_cases(64)
+    })]
 
     /// Flow control: under Async and throttled release with `max_drift = m`, a fast peer
     /// never gets more than `m + 1` completed clocks ahead of a straggler (checked at every
@@ -518,7 +533,12 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(32))]
+    #![proptest_config(ProptestConfig {
+        // Seeded: the same cases on every run.
+        rng_seed: proptest::test_runner::RngSeed::Fixed(32),
+        failure_persistence: None,
+        ..ProptestConfig::with_cases(32)
+    })]
 
     /// The same inputs give bitwise the same outcome: replicas, records with their virtual
     /// times, end time and counts.
