@@ -16,6 +16,11 @@
 #
 # SFB_DOCS_VERBOSE=1 prints every block's output, not only a failed one's.
 #
+# SFB_EXAMPLES=DIR runs `cargo run [--release] --example NAME [-- ARGS]` as DIR/NAME ARGS,
+# through a `cargo` first on the PATH that does only this and hands every other command to
+# the real cargo: CI checks the pages with the binaries its test build made instead of
+# building the examples again in another profile.
+#
 # The `sfb` used: $SFB if set, else ${CARGO_TARGET_DIR:-target}/release/sfb, built first
 # with `cargo build --release --bin sfb` if it is missing. Exit status: 0 when every block
 # ran and exited 0, 1 otherwise.
@@ -38,6 +43,26 @@ mkdir -p "$ROOT/target"
 WORK="$(mktemp -d "$ROOT/target/check-docs.XXXXXX")"
 mkdir "$WORK/bin"
 ln -s "$SFB" "$WORK/bin/sfb"
+if [ -n "${SFB_EXAMPLES:-}" ]; then
+  examples="$(cd "$SFB_EXAMPLES" && pwd)" || exit 1
+  real_cargo="$(command -v cargo)"
+  cat >"$WORK/bin/cargo" <<SHIM
+#!/usr/bin/env bash
+# check-docs: \`cargo run [--release] --example NAME [-- ARGS]\` runs $examples/NAME.
+if [ "\${1:-}" = run ]; then
+  args=("\${@:2}")
+  [ "\${args[0]:-}" = --release ] && args=("\${args[@]:1}")
+  if [ "\${args[0]:-}" = --example ] && [ -n "\${args[1]:-}" ]; then
+    name="\${args[1]}"
+    args=("\${args[@]:2}")
+    [ "\${args[0]:-}" = -- ] && args=("\${args[@]:1}")
+    exec "$examples/\$name" "\${args[@]}"
+  fi
+fi
+exec "$real_cargo" "\$@"
+SHIM
+  chmod +x "$WORK/bin/cargo"
+fi
 current=""
 cleanup() {
   if [ -n "$current" ]; then kill -KILL -- "-$current" 2>/dev/null; fi

@@ -9,7 +9,7 @@ use clap::Args;
 use sfb_harness::launch::{NodeSpec, Role};
 use sfb_harness::{RunSpec, preflight};
 use sfb_net::bandwidth::Rate;
-use sfb_net::cluster::{Cluster, Existing};
+use sfb_net::cluster::{Cluster, Existing, Ports};
 use sfb_topology::Topology;
 
 use super::train::{TrainArgs, cli_error};
@@ -38,10 +38,11 @@ pub struct InitArgs {
     /// `sfb server` + `sfb peer`, instead of an SFB topology.
     #[arg(long, value_enum)]
     pub backend: Option<super::run::Backend>,
-    /// First port; peer i listens on base_port + i (0: any free port, exchanged at start-up
-    /// by `sfb run`).
-    #[arg(long, default_value_t = 4001)]
-    pub base_port: u16,
+    /// First port; peer i listens on base_port + i. `free`: each peer a port free on this
+    /// machine now (for hand-run peers here; hosts must be this machine's). 0: any port,
+    /// exchanged at start-up by `sfb run`.
+    #[arg(long, default_value = "4001", value_parser = parse_ports, value_name = "PORT|free")]
+    pub base_port: Ports,
     /// Comma-separated hosts (IPv4), assigned to peers round robin.
     #[arg(long, default_value = "127.0.0.1", value_delimiter = ',')]
     pub hosts: Vec<String>,
@@ -55,6 +56,17 @@ pub struct InitArgs {
     /// folder is refused).
     #[arg(long)]
     pub force: bool,
+}
+
+/// `--base-port`: a port number or `free`.
+fn parse_ports(s: &str) -> std::result::Result<Ports, String> {
+    match s {
+        "free" => Ok(Ports::Free),
+        _ => s
+            .parse::<u16>()
+            .map(Ports::Base)
+            .map_err(|_| format!("`{s}` is neither a port (0–65535) nor `free`")),
+    }
 }
 
 impl InitArgs {

@@ -45,6 +45,27 @@ pub enum Existing {
     Replace,
 }
 
+/// The ports a new cluster file gives its peers ([`Cluster::init_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ports {
+    /// Peer `i` listens on `base + i`; base 0 writes port 0 everywhere (any free port,
+    /// exchanged at start-up by a launcher that knows the real ones).
+    Base(u16),
+    /// Each peer a port that is free on its host when the file is written: one listener
+    /// per peer is bound to `host:0` (all at once, so the ports differ) and closed again.
+    /// For hand-run peers on this machine: no fixed port to collide with. The hosts must
+    /// be addresses of this machine, and another program may still take a port before
+    /// its peer starts.
+    Free,
+}
+
+impl From<u16> for Ports {
+    fn from(base: u16) -> Self {
+        Self::Base(base)
+    }
+}
+
 /// A validated cluster.
 #[derive(Debug, Clone)]
 pub struct Cluster {
@@ -56,6 +77,30 @@ pub struct Cluster {
     inn: Vec<Vec<usize>>,
     ids: Vec<Libp2pId>,
     addrs: Vec<Multiaddr>,
+}
+
+/// One port per peer of `file` (indexed by id) that is free on the peer's host now:
+/// every listener stays bound until all are, so no two peers of a host get the same port.
+fn free_ports(path: &Path, file: &ClusterFile, hosts: &[String]) -> Result<Vec<u16>> {
+    let mut held = Vec::with_capacity(file.peers.len());
+    let mut ports = vec![0; file.peers.iter().map(|e| e.id + 1).max().unwrap_or(0)];
+    for e in &file.peers {
+        let host = &hosts[e.id % hosts.len()];
+        let listener = std::net::TcpListener::bind((host.as_str(), 0))
+            .and_then(|l| l.local_addr().map(|a| (l, a.port())))
+            .map_err(|err| {
+                cfg_err(
+                    path,
+                    ClusterError::FreePort {
+                        host: host.clone(),
+                        reason: err.to_string(),
+                    },
+                )
+            })?;
+        ports[e.id] = listener.1;
+        held.push(listener.0);
+    }
+    Ok(ports)
 }
 
 fn cfg_err(path: &Path, source: ClusterError) -> Error {
@@ -173,8 +218,9 @@ impl Cluster {
     }
 
     /// Writes a new cluster: one fresh ed25519 key per peer (in `<stem>-keys/` next to
-    /// `path`, see [`keys_dir`](Self::keys_dir)), listen addresses
-    /// `/ip4/<host>/tcp/<base_port + i>` (hosts assigned round robin), and `topology`.
+    /// `path`, see [`keys_dir`](Self::keys_dir)), listen addresses `/ip4/<host>/tcp/<port>`
+    /// (hosts assigned round robin, ports as [`Ports`] says; a `u16` is
+    /// [`Ports::Base`]), and `topology`.
     /// Returns the loaded cluster. Refuses to replace an existing cluster file or key
     /// folder ([`init_with`](Self::init_with) can).
     ///
@@ -185,9 +231,9 @@ impl Cluster {
         path: &Path,
         topology: &Topology,
         hosts: &[String],
-        base_port: u16,
+        ports: impl Into<Ports>,
     ) -> Result<Self> {
-        Self::init_with(path, topology, hosts, base_port, Existing::Refuse)
+        Self::init_with(path, topology, hosts, ports, Existing::Refuse)
     }
 
     /// [`init`](Self::init), replacing an existing cluster file and key folder when
@@ -199,11 +245,11 @@ impl Cluster {
         path: &Path,
         topology: &Topology,
         hosts: &[String],
-        base_port: u16,
+        ports: impl Into<Ports>,
         existing: Existing,
     ) -> Result<Self> {
         let file = ClusterFile::from_topology(topology);
-        Self::write(path, file, hosts, base_port, existing)
+        Self::write(path, file, hosts, ports.into(), existing)
     }
 
     /// Writes a new FMS cluster: `clients` clients (ids `0..clients`) and a server (id
@@ -211,8 +257,13 @@ impl Cluster {
     ///
     /// # Errors
     /// As [`init`](Self::init); [`Error::Cluster`] for zero clients.
-    pub fn init_fms(path: &Path, clients: usize, hosts: &[String], base_port: u16) -> Result<Self> {
-        Self::init_fms_with(path, clients, hosts, base_port, Existing::Refuse)
+    pub fn init_fms(
+        path: &Path,
+        clients: usize,
+        hosts: &[String],
+        ports: impl Into<Ports>,
+    ) -> Result<Self> {
+        Self::init_fms_with(path, clients, hosts, ports, Existing::Refuse)
     }
 
     /// [`init_fms`](Self::init_fms), replacing an existing cluster file and key folder
@@ -224,7 +275,7 @@ impl Cluster {
         path: &Path,
         clients: usize,
         hosts: &[String],
-        base_port: u16,
+        ports: impl Into<Ports>,
         existing: Existing,
     ) -> Result<Self> {
         if clients == 0 {
@@ -244,7 +295,7 @@ impl Cluster {
             .collect();
         file.extra
             .insert("server".into(), toml::Value::Integer(clients as i64));
-        Self::write(path, file, hosts, base_port, existing)
+        Self::write(path, file, hosts, ports.into(), existing)
     }
 
     /// The key folder of the cluster file `path`: `<stem>-keys` beside it.
@@ -275,13 +326,17 @@ impl Cluster {
         path: &Path,
         mut file: ClusterFile,
         hosts: &[String],
-        base_port: u16,
+        ports: Ports,
         existing: Existing,
     ) -> Result<Self> {
         if hosts.is_empty() {
             return Err(cfg_err(path, ClusterError::NoHosts));
         }
         Self::check_init(path, existing)?;
+        let free = match ports {
+            Ports::Free => free_ports(path, &file, hosts)?,
+            Ports::Base(_) => Vec::new(),
+        };
         let keys_rel = keys_dir_name(path);
         let mut staged = Staged::new(path)?;
         for e in &mut file.peers {
@@ -294,12 +349,13 @@ impl Cluster {
             write_private(&key_path, &bytes).map_err(io(&key_path))?;
             let rel = format!("{keys_rel}/{name}");
             let host = &hosts[e.id % hosts.len()];
-            let port = if base_port == 0 {
-                0
-            } else {
-                base_port
-                    .checked_add(e.id as u16)
-                    .ok_or_else(|| cfg_err(path, ClusterError::PortOverflow))?
+            let port = match ports {
+                Ports::Free => free[e.id],
+                Ports::Base(0) => 0,
+                Ports::Base(base) => u16::try_from(e.id)
+                    .ok()
+                    .and_then(|i| base.checked_add(i))
+                    .ok_or_else(|| cfg_err(path, ClusterError::PortOverflow))?,
             };
             e.addr = Some(format!("/ip4/{host}/tcp/{port}"));
             e.extra.insert(
@@ -718,6 +774,37 @@ mod tests {
         // A folder that does not exist: refused before anything is made.
         let e = Cluster::init(&d.join("no/such/c.toml"), &t, &hosts(), 0).unwrap_err();
         assert!(e.to_string().contains("No such file or directory"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn free_ports_are_distinct_bindable_and_only_on_this_machines_addresses() {
+        let d = tempdir("free");
+        let path = d.join("c.toml");
+        let c = Cluster::init(
+            &path,
+            &sfb_topology::full(6).unwrap(),
+            &hosts(),
+            Ports::Free,
+        )
+        .unwrap();
+        let mut ports: Vec<u16> = (0..6)
+            .map(|i| {
+                let a = c.addr(i).to_string();
+                assert!(a.starts_with("/ip4/127.0.0.1/tcp/"), "{a}");
+                a.rsplit('/').next().unwrap().parse().unwrap()
+            })
+            .collect();
+        assert!(ports.iter().all(|&p| p != 0), "{ports:?}");
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 6, "two peers got one port");
+        // An address of another machine: refused naming it, nothing written.
+        let other = d.join("other.toml");
+        let e = Cluster::init_fms(&other, 2, &["192.0.2.1".into()], Ports::Free).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("no free port on 192.0.2.1"), "{e}");
+        assert_eq!(listing(&d), ["c-keys", "c.toml"]);
         std::fs::remove_dir_all(&d).unwrap();
     }
 

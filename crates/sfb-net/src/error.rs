@@ -581,6 +581,14 @@ pub enum ClusterError {
     /// `base_port + id` overflows.
     #[error("ports run past 65535")]
     PortOverflow,
+    /// No free port could be taken on a host (free ports need this machine's addresses).
+    #[error("no free port on {host}: {reason} (free ports need addresses of this machine)")]
+    FreePort {
+        /// The host.
+        host: String,
+        /// The operating system's reason.
+        reason: String,
+    },
     /// Listen addresses given for another number of peers.
     #[error("{given} addresses for {peers} peers")]
     AddrCount {
