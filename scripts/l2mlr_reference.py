@@ -5,13 +5,15 @@ sfb's `l2mlr` minimizes P(W) = (1/n) sum_i CE(W x_i, y_i) + (lambda/2) ||W||^2 o
 W in R^{J x (D+1)} on the training data as `sfb run` prepares it with no flags: scaled by
 `--scale auto` (standard when at least 75 % of the training entries are non-zero, else
 max-abs; a constant column is divided by its magnitude, an all-zero one left alone) and a
-constant-1 column appended (the intercept, regularized with the rest, as liblinear does).
+constant-1 column appended, the intercept, whose weight is *not* regularized (the sum of
+squares runs over the other D columns), as scikit-learn's lbfgs does.
 
 This script builds the same matrix in float64 and solves the same problem with
-LogisticRegression(fit_intercept=False) (the constant column is already there):
+LogisticRegression(fit_intercept=True) on the scaled columns:
 - J >= 3 classes, multinomial: C = 1 / (lambda n);
 - J = 2: sfb keeps two rows and a softmax; the optimum has W = [-w/2, w/2] with w
-  scikit-learn's single vector, so ||W||^2 = ||w||^2 / 2 and C = 2 / (lambda n).
+  scikit-learn's single vector, so ||W||^2 = ||w||^2 / 2 and C = 2 / (lambda n), and
+  intercepts [-b/2, b/2].
 It records the optimum's primal value in sfb's convention.
 
 Run once from the workspace root; the output is committed:
@@ -57,7 +59,7 @@ def prepare(x):
         m = np.abs(x).max(axis=0)
         m[m == 0] = 1.0
         out = x / m
-    return np.hstack([out, np.ones((x.shape[0], 1))]), how, nonzero
+    return out, how, nonzero
 
 
 def softmax_ce(z, y):
@@ -75,14 +77,14 @@ def main():
         classes = int(y.max()) + 1
         binary = classes == 2
         c = (2.0 if binary else 1.0) / (LAMBDA * n)
-        clf = LogisticRegression(C=c, fit_intercept=False, tol=1e-12, max_iter=100000)
+        clf = LogisticRegression(C=c, fit_intercept=True, tol=1e-12, max_iter=100000)
         clf.fit(xs, y)
         if binary:
-            w = clf.coef_[0]
-            W = np.vstack([-w / 2, w / 2])
+            w, b0 = clf.coef_[0], clf.intercept_[0]
+            W, b = np.vstack([-w / 2, w / 2]), np.array([-b0 / 2, b0 / 2])
         else:
-            W = clf.coef_
-        primal = softmax_ce(xs @ W.T, y) + 0.5 * LAMBDA * float((W**2).sum())
+            W, b = clf.coef_, clf.intercept_
+        primal = softmax_ce(xs @ W.T + b, y) + 0.5 * LAMBDA * float((W**2).sum())
         out[name] = {
             "samples": n,
             "classes": classes,

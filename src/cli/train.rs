@@ -200,7 +200,7 @@ pub struct TrainArgs {
     #[arg(long, default_value = "auto")]
     pub scale: ScaleSpec,
     /// No intercept: by default mlr and l2mlr fit a bias per class (a constant-1 feature
-    /// appended after scaling; l2mlr regularizes it as liblinear does).
+    /// appended after scaling; not regularized, as scikit-learn does).
     #[arg(long)]
     pub no_intercept: bool,
     /// Write every node's state (W, optimizer and model state, sampler, counters) to this

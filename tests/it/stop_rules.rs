@@ -20,7 +20,7 @@ fn json(path: &Path) -> serde_json::Value {
 
 /// Issue 30's must-show: `--until gap<=1e-6` ends each run by itself, long before its
 /// clock limit, with the primal within 1e-5 (relative) of scikit-learn's optimum of the
-/// same problem (same scaling, the intercept column, C = 1/(λn), or 2/(λn) for binary
+/// same problem (same scaling, an unregularized intercept, C = 1/(λn), or 2/(λn) for binary
 /// data: see scripts/l2mlr_reference.py).
 #[test]
 fn l2mlr_until_gap_stops_at_the_sklearn_optimum() {

@@ -80,9 +80,7 @@ impl Cluster {
         spec.validate()?;
         let t = &spec.train;
         let scale = t.scale_for(&spec.model);
-        let b = Cluster::builder()
-            .peers(spec.peers)
-            .spec(spec.model.spec_for(t.method_for(&spec.model)));
+        let b = Cluster::builder().peers(spec.peers).spec(spec.model_spec());
         let intercept = t.intercept_for(&spec.model);
         let b = match spec.data.stream(&spec.model, t.seed, scale, intercept)? {
             Some(streamed) => {

@@ -98,7 +98,7 @@ pub fn save_model(
     prep: Option<Preprocess>,
     w: ArrayView2<'_, f32>,
 ) -> Result<SavedModel> {
-    let model = spec.model.spec_for(spec.train.method_for(&spec.model));
+    let model = spec.model_spec();
     let prep = prep.unwrap_or_else(|| {
         let (classes, d) = (w.nrows(), w.ncols());
         Preprocess::identity(d, sfb_models::data::LabelMap::identity(classes))

@@ -203,7 +203,10 @@ impl ModelChoice {
     pub fn spec(&self) -> ModelSpec {
         match *self {
             ModelChoice::Mlr => ModelSpec::Mlr,
-            ModelChoice::L2mlr { lambda } => ModelSpec::L2Mlr { lambda },
+            ModelChoice::L2mlr { lambda } => ModelSpec::L2Mlr {
+                lambda,
+                intercept: false,
+            },
             ModelChoice::Dml {
                 latent,
                 margin,
@@ -1646,7 +1649,7 @@ impl RunSpec {
                           trains on with the clients left); use --lost-shards drop",
                 });
             }
-            let spec = self.model.spec_for(self.train.method_for(&self.model));
+            let spec = self.model_spec();
             if let Some(why) = spec.takeover_refusal() {
                 return Err(Error::Requires {
                     field: "fault.lost_shards",
@@ -1666,7 +1669,7 @@ impl RunSpec {
         if !matches!(self.data, DataSource::Files { stream: true, .. }) {
             return Ok(());
         }
-        let spec = self.model.spec_for(self.train.method_for(&self.model));
+        let spec = self.model_spec();
         if let Some(why) = spec.streaming_refusal() {
             return Err(Error::Requires {
                 field: "data.stream",
@@ -1940,11 +1943,19 @@ impl RunSpec {
         }
     }
 
+    /// The model as sfb-models builds it for this run: [`ModelChoice::spec_for`] the
+    /// training method, with the intercept the run's data gets.
+    pub fn model_spec(&self) -> ModelSpec {
+        self.model
+            .spec_for(self.train.method_for(&self.model))
+            .with_intercept(self.train.intercept_for(&self.model))
+    }
+
     /// The descriptive part of this run's summary (`out_degree` as resolved: `Q`, or
     /// `P − 1` for full broadcast, 1 for FMS).
     pub fn run_info(&self) -> RunInfo {
         let p = self.peers;
-        let model = self.model.spec_for(self.train.method_for(&self.model));
+        let model = self.model_spec();
         let out_degree = match (self.backend, &self.topology.explicit) {
             (Backend::Fms, _) => 1,
             (Backend::Sfb, Some(out)) => out.first().map_or(0, Vec::len),

@@ -129,6 +129,9 @@ pub enum ModelSpec {
     L2Mlr {
         /// λ > 0.
         lambda: f64,
+        /// The last feature is the constant 1 and its weight, the intercept, is not
+        /// regularized ([`L2Mlr::with_intercept`]).
+        intercept: bool,
     },
     /// [`Dml`]: the projection is `latent × features`.
     Dml {
@@ -292,6 +295,16 @@ impl ModelSpec {
         }
     }
 
+    /// This model with an intercept (`intercept`: the data's last feature is the constant
+    /// 1): only [`ModelSpec::L2Mlr`] treats that column apart (its intercept is not
+    /// regularized); the others learn it as any other weight.
+    pub fn with_intercept(self, intercept: bool) -> Self {
+        match self {
+            ModelSpec::L2Mlr { lambda, .. } => ModelSpec::L2Mlr { lambda, intercept },
+            other => other,
+        }
+    }
+
     /// Shape of the replicated matrix.
     pub fn shape(&self, problem: &Problem) -> (usize, usize) {
         let (j, d) = (problem.classes, problem.features);
@@ -406,8 +419,9 @@ impl ModelSpec {
             ModelSpec::MlrPrimal { saga: true, .. } => {
                 AnyModel::Saga(Saga::with_capacity(j, d, shard.len()))
             }
-            ModelSpec::L2Mlr { lambda } => {
-                AnyModel::L2Mlr(L2Mlr::new(j, d, lambda, problem.train.len(), peers, shard)?)
+            ModelSpec::L2Mlr { lambda, intercept } => {
+                let m = L2Mlr::new(j, d, lambda, problem.train.len(), peers, shard)?;
+                AnyModel::L2Mlr(if intercept { m.with_intercept() } else { m })
             }
             ModelSpec::Dml {
                 latent,
@@ -453,11 +467,14 @@ impl ModelSpec {
                 lambda,
             )),
             ModelSpec::MlrPrimal { .. } => Box::new(MlrEvaluator::new(Arc::clone(&problem.test))),
-            ModelSpec::L2Mlr { lambda } => Box::new(L2MlrEvaluator::new(
-                Arc::clone(&problem.train),
-                Arc::clone(&problem.test),
-                lambda,
-            )),
+            ModelSpec::L2Mlr { lambda, intercept } => {
+                let e = L2MlrEvaluator::new(
+                    Arc::clone(&problem.train),
+                    Arc::clone(&problem.test),
+                    lambda,
+                );
+                Box::new(if intercept { e.with_intercept() } else { e })
+            }
             ModelSpec::Dml { candidates, .. } => Box::new(DmlEvaluator::new(
                 &problem.train,
                 &problem.test,

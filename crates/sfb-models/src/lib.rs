@@ -4,7 +4,7 @@
 //! | model | W | factors `u`, `v` | extra |
 //! |---|---|---|---|
 //! | [`Mlr`] (softmax regression, SGD) | classes × features | `softmax(W a) − onehot(y)`, `a` | |
-//! | [`L2Mlr`] (SDCA / CoCoA+) | Z, classes × (features + 1) | `Δα_i / n`, `x_i` | W = ∇h*(Z) = Z/λ ([`sdca::dual_operator`]) |
+//! | [`L2Mlr`] (SDCA / CoCoA+) | Z, classes × (features + 1) | `Δα_i / n`, `x_i` | W = ∇h*(Z) = Z/λ, the intercept's anchor added ([`sdca::primal_w`]) |
 //! | [`Dml`] (metric learning, NCA) | L, latent × features | per member `z` of batch ∪ candidates: `2 (L X A)_z`, `z` (`A` the neighbour weights) | |
 //! | [`SparseCoding`] | dictionary, features × atoms | `−(x − W a)`, `a` | `prox`: unit-norm atoms |
 //! | [`Saga`] (SAGA for MLR / L2-MLR) | classes × features | `u_i^new − u_i^old`, `a` | with [`sfb_core::Method::Saga`], which keeps the table mean |

@@ -81,14 +81,15 @@ fn refused(reason: impl Into<String>) -> Error {
 
 impl SavedModel {
     /// The model of `spec` trained into the replica `w` on data prepared by `prep` (for
-    /// `l2mlr` (SDCA) `w` is the dual replica Z; the primal W = Z/λ is kept).
+    /// `l2mlr` (SDCA) `w` is the dual replica Z; the primal W is kept,
+    /// [`sdca::primal_w`]).
     ///
     /// # Errors
     /// [`Error::Parameter`] when `w`'s shape does not fit the model on `prep`'s features,
     /// or holds a non-finite value.
     pub fn new(spec: ModelSpec, prep: Preprocess, w: Array2<f32>) -> Result<Self> {
         let w = match spec {
-            ModelSpec::L2Mlr { lambda } => sdca::dual_operator(w.view(), lambda as f32),
+            ModelSpec::L2Mlr { lambda, intercept } => sdca::primal_w(w.view(), lambda, intercept),
             _ => w,
         };
         let m = Self {
@@ -333,7 +334,9 @@ impl SavedModel {
 fn kind_params(spec: &ModelSpec) -> (&'static str, Vec<f64>) {
     match *spec {
         ModelSpec::Mlr => ("mlr", vec![]),
-        ModelSpec::L2Mlr { lambda } => ("l2mlr-sdca", vec![lambda]),
+        ModelSpec::L2Mlr { lambda, intercept } => {
+            ("l2mlr-sdca", vec![lambda, f64::from(u8::from(intercept))])
+        }
         ModelSpec::MlrPrimal { lambda, saga } => {
             ("mlr-primal", vec![lambda, f64::from(u8::from(saga))])
         }
@@ -378,9 +381,17 @@ fn spec_of(kind: &str, p: &[f64]) -> std::result::Result<ModelSpec, String> {
             want(0)?;
             ModelSpec::Mlr
         }
+        // Files of 0.1 before the unregularized intercept hold λ alone.
+        "l2mlr-sdca" if p.len() == 1 => ModelSpec::L2Mlr {
+            lambda: p[0],
+            intercept: false,
+        },
         "l2mlr-sdca" => {
-            want(1)?;
-            ModelSpec::L2Mlr { lambda: p[0] }
+            want(2)?;
+            ModelSpec::L2Mlr {
+                lambda: p[0],
+                intercept: p[1] != 0.0,
+            }
         }
         "mlr-primal" => {
             want(2)?;
@@ -454,12 +465,19 @@ mod tests {
         };
         let (_, prep) = p.prepare(Scale::Auto, true, &Default::default()).unwrap();
         let w = ndarray::Array2::from_shape_fn((3, 3), |(r, c)| (r * 3 + c) as f32 * 0.25 - 1.0);
-        SavedModel::new(ModelSpec::L2Mlr { lambda: 0.5 }, prep, {
-            // SDCA's replica: one more (bookkeeping) column, W = Z/λ.
-            let mut z = ndarray::Array2::zeros((3, 4));
-            z.slice_mut(ndarray::s![.., ..3]).assign(&(&w * 0.5));
-            z
-        })
+        SavedModel::new(
+            ModelSpec::L2Mlr {
+                lambda: 0.5,
+                intercept: false,
+            },
+            prep,
+            {
+                // SDCA's replica: one more (bookkeeping) column, W = Z/λ.
+                let mut z = ndarray::Array2::zeros((3, 4));
+                z.slice_mut(ndarray::s![.., ..3]).assign(&(&w * 0.5));
+                z
+            },
+        )
         .unwrap()
     }
 

@@ -526,7 +526,10 @@ fn model_matrices_and_sdca_duals_are_checked_against_the_limits() {
             .starts_with("d.svm: W of mlr (4000 × 1048576 f32) needs 16777216000 bytes"),
         "{err}"
     );
-    let sdca = ModelSpec::L2Mlr { lambda: 1e-3 };
+    let sdca = ModelSpec::L2Mlr {
+        lambda: 1e-3,
+        intercept: false,
+    };
     let err = sdca.check_limits(1000, 10, 1_000_000, &l, "d").unwrap_err();
     assert!(
         err.to_string().starts_with(

@@ -162,7 +162,10 @@ fn sdca_closes_the_gap_at_the_sklearn_optimum() {
         features: 64,
         labels: sfb_models::data::LabelMap::identity(10),
     };
-    let spec = ModelSpec::L2Mlr { lambda };
+    let spec = ModelSpec::L2Mlr {
+        lambda,
+        intercept: false,
+    };
     let runs = sfb_net::mem::run(engines(&spec, &problem, 4, 250, 16, 1.0, 3), &opts()).unwrap();
     let ev = runs[0].engine.last_evaluation().unwrap();
     let (primal, dual, gap) = (
