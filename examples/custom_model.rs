@@ -3,7 +3,9 @@
 //! recovers W, and so does partial broadcast (Q = 2, the default gossip mode: weighted
 //! neighbourhood updates plus compressed consensus). The paper's literal mode
 //! (`--partial paper`) stalls here far from W* (its replicas each settle near their own
-//! shard's fit); it is run too, to show the difference.
+//! shard's fit); it is run too, to show the difference. The same builder lines then run
+//! on the simulator and under the FMS parameter server: under BSP their replicas are
+//! bitwise the in-memory full broadcast's.
 use ndarray::{Array2, ArrayView1, ArrayView2};
 use rand::{Rng, SeedableRng};
 use sfb::core::{Model, ModelError, SvList};
@@ -69,6 +71,26 @@ fn main() -> anyhow::Result<()> {
     println!("  full broadcast          {full:.2e}");
     println!("  Q={q} gossip (default)   {partial:.2e}");
     println!("  Q={q} paper mode         {paper:.2e}");
+    // The same lines on the simulator (simulated seconds, the `sfb sim` cost model) and
+    // under FMS: BSP applies the same updates, so the replicas agree bit for bit.
+    let sim = cluster().run_sim(&sfb::harness::sim::SimOptions::default(), None, None)?;
+    let fms = cluster()
+        .run_fms_mem(sfb::harness::Push::Factors)?
+        .summary();
+    let mem = cluster().run_mem()?.summary();
+    let simulated = sim.summary.sim.as_ref().map_or(0.0, |s| s.simulated_s);
+    println!("full broadcast's replica checksums:");
+    println!("  in memory               {:?}", mem.replica_checksums);
+    println!(
+        "  simulated ({simulated:.3} s)   {:?}",
+        sim.summary.replica_checksums
+    );
+    println!("  FMS parameter server    {:?}", fms.replica_checksums);
+    anyhow::ensure!(
+        sim.summary.replica_checksums == mem.replica_checksums
+            && fms.replica_checksums == mem.replica_checksums,
+        "the transports disagree"
+    );
     anyhow::ensure!(full < 1e-3, "full broadcast did not converge");
     anyhow::ensure!(
         partial < 1e-2,

@@ -655,9 +655,29 @@ mod kind {
         fn takes_over_by_default(&self) -> bool {
             false
         }
+        /// What the simulator's cost model knows of this model and its data
+        /// ([`Builder::run_sim`]), or why it cannot be simulated. A user's model: nothing
+        /// (dense factors, and its compute priced as a forward pass of a linear model, or
+        /// measured under [`CostModel::Calibrate`](crate::sim::CostModel::Calibrate)).
+        fn sim_profile(&self) -> Result<SimProfile> {
+            Ok(SimProfile::default())
+        }
+    }
+
+    /// What [`Kind::sim_profile`] tells the simulator's cost model.
+    #[derive(Debug, Clone, Default)]
+    pub struct SimProfile {
+        /// A built-in model's kind (its counts of work); `None` for a user's model.
+        pub model: Option<ModelSpec>,
+        /// Non-zeros of a training sample, on average (`None`: all `D`).
+        pub nnz: Option<f64>,
+        /// Whether the samples are sparse.
+        pub sparse: bool,
+        /// Held-out samples one evaluation reads.
+        pub eval_samples: usize,
     }
 }
-use kind::{Kind, Parts};
+use kind::{Kind, Parts, SimProfile};
 
 /// What a [`Builder`] knows about the model once it has one ([`Custom`] or [`Builtin`]):
 /// name `Builder<impl ModelSource<Model = M>>` to pass a configured builder around.
@@ -761,6 +781,24 @@ impl Kind for Builtin {
             (None, Some(s)) => Some(usize::try_from(s.train_samples()).unwrap_or(usize::MAX)),
             (None, None) => None,
         }
+    }
+    fn sim_profile(&self) -> Result<SimProfile> {
+        let Some(problem) = &self.problem else {
+            return Err(Error::NotSimulated {
+                field: "data.stream",
+                why: "every simulated peer lives in this one process",
+            });
+        };
+        let train = &problem.train;
+        Ok(SimProfile {
+            model: Some(self.spec.clone()),
+            nnz: (!train.is_empty())
+                .then(|| train.iter().map(|e| e.x.nnz() as f64).sum::<f64>() / train.len() as f64),
+            sparse: train
+                .first()
+                .is_some_and(|e| matches!(e.x, sfb_models::Features::Sparse { .. })),
+            eval_samples: problem.test.len(),
+        })
     }
     fn shard_source(
         &mut self,
@@ -1237,12 +1275,18 @@ impl Builder<Builtin> {
     }
 }
 
-impl Builder<Builtin> {
+impl<K: Kind> Builder<K> {
     /// Runs the cluster on the discrete-event simulator (`sfb sim`): every node a real
     /// engine (or FMS server and clients for `fms`), joined by the NIC model of `sim`
     /// (`bandwidth` is the egress default) and priced by its cost model
     /// ([`crate::sim`]). The summary's times are simulated seconds and it carries the
     /// `sim` block.
+    ///
+    /// Any model runs here, a user's too: the cost model prices its `compute_sv` as a
+    /// linear model's forward pass (`2·J·D` flops a sample), or, under
+    /// [`CostModel::Calibrate`](crate::sim::CostModel::Calibrate), as measured on this
+    /// machine with peer 0's model and data; `sim.compute_per_sample_s` and
+    /// `sim.evaluate_s` replace either.
     ///
     /// # Errors
     /// Build errors, streamed data ([`Error::NotSimulated`]), then the simulator's
@@ -1254,12 +1298,7 @@ impl Builder<Builtin> {
         fms: Option<crate::Push>,
     ) -> Result<Outcome> {
         use sfb_net::virtual_time::{Config, FmsNode, Network};
-        let Some(problem) = self.kind.problem.clone() else {
-            return Err(Error::NotSimulated {
-                field: "data.stream",
-                why: "every simulated peer lives in this one process",
-            });
-        };
+        let profile = self.kind.sim_profile()?;
         let t0 = std::time::Instant::now();
         if sim.timing_only && fms.is_some() {
             return Err(Error::Requires {
@@ -1268,19 +1307,15 @@ impl Builder<Builtin> {
                 why: "FMS frames are dense J × D matrices, which need their values",
             });
         }
+        let mut sim = sim.clone();
+        if profile.model.is_none() {
+            self.measure_custom(&mut sim)?;
+        }
+        let sim = &sim;
         self.s.timing_only = sim.timing_only;
         // A bitwise-reproducible run needs a topology that does not depend on how fast
         // the optimizer ran.
         self.s.deterministic_topology = true;
-        let nnz = if problem.train.is_empty() {
-            problem.features as f64
-        } else {
-            problem.train.iter().map(|e| e.x.nnz() as f64).sum::<f64>() / problem.train.len() as f64
-        };
-        let sparse = problem
-            .train
-            .first()
-            .is_some_and(|e| matches!(e.x, sfb_models::Features::Sparse { .. }));
         let nic = sim.nic(bandwidth, self.s.wire);
         let (seed, stragglers) = (self.s.seed, self.s.stragglers());
         let cfg = |costs| Config {
@@ -1296,13 +1331,14 @@ impl Builder<Builtin> {
             keep_records: true,
             ..Config::default()
         };
-        let sparse_v = sparse && matches!(self.kind.spec, ModelSpec::Mlr);
-        let shapes = |j, d| crate::sim::Shapes {
+        let sparse_v = profile.sparse && matches!(profile.model, Some(ModelSpec::Mlr));
+        let counted = profile.model.clone().unwrap_or(ModelSpec::Mlr);
+        let shapes = |j, d: usize| crate::sim::Shapes {
             j,
             d,
-            nnz,
+            nnz: profile.nnz.unwrap_or(d as f64),
             sparse_v,
-            eval_samples: problem.test.len(),
+            eval_samples: profile.eval_samples,
         };
         let mut observer = SimObserver {
             sink: self.sink()?,
@@ -1315,7 +1351,7 @@ impl Builder<Builtin> {
                 let engines = self.build_engines()?;
                 let (j, d) = engines.first().map_or((0, 0), |e| e.replica().dim());
                 let (costs, report) =
-                    crate::sim::plan_costs(sim, &self.kind.spec, shapes(j, d), batch, nic);
+                    crate::sim::plan_costs(sim, &counted, shapes(j, d), batch, nic);
                 let out_degree = engines
                     .first()
                     .map_or(0, |e| e.config().out_neighbors.len());
@@ -1360,7 +1396,7 @@ impl Builder<Builtin> {
                 let (server, clients) = self.build_fms(push)?;
                 let (j, d) = server.replica().dim();
                 let (costs, report) =
-                    crate::sim::plan_costs(sim, &self.kind.spec, shapes(j, d), batch, nic);
+                    crate::sim::plan_costs(sim, &counted, shapes(j, d), batch, nic);
                 let info = self.info("fms", 1);
                 let run = Network::with_config(FmsNode::cluster(server, clients), cfg(costs))
                     .run_with(&mut observer)
@@ -1400,6 +1436,63 @@ impl Builder<Builtin> {
             records,
             w,
         })
+    }
+}
+
+impl<K: Kind> Builder<K> {
+    /// A user's model under [`CostModel::Calibrate`](crate::sim::CostModel::Calibrate):
+    /// fills in `sim`'s compute per sample and evaluation time, where not given, from
+    /// peer 0's model, starting matrix and mini-batch as measured here (each the best of
+    /// 3 timings of at least 50 ms, [`crate::sim::best_rate`]). Under the count model it
+    /// leaves `sim` alone: the counts price a linear model's forward pass.
+    fn measure_custom(&mut self, sim: &mut crate::sim::SimOptions) -> Result<()> {
+        if sim.costs != crate::sim::CostModel::Calibrate
+            || (sim.compute_per_sample_s.is_some() && sim.evaluate_s.is_some())
+        {
+            return Ok(());
+        }
+        let peer = Peer {
+            id: PeerId(0),
+            peers: self.s.peers,
+            seed: peer_seed(self.s.seed, 0),
+        };
+        let Parts {
+            mut model,
+            w0,
+            mut shard,
+            evaluator,
+        } = self.kind.parts(&peer, self.s.seed, false)?;
+        let batch = self.s.batch.max(1);
+        if sim.compute_per_sample_s.is_none() {
+            let refs = shard.next_batch(batch);
+            let mut sv = sfb_core::SvList::new(w0.nrows(), w0.ncols());
+            let mut failed = None;
+            let rate = crate::sim::best_rate(refs.len() as f64, || {
+                sv.clear();
+                if let Err(e) = model.compute_sv(w0.view(), &refs, &mut sv) {
+                    failed.get_or_insert(e);
+                }
+            });
+            if let Some(e) = failed {
+                return Err(Error::Core(sfb_core::Error::Model {
+                    clock: 0,
+                    source: e,
+                }));
+            }
+            sim.compute_per_sample_s = Some(1.0 / rate);
+        }
+        if let (None, Some(mut ev)) = (sim.evaluate_s, evaluator) {
+            let rate = crate::sim::best_rate(1.0, || {
+                ev.evaluate(w0.view());
+            });
+            sim.evaluate_s = Some(1.0 / rate);
+        }
+        tracing::info!(
+            "measured the model here: {:.3e} s of compute_sv a sample, {:.3e} s an evaluation",
+            sim.compute_per_sample_s.unwrap_or(0.0),
+            sim.evaluate_s.unwrap_or(0.0)
+        );
+        Ok(())
     }
 }
 

@@ -485,3 +485,47 @@ fn a_custom_model_s_default_step_comes_from_its_factors_and_trains() {
         assert!(err < 0.05, "Σ|W − W*| = {err}");
     }
 }
+
+/// A user's model on the simulator through the same builder lines as in memory, SFB and
+/// FMS: under BSP the replicas are bitwise those of the in-memory run; the count model
+/// prices it as a linear model, calibration measures its `compute_sv` here.
+#[test]
+fn a_custom_model_runs_on_the_simulator_bitwise_as_in_memory() {
+    use sfb_harness::sim::{CostModel, SimOptions};
+    let run = || {
+        Cluster::builder()
+            .peers(4)
+            .model(|_| LeastSquares)
+            .init_w(Array2::zeros((2, 8)))
+            .data(scaled_least_squares())
+            .clocks(60)
+    };
+    let mem = run().run_mem().unwrap().into_outcome();
+    let sim = run().run_sim(&SimOptions::default(), None, None).unwrap();
+    assert_eq!(sim.summary.replica_checksums, mem.summary.replica_checksums);
+    assert_eq!(sim.summary.clocks, 60);
+    let report = sim.summary.sim.as_ref().expect("the sim block");
+    assert!(report.simulated_s > 0.0 && !report.calibrated);
+    // Counted as a linear model's forward pass: 2·J·D + 20·J flops and 4·(J + D) bytes.
+    let counted = report.costs["compute_per_sample"];
+    let expect = (2.0 * 2.0 * 8.0 + 20.0 * 2.0) / report.flops + 4.0 * 10.0 / report.mem_bw;
+    assert!((counted - expect).abs() < 1e-15, "{counted} vs {expect}");
+    let calibrate = SimOptions {
+        costs: CostModel::Calibrate,
+        ..SimOptions::default()
+    };
+    let cal = run().run_sim(&calibrate, None, None).unwrap();
+    assert_eq!(cal.summary.replica_checksums, mem.summary.replica_checksums);
+    let measured = cal.summary.sim.as_ref().unwrap().costs["compute_per_sample"];
+    assert!(measured > 0.0 && measured != counted, "{measured}");
+    // FMS alike: the server's and clients' W equal the in-memory FMS run's.
+    let fms_mem = run().run_fms_mem(Push::Factors).unwrap().into_outcome();
+    let fms_sim = run()
+        .run_sim(&SimOptions::default(), None, Some(Push::Factors))
+        .unwrap();
+    assert_eq!(
+        fms_sim.summary.replica_checksums,
+        fms_mem.summary.replica_checksums
+    );
+    assert_eq!(fms_sim.summary.backend, "fms");
+}
