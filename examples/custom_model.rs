@@ -6,6 +6,10 @@
 //! shard's fit); it is run too, to show the difference. The same builder lines then run
 //! on the simulator and under the FMS parameter server: under BSP their replicas are
 //! bitwise the in-memory full broadcast's.
+//!
+//! `custom_model node CLUSTER ID` runs one peer of a cluster file over libp2p instead (start
+//! one process per id, on each machine): the same builder lines, `.run_node(CLUSTER, ID)`.
+//! Each node then checks its replica against the in-memory run on the file's topology.
 use ndarray::{Array2, ArrayView1, ArrayView2};
 use rand::{Rng, SeedableRng};
 use sfb::core::{Model, ModelError, SvList};
@@ -30,14 +34,20 @@ impl Model for LeastSquares {
     }
 }
 
-/// `cargo run --release --example custom_model [PEERS [CLOCKS [Q]]]` (default 4 200 2).
+/// `cargo run --release --example custom_model [PEERS [CLOCKS [Q]]]` (default 4 200 2), or
+/// `… custom_model node CLUSTER ID` for one libp2p peer of a cluster file.
 fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let node = args.get(1).is_some_and(|a| a == "node");
     let arg = |i: usize, default: usize| -> anyhow::Result<usize> {
-        std::env::args()
-            .nth(i)
+        args.get(i)
             .map_or(Ok(default), |a| a.parse().map_err(anyhow::Error::from))
     };
-    let (peers, clocks, q) = (arg(1, 4)?, arg(2, 200)?, arg(3, 2)?);
+    let (peers, clocks, q) = if node {
+        (4, 200, 2)
+    } else {
+        (arg(1, 4)?, arg(2, 200)?, arg(3, 2)?)
+    };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
     let mut draw = |r, c| Array2::from_shape_fn((r, c), |_| rng.random_range(-1.0..1.0f32));
     let (truth, xs) = (draw(3, 8), draw(4000, 8));
@@ -51,6 +61,30 @@ fn main() -> anyhow::Result<()> {
             .data(data.clone())
             .clocks(clocks as u64)
     };
+    if node {
+        let (file, id) = (std::path::Path::new(&args[2]), arg(3, 0)?);
+        let out = cluster().run_node(file, id)?;
+        // The same run in memory, on the file's topology, for comparison.
+        let c = sfb::net::cluster::Cluster::load(file)?;
+        let lists = (0..c.peers()).map(|i| c.out(i).to_vec()).collect();
+        let mem = cluster()
+            .peers(c.peers())
+            .out_lists(lists)
+            .run_mem()?
+            .summary();
+        let mine = &out.summary.replica_checksums[0];
+        println!(
+            "peer {id}: {} clocks over libp2p, {} bytes sent, replica {mine}",
+            out.summary.clocks, out.summary.bytes_sent
+        );
+        anyhow::ensure!(
+            *mine == mem.replica_checksums[id],
+            "peer {id}'s replica differs from the in-memory run's ({})",
+            mem.replica_checksums[id]
+        );
+        println!("peer {id}: bitwise the in-memory run's replica");
+        return Ok(());
+    }
     let (step, lr) = cluster().resolved_optimizer();
     println!("default step: {step} · lr {lr}");
     let full = cluster().run_mem()?;

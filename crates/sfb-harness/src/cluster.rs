@@ -1440,6 +1440,99 @@ impl<K: Kind> Builder<K> {
 }
 
 impl<K: Kind> Builder<K> {
+    /// Runs peer `id` of the SFB cluster file `cluster` over libp2p, in this process, until
+    /// its clocks are done: the node a program runs on each machine of a cluster, for any
+    /// model, a user's too (what `sfb peer --cluster FILE --id I` does for the built-in
+    /// ones). The peers and the topology are the file's (`peers` and `out_degree` set on
+    /// this builder are replaced); everything else is this builder's. Every node of the
+    /// run must be built alike: each stream's handshake compares W's shape, the batch, the
+    /// clocks, the wire encoding and the builder's training settings
+    /// ([`agreement`](Self::agreement)), and refuses a node that differs.
+    ///
+    /// Returns this node's outcome: its own figures, checksum and W, as `sfb peer`'s
+    /// summary. Network options are the defaults of `sfb peer` (no bandwidth budget, a
+    /// peer silent for 60 s is lost); FMS cluster files, checkpoints and rejoining are
+    /// `sfb peer`'s and `sfb server`'s.
+    ///
+    /// # Errors
+    /// [`Error::Net`] for an unreadable or invalid cluster file or a failed run;
+    /// [`Error::Requires`] for an FMS cluster file or an `id` that is not a peer of it;
+    /// build errors as [`run_mem`](Self::run_mem).
+    pub fn run_node(mut self, cluster: &std::path::Path, id: usize) -> Result<Outcome>
+    where
+        K::Model: Send + 'static,
+    {
+        use sfb_net::p2p::{Node, Options, RunShape};
+        let file = sfb_net::cluster::Cluster::load(cluster)?;
+        if file.server().is_some() {
+            return Err(Error::Requires {
+                field: "cluster",
+                requires: "an SFB cluster file",
+                why: "the nodes of an FMS cluster run as `sfb peer` and `sfb server`",
+            });
+        }
+        let p = file.peers();
+        if id >= p {
+            return Err(Error::Requires {
+                field: "id",
+                requires: "a peer of the cluster file",
+                why: "ids run from 0 to the file's number of peers − 1",
+            });
+        }
+        let out: Vec<Vec<usize>> = (0..p).map(|i| file.out(i).to_vec()).collect();
+        self = self.peers(p).out_lists(out.clone());
+        self.s.transport = "libp2p";
+        let sink = self.sink()?;
+        let engine = self.build_peer(id as u32)?;
+        let (j, d) = engine.replica().dim();
+        let shape = RunShape {
+            j,
+            d,
+            batch: self.s.batch,
+            clocks: self.s.clocks,
+            full_w: false,
+            dtype: self.s.wire,
+            agreement: self.agreement(),
+        };
+        let to_sink = Arc::clone(&sink);
+        let opts = Options {
+            keep: sfb_net::driver::Keep::Last,
+            progress: Some(Arc::new(move |r: &ClockRecord| to_sink.write(r))),
+            // After a loss every survivor repairs the file's topology the same way.
+            repair: crate::launch::repair_fn(out, id),
+            stragglers: self.s.stragglers(),
+            ..Options::default()
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|source| crate::launch::Error::Io {
+                what: "starting the async runtime".into(),
+                source,
+            })?;
+        let outcome = rt.block_on(async {
+            let node = Node::start(&file, id, &shape, &opts).await?;
+            node.run(&file, engine, &shape, &opts).await
+        })?;
+        drop(rt);
+        let info = self.info("sfb", file.out(id).len());
+        let mut report = NodeOutcome::from_engine(&outcome.node, &outcome.records);
+        report.report.metrics.bytes_sent = outcome.stats.total_sent();
+        report.report.metrics.bytes_received = outcome.stats.total_received();
+        let mut summary = summarize(info, &[report], None);
+        if let Err(e) = sink.finish() {
+            stopped_early(&mut summary, &outcome.records, e.to_string());
+        }
+        Ok(Outcome {
+            summary,
+            records: outcome.records,
+            w: Some(outcome.node.replica().w().to_owned()),
+        })
+    }
+}
+
+impl<K: Kind> Builder<K> {
     /// A user's model under [`CostModel::Calibrate`](crate::sim::CostModel::Calibrate):
     /// fills in `sim`'s compute per sample and evaluation time, where not given, from
     /// peer 0's model, starting matrix and mini-batch as measured here (each the best of

@@ -529,3 +529,70 @@ fn a_custom_model_runs_on_the_simulator_bitwise_as_in_memory() {
     );
     assert_eq!(fms_sim.summary.backend, "fms");
 }
+
+/// A user's model as 4 libp2p nodes of a cluster file, each driven by `run_node` on its
+/// own thread (as each machine's program would): under BSP their replicas are bitwise the
+/// in-memory run's on the file's topology, full broadcast and gossip alike.
+#[test]
+fn a_custom_model_runs_as_libp2p_nodes_of_a_cluster_file_bitwise_as_in_memory() {
+    use std::sync::mpsc;
+    let dir = std::env::temp_dir().join(format!("sfb-harness-run-node-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = || {
+        Cluster::builder()
+            .model(|_| LeastSquares)
+            .init_w(Array2::zeros((2, 8)))
+            .data(scaled_least_squares())
+            .clocks(40)
+    };
+    for (name, topology) in [
+        ("full", sfb_topology::full(4).unwrap()),
+        (
+            "ring2",
+            sfb_topology::Topology::new(vec![vec![1, 2], vec![2, 3], vec![3, 0], vec![0, 1]])
+                .unwrap(),
+        ),
+    ] {
+        let path = dir.join(format!("{name}.toml"));
+        sfb_net::cluster::Cluster::init(
+            &path,
+            &topology,
+            &["127.0.0.1".to_string()],
+            sfb_net::cluster::Ports::Free,
+        )
+        .unwrap();
+        let (tx, rx) = mpsc::channel();
+        for id in 0..4 {
+            let (tx, path) = (tx.clone(), path.clone());
+            std::thread::spawn(move || {
+                let _ = tx.send((id, run().run_node(&path, id).map_err(|e| e.to_string())));
+            });
+        }
+        let mut checksums = vec![String::new(); 4];
+        for _ in 0..4 {
+            let (id, out) = rx
+                .recv_timeout(Duration::from_secs(120))
+                .expect("a node hung");
+            let out = out.unwrap_or_else(|e| panic!("{name}: node {id}: {e}"));
+            assert_eq!(out.summary.transport, "libp2p");
+            assert_eq!(out.summary.clocks, 40);
+            assert_eq!(out.summary.replica_checksums.len(), 1);
+            checksums[id] = out.summary.replica_checksums[0].clone();
+            eprintln!(
+                "{name}: node {id}: {} bytes sent, {:.3} s",
+                out.summary.bytes_sent, out.summary.wall_s
+            );
+        }
+        let out: Vec<Vec<usize>> = (0..4).map(|i| topology.out(i).to_vec()).collect();
+        let mem = run().peers(4).out_lists(out).run_mem().unwrap().summary();
+        assert_eq!(checksums, mem.replica_checksums, "{name}");
+    }
+    // An id the file does not have is refused before anything starts.
+    let e = run()
+        .run_node(&dir.join("full.toml"), 4)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("id"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
