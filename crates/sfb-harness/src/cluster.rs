@@ -494,7 +494,12 @@ impl<M: Model, F: FnMut(&Peer) -> M> Custom<M, F> {
             let mut model = self.factory.try_borrow_mut().ok()?(&peer);
             let batch: Vec<&M::Sample> = data.iter().take(STEP_PROBE_SAMPLES).collect();
             let mut sv = sfb_core::SvList::new(w0.nrows(), w0.ncols());
-            model.compute_sv(w0.view(), &batch, &mut sv).ok()?;
+            // A model that fails or panics here is refused by `Builder::check_factors`.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                model.compute_sv(w0.view(), &batch, &mut sv)
+            }))
+            .ok()?
+            .ok()?;
             let b = sv.to_batch(PeerId(0), 0, 1.0);
             let pairs = b.len();
             let total: f64 = (0..pairs)
@@ -655,6 +660,12 @@ mod kind {
         fn takes_over_by_default(&self) -> bool {
             false
         }
+        /// Whether this is a user's model, whose factors are checked against its starting
+        /// W before anything runs ([`Builder::check_fits`]); the built-in models fit by
+        /// construction.
+        fn user_model(&self) -> bool {
+            false
+        }
         /// What the simulator's cost model knows of this model and its data
         /// ([`Builder::run_sim`]), or why it cannot be simulated. A user's model: nothing
         /// (dense factors, and its compute priced as a forward pass of a linear model, or
@@ -735,6 +746,9 @@ where
     ) -> std::result::Result<ShardSource<M::Sample>, &'static str> {
         let data = self.data.clone().ok_or("no training data was given")?;
         Ok(takeover_source(data, peer))
+    }
+    fn user_model(&self) -> bool {
+        true
     }
     fn parts(&mut self, peer: &Peer, seed: u64, _probe: bool) -> Result<Parts<M>> {
         let data = self.data.as_ref().ok_or(Error::MissingData)?;
@@ -1483,6 +1497,7 @@ impl<K: Kind> Builder<K> {
         self = self.peers(p).out_lists(out.clone());
         self.s.transport = "libp2p";
         let sink = self.sink()?;
+        self.check_fits(1)?;
         let engine = self.build_peer(id as u32)?;
         let (j, d) = engine.replica().dim();
         let shape = RunShape {
@@ -1811,6 +1826,13 @@ impl<K: Kind> Builder<K> {
             seed: peer_seed(self.s.seed, id),
         };
         let parts = self.kind.parts(&peer, self.s.seed, probe)?;
+        if let Some(samples) = self.kind.samples().filter(|&n| self.s.batch > n) {
+            let e = sfb_models::Error::BatchTooLarge {
+                batch: self.s.batch,
+                samples,
+            };
+            return Err(e.into());
+        }
         let mut cfg = Config::new(peer.id, peer.peers, out, inn);
         cfg.consistency = self.s.consistency.clone();
         cfg.clocks = self.s.clocks;
@@ -1919,11 +1941,15 @@ impl<K: Kind> Builder<K> {
 
     /// Refuses, before any topology or replica is built, `nodes` replicas of this
     /// cluster's W in one process when they would not fit in the memory available (it
-    /// builds peer 0 alone to learn W's shape).
+    /// builds peer 0 alone to learn W's shape), and a user's model whose factors do not
+    /// fit its starting W ([`check_factors`](Self::check_factors)).
     ///
     /// # Errors
     /// [`Error::Memory`] with both figures; the build errors of peer 0.
     pub fn check_fits(&mut self, nodes: usize) -> Result<()> {
+        if self.kind.user_model() {
+            self.check_factors()?;
+        }
         let engine = self.engine(0, Vec::new(), Vec::new(), false, true)?;
         if self.s.timing_only {
             // No replica and no optimizer state: nothing of W's size per node.
@@ -1932,6 +1958,59 @@ impl<K: Kind> Builder<K> {
         let (j, d) = engine.replica().dim();
         let state = engine.config().optimizer.state_bytes(j, d) as u128;
         check_fits(nodes, j, d, state, available_memory())
+    }
+
+    /// Refuses a user's model whose factors do not fit its starting W, before anything
+    /// runs: peer 0's model computes its first mini-batch at the starting W, as its first
+    /// clock would ([`Model::compute_sv_indexed`]). A wrong-shaped factor is the error
+    /// the first clock would give; a panic (a shape mismatch in the model's own
+    /// arithmetic) becomes an error here instead of taking a peer's thread down.
+    fn check_factors(&mut self) -> Result<()> {
+        let peer = Peer {
+            id: PeerId(0),
+            peers: self.s.peers,
+            seed: peer_seed(self.s.seed, 0),
+        };
+        let Parts {
+            mut model,
+            w0,
+            mut shard,
+            ..
+        } = self.kind.parts(&peer, self.s.seed, false)?;
+        let failed = |source| Error::Core(sfb_core::Error::Model { clock: 0, source });
+        if w0.is_empty() {
+            return Err(failed(sfb_core::ModelError::msg(format!(
+                "the starting W is {} × {}: it needs at least one row and one column",
+                w0.nrows(),
+                w0.ncols()
+            ))));
+        }
+        if w0.iter().any(|v| !v.is_finite()) {
+            return Err(failed(sfb_core::ModelError::msg(
+                "the starting W holds a non-finite value",
+            )));
+        }
+        let batch = shard.next_batch_indexed(self.s.batch);
+        let mut sv = sfb_core::SvList::new(w0.nrows(), w0.ncols());
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            model.compute_sv_indexed(w0.view(), &batch, &mut sv)
+        }));
+        match out {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(failed(e)),
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("no message");
+                Err(failed(sfb_core::ModelError::msg(format!(
+                    "compute_sv panicked on its first mini-batch at the starting W ({} × {}): {why}",
+                    w0.nrows(),
+                    w0.ncols()
+                ))))
+            }
+        }
     }
 
     /// SFB peer `id`'s engine, its neighbours from the topology (for a driver of your own,

@@ -211,7 +211,8 @@ fn builder_errors_are_typed() {
             Ok(())
         }
     }
-    let b = || Cluster::builder().peers(4).model(|_| Zero);
+    // Batches of 1: these samples are fewer than the default batch.
+    let b = || Cluster::builder().peers(4).batch(1).model(|_| Zero);
     assert!(matches!(
         b().data(vec![1.0; 8]).run_mem(),
         Err(Error::MissingInitialW)
@@ -243,6 +244,16 @@ fn builder_errors_are_typed() {
             .out_degree(4)
             .run_mem(),
         Err(Error::OutDegree { peers: 4, got: 4 })
+    ));
+    assert!(matches!(
+        b().init_w(Array2::zeros((1, 1)))
+            .data(vec![1.0; 8])
+            .batch(9)
+            .run_mem(),
+        Err(Error::Models(sfb_models::Error::BatchTooLarge {
+            batch: 9,
+            samples: 8
+        }))
     ));
     assert!(matches!(
         b().init_w(Array2::zeros((1, 1)))
@@ -595,4 +606,90 @@ fn a_custom_model_runs_as_libp2p_nodes_of_a_cluster_file_bitwise_as_in_memory() 
         .to_string();
     assert!(e.contains("id"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A user's model is refused before its first clock, with a built-in model's messages, for
+/// a batch larger than its data, a starting W its factors do not fit (or that is empty),
+/// a `compute_sv` that panics on it, and FMS dense push with the factored step; no peer
+/// panics.
+#[test]
+fn a_custom_model_is_refused_before_its_first_clock_as_a_built_in_one() {
+    let run = || {
+        Cluster::builder()
+            .peers(2)
+            .model(|_| LeastSquares)
+            .init_w(Array2::zeros((2, 8)))
+            .data(scaled_least_squares())
+            .clocks(10)
+    };
+    let err = |r: sfb_harness::Result<()>| r.unwrap_err().to_string();
+    // The built-in model's message for the same mistake.
+    let mut s = spec("classes=4,features=10,samples=64", 10, 1000);
+    s.data = DataSource::Synthetic("classes=4,features=10,samples=64".into());
+    let builtin = run_spec_err(&s);
+    let custom = err(run().batch(1000).run_mem().map(drop));
+    assert!(
+        builtin.starts_with("batch 1000 is larger than the whole training set ("),
+        "{builtin}"
+    );
+    assert_eq!(
+        custom,
+        builtin
+            .replace("(48 samples)", "(64 samples)")
+            .replace("at most 48", "at most 64"),
+        "{custom}"
+    );
+    let e = err(run().init_w(Array2::zeros((0, 8))).run_mem().map(drop));
+    assert!(e.contains("the starting W is 0 × 8"), "{e}");
+    // v = x has 8 values; W has 7 columns.
+    let e = err(run().init_w(Array2::zeros((2, 7))).run_mem().map(drop));
+    assert!(e.starts_with("model failed at clock 0:"), "{e}");
+    let e = err(run()
+        .init_w(Array2::zeros((2, 7)))
+        .run_sim(&Default::default(), None, None)
+        .map(drop));
+    assert!(e.starts_with("model failed at clock 0:"), "{e}");
+    struct Panics;
+    impl sfb_core::Model for Panics {
+        type Sample = (Vec<f32>, Vec<f32>);
+        fn compute_sv(
+            &mut self,
+            w: ndarray::ArrayView2<'_, f32>,
+            batch: &[&Self::Sample],
+            _: &mut sfb_core::SvList,
+        ) -> Result<(), sfb_core::ModelError> {
+            // ndarray panics on a shape mismatch.
+            let _ = w.dot(&ndarray::ArrayView1::from(&batch[0].0));
+            Ok(())
+        }
+    }
+    let e = err(Cluster::builder()
+        .peers(2)
+        .model(|_| Panics)
+        .init_w(Array2::zeros((2, 7)))
+        .data(scaled_least_squares())
+        .run_mem()
+        .map(drop));
+    assert!(
+        e.contains("compute_sv panicked on its first mini-batch at the starting W (2 × 7)"),
+        "{e}"
+    );
+    // FMS with dense push and the factored step: the built-in's refusal, word for word.
+    let mut s = spec("classes=4,features=10,samples=64", 10, 16);
+    s.backend = sfb_harness::Backend::Fms;
+    s.fms_push = Push::Dense;
+    let builtin = run_spec_err(&s);
+    let custom = err(run().run_fms_mem(Push::Dense).map(drop));
+    assert!(
+        builtin.contains("optimizer factored: its statistics are built from the factors"),
+        "{builtin}"
+    );
+    assert_eq!(custom, builtin);
+}
+
+fn run_spec_err(s: &RunSpec) -> String {
+    match run(s, None) {
+        Ok(_) => "ok".into(),
+        Err(e) => e.to_string(),
+    }
 }
