@@ -1559,17 +1559,12 @@ impl<K: Kind> Builder<K> {
         {
             return Ok(());
         }
-        let peer = Peer {
-            id: PeerId(0),
-            peers: self.s.peers,
-            seed: peer_seed(self.s.seed, 0),
-        };
         let Parts {
             mut model,
             w0,
             mut shard,
             evaluator,
-        } = self.kind.parts(&peer, self.s.seed, false)?;
+        } = self.first_parts()?;
         let batch = self.s.batch.max(1);
         if sim.compute_per_sample_s.is_none() {
             let refs = shard.next_batch(batch);
@@ -1960,23 +1955,28 @@ impl<K: Kind> Builder<K> {
         check_fits(nodes, j, d, state, available_memory())
     }
 
+    /// Peer 0's model, starting W, shard and evaluator, as its first clock gets them.
+    fn first_parts(&mut self) -> Result<Parts<K::Model>> {
+        let peer = Peer {
+            id: PeerId(0),
+            peers: self.s.peers,
+            seed: peer_seed(self.s.seed, 0),
+        };
+        self.kind.parts(&peer, self.s.seed, false)
+    }
+
     /// Refuses a user's model whose factors do not fit its starting W, before anything
     /// runs: peer 0's model computes its first mini-batch at the starting W, as its first
     /// clock would ([`Model::compute_sv_indexed`]). A wrong-shaped factor is the error
     /// the first clock would give; a panic (a shape mismatch in the model's own
     /// arithmetic) becomes an error here instead of taking a peer's thread down.
     fn check_factors(&mut self) -> Result<()> {
-        let peer = Peer {
-            id: PeerId(0),
-            peers: self.s.peers,
-            seed: peer_seed(self.s.seed, 0),
-        };
         let Parts {
             mut model,
             w0,
             mut shard,
             ..
-        } = self.kind.parts(&peer, self.s.seed, false)?;
+        } = self.first_parts()?;
         let failed = |source| Error::Core(sfb_core::Error::Model { clock: 0, source });
         if w0.is_empty() {
             return Err(failed(sfb_core::ModelError::msg(format!(
