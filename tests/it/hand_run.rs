@@ -271,7 +271,17 @@ fn odd_peer_is_refused(name: &str, odd: &[&str], setting: &str) -> Vec<String> {
             let mut role = vec!["peer", "--id"];
             let id = i.to_string();
             role.push(&id);
-            role.extend(["--optimizer", "sgd", "--peer-timeout", "5"]);
+            // A healthy node whose stream to or from the odd one was refused sometimes
+            // learns of it only when its start-up wait ends (30 s by default, about one
+            // run in two): 5 s here.
+            role.extend([
+                "--optimizer",
+                "sgd",
+                "--peer-timeout",
+                "5",
+                "--startup-timeout",
+                "5",
+            ]);
             if i == 2 {
                 role.extend(odd);
             }
