@@ -50,6 +50,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use faer::linalg::solvers::Solve;
 use ndarray::{Array2, ArrayView2};
 use sfb_core::{Evaluation, Evaluator, Model, ModelError, SvList};
 
@@ -604,9 +605,12 @@ pub fn fit_intercept(w: &mut Array2<f32>, train: &[Example], bias: &mut Vec<f64>
             }
             h[r * j + r] += 1e-12;
         }
-        let Some(step) = cholesky_solve(&mut h, &g, j) else {
+        let a = faer::Mat::<f64>::from_fn(j, j, |r, c| h[r * j + c]);
+        let Ok(llt) = a.llt(faer::Side::Lower) else {
             break;
         };
+        let x = llt.solve(faer::Mat::<f64>::from_fn(j, 1, |r, _| g[r]));
+        let step: Vec<f64> = (0..j).map(|r| x[(r, 0)]).collect();
         let slope: f64 = -g.iter().zip(&step).map(|(a, b)| a * b).sum::<f64>();
         // The Newton decrement: what a full step would still gain.
         if -slope < 1e-16 {
@@ -634,43 +638,6 @@ pub fn fit_intercept(w: &mut Array2<f32>, train: &[Example], bias: &mut Vec<f64>
     for (c, b) in bias.iter().enumerate() {
         w[[c, d - 1]] = *b as f32;
     }
-}
-
-/// Solves `A x = b` for a symmetric positive definite `n × n` `A` (overwritten by its
-/// Cholesky factor); `None` when it is not numerically positive definite.
-fn cholesky_solve(a: &mut [f64], b: &[f64], n: usize) -> Option<Vec<f64>> {
-    for k in 0..n {
-        let mut dkk = a[k * n + k];
-        for p in 0..k {
-            dkk -= a[k * n + p] * a[k * n + p];
-        }
-        if dkk.is_nan() || dkk <= 0.0 {
-            return None;
-        }
-        let dkk = dkk.sqrt();
-        a[k * n + k] = dkk;
-        for i in k + 1..n {
-            let mut v = a[i * n + k];
-            for p in 0..k {
-                v -= a[i * n + p] * a[k * n + p];
-            }
-            a[i * n + k] = v / dkk;
-        }
-    }
-    let mut y = b.to_vec();
-    for i in 0..n {
-        for p in 0..i {
-            y[i] -= a[i * n + p] * y[p];
-        }
-        y[i] /= a[i * n + i];
-    }
-    for i in (0..n).rev() {
-        for p in i + 1..n {
-            y[i] -= a[p * n + i] * y[p];
-        }
-        y[i] /= a[i * n + i];
-    }
-    Some(y)
 }
 
 impl Evaluator for L2MlrEvaluator {
