@@ -10,29 +10,12 @@
 //! `custom_model node CLUSTER ID` runs one peer of a cluster file over libp2p instead (start
 //! one process per id, on each machine): the same builder lines, `.run_node(CLUSTER, ID)`.
 //! Each node then checks its replica against the in-memory run on the file's topology.
-use ndarray::{Array2, ArrayView1, ArrayView2};
-use rand::{Rng, SeedableRng};
-use sfb::core::{Model, ModelError, SvList};
+#[path = "shared/lsq.rs"]
+mod lsq;
+
+use lsq::LeastSquares;
+use ndarray::Array2;
 use sfb::harness::Cluster;
-
-/// Least squares: `u = W x − y` (length J), `v = x` (length D).
-struct LeastSquares;
-
-impl Model for LeastSquares {
-    type Sample = (Vec<f32>, Vec<f32>); // (x ∈ R^D, y ∈ R^J)
-    fn compute_sv(
-        &mut self,
-        w: ArrayView2<'_, f32>,
-        batch: &[&Self::Sample],
-        sv: &mut SvList,
-    ) -> Result<(), ModelError> {
-        for (x, y) in batch {
-            let u = w.dot(&ArrayView1::from(x)) - ArrayView1::from(y);
-            sv.push_dense(&u.to_vec(), x)?;
-        }
-        Ok(())
-    }
-}
 
 /// `cargo run --release --example custom_model [PEERS [CLOCKS [Q]]]` (default 4 200 2), or
 /// `… custom_model node CLUSTER ID` for one libp2p peer of a cluster file.
@@ -48,11 +31,7 @@ fn main() -> anyhow::Result<()> {
     } else {
         (arg(1, 4)?, arg(2, 200)?, arg(3, 2)?)
     };
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    let mut draw = |r, c| Array2::from_shape_fn((r, c), |_| rng.random_range(-1.0..1.0f32));
-    let (truth, xs) = (draw(3, 8), draw(4000, 8));
-    let pair = |x: ArrayView1<'_, f32>| (x.to_vec(), truth.dot(&x).to_vec());
-    let data: Vec<_> = xs.rows().into_iter().map(pair).collect();
+    let (truth, data) = lsq::problem(4000);
     let cluster = || {
         Cluster::builder()
             .peers(peers)

@@ -8,11 +8,13 @@
 //! - [`net`]: transports (in-memory cluster; libp2p next) that drive engines;
 //! - [`models`]: MLR and friends, data generators, evaluation;
 //! - [`harness`]: run descriptions ([`harness::RunSpec`]), data sources, the cluster
-//!   builder ([`harness::Cluster`]) and run summaries.
-//!
-//! The `sfb` binary (`sfb run`, `sfb topology`, `sfb bench`, …) is built on these.
+//!   builder ([`harness::Cluster`]) and run summaries;
+//! - [`app`]: the command line (`sfb run`, `sfb topology`, `sfb bench`, …) as a library:
+//!   the `sfb` binary is [`app::App`] with the built-in models, and a program of your own
+//!   registers its models on one to get the same commands.
 #![warn(missing_docs)]
 
+pub use sfb_cli as app;
 pub use sfb_core as core;
 pub use sfb_harness as harness;
 pub use sfb_models as models;

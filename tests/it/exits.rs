@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{SFB, running, signal, tempdir, wait_timeout};
+use crate::common::{SFB, processes_mentioning, running, signal, tempdir, wait_timeout};
 
 /// Longest any wait here may take.
 const WAIT: Duration = Duration::from_secs(120);
@@ -292,23 +292,6 @@ fn a_reader_that_goes_away_ends_sfb_quietly() {
         assert!(out.status.success(), "sfb {args:?}: {:?} {err}", out.status);
         assert!(!err.contains("panicked"), "sfb {args:?}: {err}");
     }
-}
-
-/// PIDs of processes whose command line mentions `path` (the launcher passes its
-/// temporary directory to every node): to check that none is left, never to signal.
-fn processes_mentioning(path: &Path) -> Vec<u32> {
-    let needle = path.to_string_lossy().into_owned();
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmd).contains(&needle) {
-            out.push(pid);
-        }
-    }
-    out
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! build links the dependency stack once instead of once per file (`cargo test --test it`;
 //! filter by module, e.g. `cargo test --test it peer_loss::`).
 
+mod app;
 mod bench_cli;
 mod checkpoints;
 mod common;

@@ -1,42 +1,16 @@
 //! Partial broadcast's gossip mode (issue 28) on a user's model: least squares, where the
 //! paper's mode stalls far from W* (each replica near its own shard's fit), converges to
 //! W* like full broadcast, and a BSP run is reproducible bit for bit.
-use ndarray::{Array2, ArrayView1, ArrayView2};
-use rand::{Rng, SeedableRng};
-use sfb::core::{Model, ModelError, SvList};
+use ndarray::Array2;
 use sfb::harness::{Cluster, MemRun, PartialSpec};
 
-struct LeastSquares;
+// The examples' model and data: 4,000 noise-free samples of a 3 × 8 W*, seed 7.
+#[path = "../../examples/shared/lsq.rs"]
+mod lsq;
+use lsq::LeastSquares;
 
-impl Model for LeastSquares {
-    type Sample = (Vec<f32>, Vec<f32>);
-    fn compute_sv(
-        &mut self,
-        w: ArrayView2<'_, f32>,
-        batch: &[&Self::Sample],
-        sv: &mut SvList,
-    ) -> Result<(), ModelError> {
-        for (x, y) in batch {
-            let u = w.dot(&ArrayView1::from(x)) - ArrayView1::from(y);
-            sv.push_dense(&u.to_vec(), x)?;
-        }
-        Ok(())
-    }
-}
-
-/// `(x, y)` samples of the least-squares model.
-type Samples = Vec<(Vec<f32>, Vec<f32>)>;
-
-fn problem() -> (Array2<f32>, Samples) {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    let mut draw = |r, c| Array2::from_shape_fn((r, c), |_| rng.random_range(-1.0..1.0f32));
-    let (truth, xs) = (draw(3, 8), draw(4000, 8));
-    let data = xs
-        .rows()
-        .into_iter()
-        .map(|x| (x.to_vec(), truth.dot(&x).to_vec()))
-        .collect();
-    (truth, data)
+fn problem() -> (Array2<f32>, Vec<lsq::Sample>) {
+    lsq::problem(4000)
 }
 
 fn run(mode: Option<PartialSpec>, q: usize) -> (MemRun<LeastSquares>, Array2<f32>) {

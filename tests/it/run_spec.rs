@@ -143,6 +143,7 @@ fn every_option_lands_in_the_spec() {
             sweeps: 3,
             decay: 2.0,
         },
+        custom_model: None,
         data: RunSpec::default().data,
         train: TrainOptions {
             batch: 5,

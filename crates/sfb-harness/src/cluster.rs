@@ -78,6 +78,12 @@ impl Cluster {
     /// [`RunSpec::validate`]'s errors, then the data's.
     pub fn from_spec(spec: &RunSpec) -> Result<Builder<Builtin>> {
         spec.validate()?;
+        if let Some(name) = &spec.custom_model {
+            return Err(Error::UnknownModel {
+                name: name.clone(),
+                known: "the built-in models mlr, l2mlr, dml and sc only".into(),
+            });
+        }
         let t = &spec.train;
         let scale = t.scale_for(&spec.model);
         let b = Cluster::builder().peers(spec.peers).spec(spec.model_spec());
@@ -105,8 +111,23 @@ impl Cluster {
                 b.data(problem).preprocess(prep)
             }
         };
-        let mut b = b
-            .init_std(t.init_std)
+        Ok(b.init_std(t.init_std).with_spec(spec))
+    }
+}
+
+impl<K> Builder<K> {
+    /// Every setting of `spec` but its model and data: the peers, topology, training
+    /// options (the optimizer as [`crate::TrainOptions::optimizer_for`] its model),
+    /// network, fault and output options, and the run agreement
+    /// ([`RunSpec::agreement`]). [`Cluster::from_spec`] is the built-in model and data of
+    /// `spec` with these; a program's registered model is its own builder with these
+    /// (`sfb_cli::App::model`), so the command line's settings win over the builder's.
+    /// The spec is not validated here ([`RunSpec::validate`]).
+    #[must_use]
+    pub fn with_spec(self, spec: &RunSpec) -> Self {
+        let t = &spec.train;
+        let mut b = self
+            .peers(spec.peers)
             .consistency(t.consistency.to_core())
             .clocks(t.clocks)
             .batch(t.batch)
@@ -120,6 +141,7 @@ impl Cluster {
             .timeout(Duration::from_secs_f64(spec.net.timeout_s));
         b.s.lr = t.lr;
         b.s.agreement = spec.agreement();
+        b.s.model_name.clone_from(&spec.custom_model);
         b.s.straggler = t.straggler;
         b.s.transport = spec.transport.name();
         b.s.metrics = spec.output.metrics.clone();
@@ -158,7 +180,7 @@ impl Cluster {
             },
             (None, None) => Topo::Full,
         };
-        Ok(b)
+        b
     }
 }
 
@@ -343,6 +365,9 @@ struct Settings {
     timing_only: bool,
     /// Stop rules ([`sfb_core::stop`]).
     until: Vec<sfb_core::stop::Rule>,
+    /// The model's name in summaries when not the kind's: a registered model's
+    /// ([`RunSpec::custom_model`]).
+    model_name: Option<String>,
     /// The spec's settings every node must share ([`RunSpec::agreement`]); empty for a
     /// builder not made from a spec.
     agreement: Vec<(String, String)>,
@@ -417,6 +442,7 @@ impl Default for Settings {
             deterministic_topology: false,
             detect: Duration::from_secs(60),
             until: Vec::new(),
+            model_name: None,
             agreement: Vec::new(),
         }
     }
@@ -621,6 +647,11 @@ mod kind {
         fn data_description(&self) -> String {
             String::new()
         }
+        /// What the data went through, for a saved model ([`Builtin::preprocess`]);
+        /// `None` for a user's model.
+        fn preprocessing(&self) -> Option<Preprocess> {
+            None
+        }
         /// The model's own step rule when it has no step size (SDCA), for the header in
         /// place of the optimizer and learning rate.
         fn own_step(&self) -> Option<&'static str> {
@@ -772,6 +803,9 @@ impl Kind for Builtin {
     }
     fn data_description(&self) -> String {
         self.preprocess().map(|p| p.describe()).unwrap_or_default()
+    }
+    fn preprocessing(&self) -> Option<Preprocess> {
+        self.preprocess()
     }
     fn own_step(&self) -> Option<&'static str> {
         crate::spec::own_step(&self.spec)
@@ -1259,11 +1293,6 @@ impl Builder<Builtin> {
         self
     }
 
-    /// The preprocessing of this builder's data ([`Builtin::preprocess`]).
-    pub fn preprocessing(&self) -> Option<Preprocess> {
-        self.kind.preprocess()
-    }
-
     /// Streamed data ([`crate::DataSource::stream`]) instead of a [`Problem`]: each peer
     /// reads only its own shard and held-out slice from the file when it is built, and
     /// evaluates on its slice. Only for models that do not need the whole training set
@@ -1721,6 +1750,12 @@ impl<K> Builder<K> {
 }
 
 impl<K: Kind> Builder<K> {
+    /// The preprocessing of this builder's data (a built-in model's:
+    /// [`Builtin::preprocess`]; `None` for a user's model).
+    pub fn preprocessing(&self) -> Option<Preprocess> {
+        self.kind.preprocessing()
+    }
+
     /// The settings every node of this run must share, as the libp2p handshake and the
     /// checkpoints' meta compare them: the spec's ([`RunSpec::agreement`]), with the
     /// optimizer and step size as resolved ([`resolved_optimizer`](Self::resolved_optimizer):
@@ -2203,7 +2238,11 @@ impl<K: Kind> Builder<K> {
         RunInfo {
             backend: backend.into(),
             transport: self.s.transport.into(),
-            model: self.kind.name().into(),
+            model: self
+                .s
+                .model_name
+                .clone()
+                .unwrap_or_else(|| self.kind.name().into()),
             consistency: self.s.consistency.to_string(),
             peers: self.s.peers,
             out_degree,

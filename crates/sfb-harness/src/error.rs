@@ -7,6 +7,23 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// `--model NAME` names neither a built-in model nor one the program registered.
+    #[error("unknown model {name:?}: this program has {known}")]
+    UnknownModel {
+        /// The name given.
+        name: String,
+        /// The models this program has, comma-separated.
+        known: String,
+    },
+    /// A program's registered model could not be made (its own error: data it could not
+    /// read, …).
+    #[error("model {name}: {source}")]
+    Registered {
+        /// The model's registered name.
+        name: String,
+        /// The program's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A number is outside its accepted range.
     #[error("{field} must be {expected}, got {got}")]
     OutOfRange {

@@ -237,6 +237,24 @@ pub enum Role {
 /// [`Error::Role`] for an id that is not in the file or of the wrong kind; spec, build,
 /// driver and file errors.
 pub fn run_node(spec: &NodeSpec, cluster: &Path, role: Role) -> crate::Result<NodeDone> {
+    run_node_with(spec, cluster, role, &Cluster::from_spec)
+}
+
+/// [`run_node`] for any model: `make` builds the node's builder from its run spec (the
+/// built-in models: [`Cluster::from_spec`]; a program's own model, registered by name:
+/// its builder [`with_spec`](crate::cluster::Builder::with_spec)).
+///
+/// # Errors
+/// As [`run_node`].
+pub fn run_node_with<K: crate::cluster::ModelSource>(
+    spec: &NodeSpec,
+    cluster: &Path,
+    role: Role,
+    make: &dyn Fn(&RunSpec) -> crate::Result<crate::cluster::Builder<K>>,
+) -> crate::Result<NodeDone>
+where
+    K::Model: Send + 'static,
+{
     let file = ClusterFile::load(cluster).map_err(Error::from)?;
     let fms = file.server().is_some();
     let p = file.peers();
@@ -274,7 +292,7 @@ pub fn run_node(spec: &NodeSpec, cluster: &Path, role: Role) -> crate::Result<No
     // A failed write of its metrics makes the node leave the run at once (its neighbours
     // go on under the run's peer-loss policy); it then fails, naming the file.
     let sink = Arc::new(RecordSink::create(run.output.metrics.as_deref())?);
-    let out = drive_node((spec, &run), file, (id, role), fms, p, &sink);
+    let out = drive_node((spec, &run), file, (id, role), fms, p, &sink, make);
     if let Err(e) = &out {
         // A summary marked failed, from the node's last record.
         crate::records::write_partial_summary(&run, &e.to_string(), &sink.last());
@@ -284,15 +302,19 @@ pub fn run_node(spec: &NodeSpec, cluster: &Path, role: Role) -> crate::Result<No
 
 /// Builds node `id` (in `role`) of `file` and drives it to the end, its records to `sink`
 /// ([`run_node`]'s body).
-fn drive_node(
+fn drive_node<K: crate::cluster::ModelSource>(
     (spec, run): (&NodeSpec, &RunSpec),
     file: ClusterFile,
     (id, role): (usize, Role),
     fms: bool,
     p: usize,
     sink: &Arc<RecordSink>,
-) -> crate::Result<NodeDone> {
-    let mut builder = Cluster::from_spec(run)?;
+    make: &dyn Fn(&RunSpec) -> crate::Result<crate::cluster::Builder<K>>,
+) -> crate::Result<NodeDone>
+where
+    K::Model: Send + 'static,
+{
+    let mut builder = make(run)?;
     if !fms {
         // The cluster file's topology, not the spec's.
         builder = builder.out_lists((0..p).map(|i| file.out(i).to_vec()).collect());
@@ -736,17 +758,23 @@ impl Launcher {
         }
     }
 
-    /// The executable named by the environment variable `SFB_EXE`, else this process's
-    /// own executable (right when called from the `sfb` binary).
+    /// The executable named by the environment variable `SFB_EXE`. There is no other
+    /// default: a program launches itself by naming its own executable
+    /// ([`Launcher::new`]; `sfb_cli::App` does).
     ///
     /// # Errors
-    /// [`Error::Io`] if neither is known.
+    /// [`Error::Io`] when `SFB_EXE` is not set.
     pub fn from_env() -> Result<Self, Error> {
-        let exe = match std::env::var_os("SFB_EXE") {
-            Some(p) => PathBuf::from(p),
-            None => std::env::current_exe().map_err(io("locating the sfb executable"))?,
-        };
-        Ok(Self::new(exe))
+        match std::env::var_os("SFB_EXE") {
+            Some(p) => Ok(Self::new(PathBuf::from(p))),
+            None => Err(Error::Io {
+                what: "choosing the executable to start for each node".into(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no executable named: set SFB_EXE or use Launcher::new (sfb run names its own)",
+                ),
+            }),
+        }
     }
 
     /// Hear `(node, clocks completed)` for every clock every child completes (node `P` is
@@ -775,6 +803,20 @@ impl Launcher {
     /// [`RunSpec::validate`]'s errors; [`Error::Netns`]; [`Error::Node`] when a child
     /// fails (the others are stopped); [`Error::Interrupted`]; file errors.
     pub fn run(&self, spec: &RunSpec) -> crate::Result<Outcome> {
+        self.run_with(spec, &Cluster::from_spec)
+    }
+
+    /// [`run`](Self::run) for any model: `make` builds the run's builder from the spec
+    /// here (its checks, default step, checkpoints and topology); every node builds its
+    /// own from the same spec in its process ([`crate::run::run_with`]).
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    pub fn run_with<K: crate::cluster::ModelSource>(
+        &self,
+        spec: &RunSpec,
+        make: &dyn Fn(&RunSpec) -> crate::Result<crate::cluster::Builder<K>>,
+    ) -> crate::Result<Outcome> {
         spec.validate()?;
         let p = spec.peers;
         let fms = spec.backend == Backend::Fms;
@@ -806,7 +848,7 @@ impl Launcher {
         };
         let cluster_path = dir.path().join("cluster.toml");
         // Every node's replica is on this machine: refuse before starting any.
-        let mut builder = Cluster::from_spec(spec)?;
+        let mut builder = make(spec)?;
         signals.check()?;
         builder.check_fits(nodes)?;
         // Processes, pipes and sockets: before the topology is built or anything spawned.

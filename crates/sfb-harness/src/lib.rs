@@ -94,7 +94,7 @@ pub use cluster::{
     Progress, peer_seed, shard,
 };
 pub use error::{Error, Result};
-pub use run::run;
+pub use run::{run, run_with};
 pub use spec::{
     Backend, CompressSpec, ConsistencySpec, DataSource, FaultOptions, LostShardsSpec, MethodSpec,
     ModelChoice, NetOptions, OutputOptions, PartialSpec, PeerLossSpec, PrioritizeSpec, Push,

@@ -37,6 +37,11 @@ pub struct RunSpec {
     pub transport: Transport,
     /// The model and its parameters. Default MLR.
     pub model: ModelChoice,
+    /// A model a program registered under this name (`sfb_cli::App::model`) instead of a
+    /// built-in one: [`model`](Self::model) and [`data`](Self::data) are then the
+    /// program's business. Left out of the JSON when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub custom_model: Option<String>,
     /// Where the training and held-out samples come from.
     pub data: DataSource,
     /// Mini-batch, learning rate, clocks, consistency, seeds, evaluation, straggler.
@@ -68,6 +73,7 @@ impl Default for RunSpec {
             backend: Backend::Sfb,
             transport: Transport::Mem,
             model: ModelChoice::Mlr,
+            custom_model: None,
             data: DataSource::default(),
             train: TrainOptions::default(),
             topology: TopologyOptions::default(),
@@ -1404,6 +1410,7 @@ impl RunSpec {
             )?;
         }
         self.model.validate()?;
+        self.check_custom()?;
         self.check_until()?;
         if let DataSource::Files {
             test: None,
@@ -1661,6 +1668,52 @@ impl RunSpec {
         Ok(())
     }
 
+    /// What a registered model ([`custom_model`](Self::custom_model)) cannot do: the
+    /// built-in models' optimizer and data paths (SAGA's per-sample table, streamed files)
+    /// and their saved-model format.
+    fn check_custom(&self) -> Result<()> {
+        let Some(name) = &self.custom_model else {
+            return Ok(());
+        };
+        if name.is_empty() {
+            return Err(Error::Requires {
+                field: "custom_model",
+                requires: "a model name",
+                why: "a registered model is named by the name it was registered under",
+            });
+        }
+        let refusals: [(bool, &'static str, &'static str, &'static str); 3] = [
+            (
+                self.train
+                    .optimizer
+                    .is_some_and(|m| m.0 == sfb_core::Method::Saga),
+                "train.optimizer",
+                "a built-in model (mlr or l2mlr) with saga",
+                "saga keeps a model's per-sample gradients; a registered model has no such table",
+            ),
+            (
+                matches!(self.data, DataSource::Files { stream: true, .. }),
+                "data.stream",
+                STREAMED_MODELS,
+                "a registered model reads its own data",
+            ),
+            (
+                self.output.save_model.is_some(),
+                "output.save_model",
+                "a built-in model",
+                "the saved-model file holds a built-in model for `predict` and `eval`",
+            ),
+        ];
+        match refusals.into_iter().find(|r| r.0) {
+            Some((_, field, requires, why)) => Err(Error::Requires {
+                field,
+                requires,
+                why,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// What streaming data needs ([`STREAMED_MODELS`], [`STREAMED_TAKEOVER`]): a model
     /// that does not need the whole training set on every peer, and no takeover of lost
     /// shards (it would re-read the file inside the clock loop, stalling the peer for a
@@ -1867,7 +1920,13 @@ impl RunSpec {
         };
         let pairs: [(&str, String); 15] = [
             ("backend", self.backend.name().into()),
-            ("model", j(&self.model)),
+            (
+                "model",
+                match &self.custom_model {
+                    Some(name) => format!("registered {name}"),
+                    None => j(&self.model),
+                },
+            ),
             ("data", data),
             ("seed", t.seed.to_string()),
             ("optimizer", j(&t.optimizer)),
@@ -1969,7 +2028,10 @@ impl RunSpec {
         RunInfo {
             backend: self.backend.name().into(),
             transport: self.transport.name().into(),
-            model: self.model.name().into(),
+            model: self
+                .custom_model
+                .clone()
+                .unwrap_or_else(|| self.model.name().into()),
             consistency: self.train.consistency.to_core().to_string(),
             peers: p,
             out_degree,
@@ -2065,6 +2127,7 @@ pub fn flag_for(field: &'static str) -> &'static str {
         "output.metrics" => "--metrics",
         "output.summary" => "--summary",
         "output.save_model" => "--save-model",
+        "custom_model" => "--model",
         "fault.checkpoint_every" => "--checkpoint-every",
         "fault.checkpoint_keep" => "--checkpoint-keep",
         "fault.checkpoint_dir" => "--checkpoint-dir",
@@ -2124,6 +2187,7 @@ mod tests {
                 sweeps: 5,
                 decay: 10.0,
             },
+            custom_model: None,
             data: DataSource::Files {
                 train: "a.svm".into(),
                 test: Some("b.svm".into()),

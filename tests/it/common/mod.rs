@@ -261,10 +261,15 @@ pub struct Started {
 /// options)`), waits until each says where it listens, and returns before handing them
 /// the addresses ([`Started::exchange`]).
 pub fn start(cluster: &Path, nodes: &[(String, Vec<String>)]) -> Started {
+    start_exe(Path::new(SFB), cluster, nodes)
+}
+
+/// [`start`] with another program than `sfb` (one built on `sfb::app::App`).
+pub fn start_exe(exe: &Path, cluster: &Path, nodes: &[(String, Vec<String>)]) -> Started {
     let (tx, rx) = mpsc::channel();
     let mut children = Children(Vec::new());
     for (k, (name, args)) in nodes.iter().enumerate() {
-        let mut c = Command::new(SFB)
+        let mut c = Command::new(exe)
             .args(args)
             .arg("--cluster")
             .arg(cluster)
@@ -380,6 +385,23 @@ pub fn children_of(parent: u32) -> Vec<u32> {
             .split_whitespace()
             .collect();
         if rest.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// PIDs of processes whose command line mentions `path` (the launcher passes its
+/// temporary directory to every node): to check that none is left, never to signal.
+pub fn processes_mentioning(path: &Path) -> Vec<u32> {
+    let needle = path.to_string_lossy().into_owned();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains(&needle) {
             out.push(pid);
         }
     }

@@ -61,8 +61,9 @@ impl Default for Runner {
 }
 
 impl Runner {
-    /// A quiet runner carrying out arms with [`crate::run`] (in-memory transport), and
-    /// arms with an environment with this process's executable as `sfb`.
+    /// A quiet runner carrying out arms with [`crate::run`] (libp2p arms launch the
+    /// executable named by `SFB_EXE`), and arms with an environment as child processes
+    /// of [`sfb_exe`](Self::sfb_exe).
     pub fn new() -> Self {
         Self {
             exec: Arc::new(|spec, progress| Ok(crate::run(spec, progress)?)),
@@ -83,7 +84,8 @@ impl Runner {
         self
     }
 
-    /// The `sfb` executable for arms run as child processes (default: this process's).
+    /// The `sfb` executable for arms run as child processes (default: the one named by
+    /// `SFB_EXE`; `sfb bench` names its own executable).
     pub fn sfb_exe(mut self, path: impl Into<PathBuf>) -> Self {
         self.sfb = Some(path.into());
         self
@@ -130,9 +132,18 @@ impl Runner {
     /// Runs `arm` as a child `sfb run --spec FILE` with its environment and reads back
     /// its summary and per-clock metrics.
     fn run_child(&self, arm: &Arm) -> Result<(Summary, Vec<ClockRecord>)> {
-        let exe = match &self.sfb {
-            Some(p) => p.clone(),
-            None => std::env::current_exe().map_err(io(std::path::Path::new("sfb")))?,
+        let exe = match (&self.sfb, std::env::var_os("SFB_EXE")) {
+            (Some(p), _) => p.clone(),
+            (None, Some(p)) => PathBuf::from(p),
+            (None, None) => {
+                return Err(Error::Io {
+                    path: "sfb".into(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "no executable to run the arm in: name one (Runner::sfb_exe or SFB_EXE)",
+                    ),
+                });
+            }
         };
         let dir = std::env::temp_dir().join(format!(
             "sfb-arm-{}-{}",

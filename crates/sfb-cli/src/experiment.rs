@@ -11,8 +11,30 @@ use sfb_harness::experiment::{Arm, Observer, Report, Runner};
 
 /// A runner (arms carried out by `sfb_harness::run`, libp2p ones as local processes)
 /// with progress bars.
+///
+/// This program's own executable runs the libp2p arms' nodes and the arms with an
+/// environment.
 pub fn runner() -> Runner {
-    Runner::new().observer(Bars {
+    let exe = std::env::current_exe().ok();
+    let exec: sfb_harness::experiment::Exec = Arc::new(move |spec, progress| {
+        let exe = exe
+            .clone()
+            .ok_or("cannot locate this program's executable")?;
+        let launcher = sfb_harness::launch::Launcher::new(exe);
+        let out = sfb_harness::run_with(
+            spec,
+            progress,
+            Some(&launcher),
+            sfb_harness::Cluster::from_spec,
+        )?;
+        Ok(out)
+    });
+    let runner = Runner::new().exec(exec);
+    let runner = match std::env::current_exe() {
+        Ok(exe) => runner.sfb_exe(exe),
+        Err(_) => runner,
+    };
+    runner.observer(Bars {
         multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
         bars: Default::default(),
     })

@@ -117,7 +117,7 @@ impl SimFlags {
     }
 }
 
-pub fn run(args: &SimArgs) -> Result<()> {
+pub fn run(args: &SimArgs, app: &crate::App) -> Result<()> {
     if args.run.transport != Transport::Mem || args.run.spec.is_some() {
         bail!(
             "sfb sim runs every node on the simulator: give no --transport or --spec (use \
@@ -127,5 +127,5 @@ pub fn run(args: &SimArgs) -> Result<()> {
     let mut spec = args.run.to_spec();
     spec.transport = sfb_harness::Transport::Sim;
     spec.sim = args.sim.options();
-    super::run::run_spec(&spec, args.run.print_spec)
+    super::run::run_spec(&spec, args.run.print_spec, app)
 }

@@ -101,9 +101,12 @@ impl Default for ModelOptions {
 /// Training options.
 #[derive(Debug, Clone, Args)]
 pub struct TrainArgs {
-    /// Model to train.
-    #[arg(long, value_enum, default_value = "mlr")]
-    pub model: ModelKind,
+    /// Model to train: mlr (multiclass logistic regression), l2mlr (L2-regularized MLR by
+    /// SDCA; uses --lambda, ignores --lr), dml (distance metric learning; uses --latent,
+    /// --margin), sc (sparse coding; uses --dict-size, --lambda, --sweeps), or a model the
+    /// program registered (sfb_cli::App::model; its data is the program's).
+    #[arg(long, default_value = "mlr")]
+    pub model: String,
     /// Seeded synthetic data (when no --data): comma-separated key=value, e.g.
     /// classes=20,features=100,samples=20000,density=0.1. mlr/l2mlr keys: classes,
     /// features, samples, test, density, noise, sep; dml: classes, features, informative,
@@ -303,7 +306,11 @@ impl TrainArgs {
     /// Writes the training, model, data and output options into `spec`.
     pub fn fill(&self, spec: &mut RunSpec) {
         let o = &self.model_opts;
-        spec.model = self.model.choice(o);
+        match ModelKind::from_str(&self.model, false) {
+            Ok(kind) => spec.model = kind.choice(o),
+            // A registered model (App::parse has checked the name).
+            Err(_) => spec.custom_model = Some(self.model.clone()),
+        }
         spec.data = match &o.data {
             Some(train) => DataSource::Files {
                 train: train.clone(),

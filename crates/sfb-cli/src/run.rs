@@ -115,7 +115,7 @@ impl From<Backend> for sfb_harness::Backend {
     }
 }
 
-pub fn run(args: &RunArgs) -> Result<()> {
+pub fn run(args: &RunArgs, app: &crate::App) -> Result<()> {
     let spec = match &args.spec {
         Some(file) => {
             if args.to_spec() != RunSpec::default() {
@@ -130,12 +130,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
         None => args.to_spec(),
     };
-    run_spec(&spec, args.print_spec)
+    run_spec(&spec, args.print_spec, app)
 }
 
 /// Prints `spec` (`--print-spec`) or runs it and prints its summary (and writes it to
 /// `--summary`).
-pub fn run_spec(spec: &RunSpec, print_spec: bool) -> Result<()> {
+pub fn run_spec(spec: &RunSpec, print_spec: bool, app: &crate::App) -> Result<()> {
     if print_spec {
         outln!("{}", spec.to_json());
         return Ok(());
@@ -145,7 +145,7 @@ pub fn run_spec(spec: &RunSpec, print_spec: bool) -> Result<()> {
     spec.validate().map_err(cli_error)?;
     spec.check_outputs().map_err(cli_error)?;
     // The harness streams the per-clock records to `--metrics` as they happen.
-    let (summary, _) = execute(spec, None)?;
+    let (summary, _) = execute(spec, None, app)?;
     out!("{summary}");
     if let Some(path) = &spec.output.summary {
         std::fs::write(path, serde_json::to_string_pretty(&summary)? + "\n")
@@ -159,10 +159,15 @@ pub fn run_spec(spec: &RunSpec, print_spec: bool) -> Result<()> {
     }
 }
 
-/// Carries out `spec` through the harness (the libp2p transport as one local `sfb`
-/// process per node) and returns the summary and every node's per-clock records.
-pub fn execute(spec: &RunSpec, progress: Option<Progress>) -> Result<(Summary, Vec<ClockRecord>)> {
+/// Carries out `spec` through the harness with its model, built-in or registered with
+/// `app` (the libp2p transport as one local process of this program per node) and
+/// returns the summary and every node's per-clock records.
+pub fn execute(
+    spec: &RunSpec,
+    progress: Option<Progress>,
+    app: &crate::App,
+) -> Result<(Summary, Vec<ClockRecord>)> {
     spec.validate().map_err(cli_error)?;
-    let out = sfb_harness::run(spec, progress).map_err(cli_error)?;
+    let out = app.execute(spec, progress).map_err(cli_error)?;
     Ok((out.summary, out.records))
 }

@@ -394,11 +394,11 @@ impl NodeArgs {
     }
 
     /// Runs node `role` and writes `--report` / `--dump-w`.
-    fn run(&self, role: Role) -> Result<()> {
+    fn run(&self, role: Role, app: &crate::App) -> Result<()> {
         let mut spec = self.node_spec()?;
         spec.allow_open_key = self.allow_open_key;
         self.check(&spec)?;
-        let done = sfb_harness::launch::run_node(&spec, &self.cluster, role).map_err(cli_error)?;
+        let done = app.node(&spec, &self.cluster, role).map_err(cli_error)?;
         if let Some(path) = &self.dump_w {
             sfb_harness::launch::write_w(path, &done.w).map_err(|e| cli_error(e.into()))?;
         }
@@ -449,7 +449,7 @@ pub struct ServerArgs {
     pub node: NodeArgs,
 }
 
-pub fn peer(args: &PeerArgs) -> Result<()> {
+pub fn peer(args: &PeerArgs, app: &crate::App) -> Result<()> {
     let a = &args.node;
     let fms = Cluster::load(&a.cluster)?.server().is_some();
     match (args.backend, fms) {
@@ -473,10 +473,10 @@ pub fn peer(args: &PeerArgs) -> Result<()> {
             a.cluster.display()
         );
     }
-    a.run(Role::Peer(args.id))
+    a.run(Role::Peer(args.id), app)
 }
 
-pub fn server(args: &ServerArgs) -> Result<()> {
+pub fn server(args: &ServerArgs, app: &crate::App) -> Result<()> {
     let a = &args.node;
     if a.train.straggler.is_some() {
         bail!(
@@ -486,5 +486,5 @@ pub fn server(args: &ServerArgs) -> Result<()> {
     if a.train.model_opts.test_data.is_some() {
         bail!("--test-data: the FMS server does not evaluate (give it to `sfb peer`)");
     }
-    a.run(Role::Server)
+    a.run(Role::Server, app)
 }
