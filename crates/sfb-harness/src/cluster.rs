@@ -493,11 +493,40 @@ pub struct NoModel;
 pub struct Custom<M: Model, F> {
     /// In a cell: measuring the default step builds one model outside `parts`.
     factory: std::cell::RefCell<F>,
-    data: Option<Arc<Vec<M::Sample>>>,
+    data: Option<Samples<M::Sample>>,
     init_w: Option<Array2<f32>>,
     evaluator: Option<EvaluatorFactory>,
     /// The mean ℓ1 norm of the model's `v` factors at the starting W, measured once.
     mean_v_l1: std::sync::OnceLock<Option<f64>>,
+}
+
+/// Where a user model's samples come from.
+enum Samples<S> {
+    /// All of them; the builder shards them ([`shard`]).
+    All(Arc<Vec<S>>),
+    /// Each peer's own, from a loader ([`Builder::data_per_peer`]).
+    PerPeer(Loader<S>),
+}
+
+/// What a per-peer data loader may fail with: any error.
+pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A per-peer data loader ([`Builder::data_per_peer`]).
+type Loader<S> = Box<dyn Fn(&Peer) -> std::result::Result<Vec<S>, LoadError>>;
+
+impl<S: Clone> Samples<S> {
+    /// Peer `peer`'s samples: its shard of all of them, or what the loader reads for it.
+    fn of(&self, peer: &Peer) -> Result<Vec<S>> {
+        match self {
+            Samples::All(data) => Ok(shard_indices(data.len(), peer.peers, peer.id.index())
+                .map(|i| data[i].clone())
+                .collect()),
+            Samples::PerPeer(load) => load(peer).map_err(|source| Error::Load {
+                peer: peer.id.0,
+                source,
+            }),
+        }
+    }
 }
 
 /// Samples the default step of a custom model is measured on ([`Custom::mean_v_l1`]).
@@ -505,11 +534,15 @@ const STEP_PROBE_SAMPLES: usize = 256;
 
 impl<M: Model, F: FnMut(&Peer) -> M> Custom<M, F> {
     /// The mean ℓ1 norm of the `v` factors a model (built for peer 0) computes at the
-    /// starting W on the first [`STEP_PROBE_SAMPLES`] samples: what the adaptive step's
+    /// starting W on the first [`STEP_PROBE_SAMPLES`] samples (of peer 0's part when the
+    /// data is loaded per peer, which every node then loads once): what the adaptive step's
     /// first move scales a score by, as the features' ℓ1 norm is for the built-in models
     /// (`v` is the sample for MLR). The same for every peer; `None` without data or W, or
     /// when the model refuses them (the run then reports its error).
-    fn mean_v_l1(&self, peers: usize) -> Option<f64> {
+    fn mean_v_l1(&self, peers: usize) -> Option<f64>
+    where
+        M::Sample: Clone,
+    {
         *self.mean_v_l1.get_or_init(|| {
             let (data, w0) = (self.data.as_ref()?, self.init_w.as_ref()?);
             let peer = Peer {
@@ -517,8 +550,16 @@ impl<M: Model, F: FnMut(&Peer) -> M> Custom<M, F> {
                 peers,
                 seed: 0,
             };
+            let probe: Vec<M::Sample> = match data {
+                Samples::All(all) => all.iter().take(STEP_PROBE_SAMPLES).cloned().collect(),
+                Samples::PerPeer(_) => {
+                    let mut mine = data.of(&peer).ok()?;
+                    mine.truncate(STEP_PROBE_SAMPLES);
+                    mine
+                }
+            };
             let mut model = self.factory.try_borrow_mut().ok()?(&peer);
-            let batch: Vec<&M::Sample> = data.iter().take(STEP_PROBE_SAMPLES).collect();
+            let batch: Vec<&M::Sample> = probe.iter().collect();
             let mut sv = sfb_core::SvList::new(w0.nrows(), w0.ncols());
             // A model that fails or panics here is refused by `Builder::check_factors`.
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -547,7 +588,13 @@ type EvaluatorFactory = Box<dyn FnMut(&Peer) -> Box<dyn Evaluator>>;
 impl<M: Model, F> fmt::Debug for Custom<M, F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Custom")
-            .field("samples", &self.data.as_ref().map(|d| d.len()))
+            .field(
+                "samples",
+                &self.data.as_ref().map(|d| match d {
+                    Samples::All(all) => all.len().to_string(),
+                    Samples::PerPeer(_) => "per peer".into(),
+                }),
+            )
             .field("init_w", &self.init_w.as_ref().map(Array2::dim))
             .field("evaluator", &self.evaluator.is_some())
             .finish_non_exhaustive()
@@ -769,24 +816,37 @@ where
         }
     }
     fn samples(&self) -> Option<usize> {
-        self.data.as_ref().map(|d| d.len())
+        match self.data.as_ref()? {
+            Samples::All(all) => Some(all.len()),
+            Samples::PerPeer(_) => None,
+        }
     }
     fn shard_source(
         &mut self,
         peer: &Peer,
     ) -> std::result::Result<ShardSource<M::Sample>, &'static str> {
-        let data = self.data.clone().ok_or("no training data was given")?;
-        Ok(takeover_source(data, peer))
+        match self.data.as_ref().ok_or("no training data was given")? {
+            Samples::All(all) => Ok(takeover_source(Arc::clone(all), peer)),
+            Samples::PerPeer(_) => Err(
+                "its data is loaded per peer (Builder::data_per_peer): a lost peer's part is not \
+                 on the survivors' machines",
+            ),
+        }
     }
     fn user_model(&self) -> bool {
         true
     }
-    fn parts(&mut self, peer: &Peer, seed: u64, _probe: bool) -> Result<Parts<M>> {
+    fn parts(&mut self, peer: &Peer, seed: u64, probe: bool) -> Result<Parts<M>> {
         let data = self.data.as_ref().ok_or(Error::MissingData)?;
-        let shard = shard(data, peer.peers, peer.id.0, seed);
-        if shard.is_empty() {
-            return Err(empty_shard(peer, data.len()));
+        let mine = match data {
+            // A node that trains on nothing (the FMS server) loads nothing.
+            Samples::PerPeer(_) if probe => Vec::new(),
+            _ => data.of(peer)?,
+        };
+        if mine.is_empty() && !(probe && matches!(data, Samples::PerPeer(_))) {
+            return Err(empty_shard(peer, self.samples().unwrap_or(0)));
         }
+        let shard = Shard::new(mine, peer_seed(seed, peer.id.0));
         Ok(Parts {
             w0: self.init_w.clone().ok_or(Error::MissingInitialW)?,
             model: (self.factory.get_mut())(peer),
@@ -1259,7 +1319,23 @@ impl Builder<NoModel> {
 impl<M: Model, F> Builder<Custom<M, F>> {
     /// All training samples; peer `i` trains on samples `i`, `i + P`, `i + 2P`, ….
     pub fn data(mut self, samples: impl Into<Arc<Vec<M::Sample>>>) -> Self {
-        self.kind.data = Some(samples.into());
+        self.kind.data = Some(Samples::All(samples.into()));
+        self
+    }
+
+    /// Each peer's own samples, from `load(peer)`, called when the peer is built: on
+    /// several machines (hand-run nodes, [`run_node`](Self::run_node)) each reads only its
+    /// own part. Keep [`data`](Self::data)'s rule (sample `t` to peer `t mod P`) and the
+    /// run is bitwise the one `data` gives; `sfb_models::stream::Streamed::shard` reads a
+    /// LIBSVM or CSV file's part that way. Every node also loads peer 0's part once, when
+    /// no step size is set, to measure the default one (as `data` does on the first
+    /// samples). A lost peer's part is not taken over (`--lost-shards drop`). An `Err`
+    /// fails the peer's build, naming the peer.
+    pub fn data_per_peer(
+        mut self,
+        load: impl Fn(&Peer) -> std::result::Result<Vec<M::Sample>, LoadError> + 'static,
+    ) -> Self {
+        self.kind.data = Some(Samples::PerPeer(Box::new(load)));
         self
     }
 
@@ -1526,7 +1602,7 @@ impl<K: Kind> Builder<K> {
         self = self.peers(p).out_lists(out.clone());
         self.s.transport = "libp2p";
         let sink = self.sink()?;
-        self.check_fits(1)?;
+        self.check_fits_as(1, id as u32)?;
         let engine = self.build_peer(id as u32)?;
         let (j, d) = engine.replica().dim();
         let shape = RunShape {
@@ -1593,7 +1669,7 @@ impl<K: Kind> Builder<K> {
             w0,
             mut shard,
             evaluator,
-        } = self.first_parts()?;
+        } = self.first_parts(0)?;
         let batch = self.s.batch.max(1);
         if sim.compute_per_sample_s.is_none() {
             let refs = shard.next_batch(batch);
@@ -1977,8 +2053,15 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// [`Error::Memory`] with both figures; the build errors of peer 0.
     pub fn check_fits(&mut self, nodes: usize) -> Result<()> {
+        self.check_fits_as(nodes, 0)
+    }
+
+    /// [`check_fits`](Self::check_fits) where this process builds peer `id` (a node of a
+    /// cluster file): a user's model is checked on that peer's first mini-batch, so a node
+    /// whose data is loaded per peer reads only its own part.
+    fn check_fits_as(&mut self, nodes: usize, id: u32) -> Result<()> {
         if self.kind.user_model() {
-            self.check_factors()?;
+            self.check_factors(id)?;
         }
         let engine = self.engine(0, Vec::new(), Vec::new(), false, true)?;
         if self.s.timing_only {
@@ -1990,28 +2073,28 @@ impl<K: Kind> Builder<K> {
         check_fits(nodes, j, d, state, available_memory())
     }
 
-    /// Peer 0's model, starting W, shard and evaluator, as its first clock gets them.
-    fn first_parts(&mut self) -> Result<Parts<K::Model>> {
+    /// Peer `id`'s model, starting W, shard and evaluator, as its first clock gets them.
+    fn first_parts(&mut self, id: u32) -> Result<Parts<K::Model>> {
         let peer = Peer {
-            id: PeerId(0),
+            id: PeerId(id),
             peers: self.s.peers,
-            seed: peer_seed(self.s.seed, 0),
+            seed: peer_seed(self.s.seed, id),
         };
         self.kind.parts(&peer, self.s.seed, false)
     }
 
     /// Refuses a user's model whose factors do not fit its starting W, before anything
-    /// runs: peer 0's model computes its first mini-batch at the starting W, as its first
-    /// clock would ([`Model::compute_sv_indexed`]). A wrong-shaped factor is the error
+    /// runs: peer `id`'s model computes its first mini-batch at the starting W, as its
+    /// first clock would ([`Model::compute_sv_indexed`]). A wrong-shaped factor is the error
     /// the first clock would give; a panic (a shape mismatch in the model's own
     /// arithmetic) becomes an error here instead of taking a peer's thread down.
-    fn check_factors(&mut self) -> Result<()> {
+    fn check_factors(&mut self, id: u32) -> Result<()> {
         let Parts {
             mut model,
             w0,
             mut shard,
             ..
-        } = self.first_parts()?;
+        } = self.first_parts(id)?;
         let failed = |source| Error::Core(sfb_core::Error::Model { clock: 0, source });
         if w0.is_empty() {
             return Err(failed(sfb_core::ModelError::msg(format!(

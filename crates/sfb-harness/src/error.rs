@@ -24,6 +24,14 @@ pub enum Error {
         /// The program's error.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A user model's per-peer data loader failed.
+    #[error("loading peer {peer}'s data: {source}")]
+    Load {
+        /// The peer whose part was loaded.
+        peer: u32,
+        /// The loader's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A number is outside its accepted range.
     #[error("{field} must be {expected}, got {got}")]
     OutOfRange {

@@ -90,8 +90,8 @@ mod spec;
 mod summary;
 
 pub use cluster::{
-    Builder, Builtin, Cluster, Custom, FmsRun, MemRun, ModelSource, NoModel, Outcome, Peer,
-    Progress, peer_seed, shard,
+    Builder, Builtin, Cluster, Custom, FmsRun, LoadError, MemRun, ModelSource, NoModel, Outcome,
+    Peer, Progress, peer_seed, shard,
 };
 pub use error::{Error, Result};
 pub use run::{run, run_with};

@@ -497,6 +497,68 @@ fn a_custom_model_s_default_step_comes_from_its_factors_and_trains() {
     }
 }
 
+/// Data loaded per peer (`data_per_peer`, what a node on its own machine reads): with
+/// `data`'s rule (sample `t` to peer `t mod P`) the run is bitwise the one on the whole
+/// set; a loader's error names the peer; a lost peer's part cannot be taken over.
+#[test]
+fn data_loaded_per_peer_runs_bitwise_as_the_whole_set() {
+    let all = scaled_least_squares();
+    let run = || {
+        Cluster::builder()
+            .peers(4)
+            .model(|_| LeastSquares)
+            .init_w(Array2::zeros((2, 8)))
+            .clocks(40)
+            .lr(0.05)
+    };
+    let whole = run().data(all.clone()).run_mem().unwrap().summary();
+    let loaded = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = std::sync::Arc::clone(&loaded);
+    let parts = run()
+        .data_per_peer(move |p| {
+            log.lock().unwrap().push(p.id.index());
+            let mine = all.iter().skip(p.id.index()).step_by(p.peers);
+            Ok(mine.cloned().collect())
+        })
+        .run_mem()
+        .unwrap()
+        .summary();
+    assert_eq!(parts.replica_checksums, whole.replica_checksums);
+    // Each peer's part was loaded for that peer; peer 0's twice, the first time for the
+    // up-front check of its first mini-batch (the step size is set: no probe for it).
+    let mut ids = loaded.lock().unwrap().clone();
+    ids.sort_unstable();
+    assert_eq!(ids, [0, 0, 1, 2, 3]);
+    // Without a step size every node probes peer 0's part for the default one.
+    let (_, lr) = Cluster::builder()
+        .peers(4)
+        .model(|_| LeastSquares)
+        .init_w(Array2::zeros((2, 8)))
+        .data_per_peer(|_| Ok(scaled_least_squares()))
+        .resolved_optimizer();
+    assert!(lr > 0.0 && lr.is_finite(), "{lr}");
+    let e = run()
+        .data_per_peer(|p| match p.id.index() {
+            2 => Err("no such file: part-2.csv".into()),
+            _ => Ok(scaled_least_squares()),
+        })
+        .run_mem()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("loading peer 2's data: no such file: part-2.csv"),
+        "{e}"
+    );
+    let e = run()
+        .data_per_peer(|_| Ok(scaled_least_squares()))
+        .on_peer_loss(sfb_core::PeerLoss::Continue)
+        .lost_shards(sfb_harness::LostShardsSpec::Takeover)
+        .run_mem()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("loaded per peer"), "{e}");
+}
+
 /// A user's model on the simulator through the same builder lines as in memory, SFB and
 /// FMS: under BSP the replicas are bitwise those of the in-memory run; the count model
 /// prices it as a linear model, calibration measures its `compute_sv` here.
@@ -605,6 +667,70 @@ fn a_custom_model_runs_as_libp2p_nodes_of_a_cluster_file_bitwise_as_in_memory() 
         .unwrap_err()
         .to_string();
     assert!(e.contains("id"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Nodes of a cluster file whose data is loaded per peer: each node reads only its own
+/// part (none loads another's), and the replicas are bitwise the in-memory run's on the
+/// whole set.
+#[test]
+fn libp2p_nodes_with_data_loaded_per_peer_read_only_their_own_part() {
+    use std::sync::mpsc;
+    let dir = std::env::temp_dir().join(format!("sfb-harness-per-peer-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.toml");
+    let topology = sfb_topology::full(4).unwrap();
+    let ports = sfb_net::cluster::Ports::Free;
+    sfb_net::cluster::Cluster::init(&path, &topology, &["127.0.0.1".to_string()], ports).unwrap();
+    let run = || {
+        Cluster::builder()
+            .model(|_| LeastSquares)
+            .init_w(Array2::zeros((2, 8)))
+            .clocks(30)
+            .lr(0.05)
+    };
+    let (tx, rx) = mpsc::channel();
+    for id in 0..4 {
+        let (tx, path) = (tx.clone(), path.clone());
+        std::thread::spawn(move || {
+            let read = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let log = std::sync::Arc::clone(&read);
+            let out = run()
+                .data_per_peer(move |p| {
+                    log.lock().unwrap().push(p.id.index());
+                    let all = scaled_least_squares();
+                    Ok(all
+                        .into_iter()
+                        .skip(p.id.index())
+                        .step_by(p.peers)
+                        .collect())
+                })
+                .run_node(&path, id)
+                .map_err(|e| e.to_string());
+            let read = read.lock().unwrap().clone();
+            let _ = tx.send((id, out, read));
+        });
+    }
+    let mut checksums = vec![String::new(); 4];
+    for _ in 0..4 {
+        let (id, out, read) = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("a node hung");
+        let out = out.unwrap_or_else(|e| panic!("node {id}: {e}"));
+        assert!(
+            !read.is_empty() && read.iter().all(|&r| r == id),
+            "node {id} read {read:?}"
+        );
+        checksums[id] = out.summary.replica_checksums[0].clone();
+    }
+    let mem = run()
+        .peers(4)
+        .data(scaled_least_squares())
+        .run_mem()
+        .unwrap()
+        .summary();
+    assert_eq!(checksums, mem.replica_checksums);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
