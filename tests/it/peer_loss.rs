@@ -459,6 +459,29 @@ fn a_peer_rejoins_a_partial_broadcast_run() {
     rejoin(8, 3, "rejoin-q3");
 }
 
+/// Restarts node `victim` with `args` and `--rejoin` (the same key: it listens, gets
+/// everyone's addresses, its own new one, and asks to be taken back) while the
+/// `survivors` are paused by PID; returns it and its PID.
+fn restart_paused(
+    c: &common::Started,
+    survivors: &[usize],
+    mut args: Vec<String>,
+    cluster: &Path,
+    victim: usize,
+) -> (Restarted, u32) {
+    let pids = c.children.pids();
+    for &k in survivors {
+        common::signal(pids[k], "STOP");
+    }
+    args.push("--rejoin".into());
+    let r = Restarted::start(&args, cluster, &c.addrs, victim);
+    let rpid = r.child.id();
+    for &k in survivors {
+        common::signal(pids[k], "CONT");
+    }
+    (r, rpid)
+}
+
 /// Kills peer 2 of `p` (out-degree `q`) at clock 20, restarts it with `--rejoin` at ~40;
 /// it finishes with the others, close to them.
 fn rejoin(p: usize, q: usize, tag: &str) {
@@ -501,18 +524,13 @@ fn rejoin(p: usize, q: usize, tag: &str) {
     // machine its start-up can outlast the 40 clocks left, and a run that has ended takes
     // no one back (that case is `a_peer_that_comes_back_after_the_run_ended_gives_up`).
     let survivors: Vec<usize> = (0..p).filter(|&k| k != victim).collect();
-    for &k in &survivors {
-        common::signal(pids[k], "STOP");
-    }
-    // The same peer again (same key), with --rejoin: it listens, gets everyone's
-    // addresses (its own new one), and asks to be taken back.
-    let mut args = node_args(victim, "-rejoined");
-    args.push("--rejoin".into());
-    let r = Restarted::start(&args, &cluster, &c.addrs, victim);
-    let rpid = r.child.id();
-    for &k in &survivors {
-        common::signal(pids[k], "CONT");
-    }
+    let (r, rpid) = restart_paused(
+        &c,
+        &survivors,
+        node_args(victim, "-rejoined"),
+        &cluster,
+        victim,
+    );
     let (status, err) = r.wait(Duration::from_secs(120));
     if std::env::var_os("SFB_DEBUG_REJOIN").is_some() {
         for k in (0..p).filter(|&k| k != victim) {
@@ -590,6 +608,71 @@ fn rejoin(p: usize, q: usize, tag: &str) {
         ro <= 1.02 * worst,
         "rejoined {ro} vs survivors {objectives:?}"
     );
+}
+
+/// Issue 31: a peer lost while another was away. The rejoining peer learns of the loss
+/// from the state it is handed (the donor's losses), instead of waiting for the dead peer
+/// until its own timeout (60 s by default; the cluster stalled behind it).
+#[test]
+fn a_peer_rejoining_learns_of_a_loss_that_happened_while_it_was_away() {
+    let dir = tempdir(GROUP, "rejoin-loss");
+    let p = 5;
+    let cluster = init(&dir, &["--peers", "5", "--out-degree", "4"]);
+    let (victim, dead) = (2, 4);
+    let node_args = |i: usize, tag: &str| -> Vec<String> {
+        let mut a: Vec<String> = vec!["peer".into(), "--id".into(), i.to_string()];
+        let report = dir.join(format!("report{tag}-{i}.json"));
+        a.extend(["--report".into(), report.display().to_string()]);
+        a.extend(run_args("ssp:2"));
+        a
+    };
+    let nodes: Vec<(String, Vec<String>)> = (0..p)
+        .map(|i| (format!("peer {i}"), node_args(i, "")))
+        .collect();
+    let mut c = start(&cluster, &nodes);
+    c.exchange();
+    let pids = c.children.pids();
+    c.wait_clock(victim, 20);
+    c.children.kill(victim);
+    c.wait_clock(0, 30);
+    c.children.kill(dead);
+    // Under SSP(2) peer 0 passes clock 33 only once it has gone on without peer 4.
+    c.wait_clock(0, 45);
+    let survivors = [0, 1, 3];
+    let (r, rpid) = restart_paused(
+        &c,
+        &survivors,
+        node_args(victim, "-rejoined"),
+        &cluster,
+        victim,
+    );
+    let (status, err) = r.wait(Duration::from_secs(120));
+    assert!(status.success(), "rejoined peer: {status}\n{err}");
+    assert!(err.contains("rejoined the run at clock"), "{err}");
+    assert!(
+        err.contains("p2: the run lost p4 while it was away"),
+        "{err}"
+    );
+    for &k in &survivors {
+        let (status, err) = c.children.wait_one(k, Duration::from_secs(120));
+        assert!(status.success(), "survivor {k}: {err}");
+    }
+    drop(c);
+    assert_gone(&pids);
+    assert_gone(&[rpid]);
+    let r: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(format!("report-rejoined-{victim}.json"))).unwrap(),
+    )
+    .unwrap();
+    let m = &r["report"]["metrics"];
+    assert_eq!(m["clocks"], 80, "{m}");
+    let lost: Vec<u64> = m["lost_peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l[0].as_u64().unwrap())
+        .collect();
+    assert_eq!(lost, [dead as u64], "{m}");
 }
 
 #[test]

@@ -98,6 +98,24 @@ pub struct PeerMetrics {
 }
 
 impl PeerMetrics {
+    /// The nodes this one counts lost now: those lost more often than they came back
+    /// ([`lost_peers`](Self::lost_peers), [`rejoined_peers`](Self::rejoined_peers); each
+    /// return follows a loss), in id order.
+    pub fn gone(&self) -> Vec<crate::PeerId> {
+        let mut count = std::collections::BTreeMap::<u32, i64>::new();
+        for &(p, _) in &self.lost_peers {
+            *count.entry(p).or_default() += 1;
+        }
+        for &(p, _) in &self.rejoined_peers {
+            *count.entry(p).or_default() -= 1;
+        }
+        count
+            .into_iter()
+            .filter(|&(_, n)| n > 0)
+            .map(|(p, _)| crate::PeerId(p))
+            .collect()
+    }
+
     /// Records one applied batch's staleness.
     pub fn record_staleness(&mut self, s: u64) {
         if self.staleness.len() < STALENESS_BUCKETS {
@@ -835,5 +853,23 @@ impl std::fmt::Display for Summary {
             s.max_replica_divergence
                 .map_or("-".into(), |d| format!("{d:.3e}"))
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PeerId;
+
+    #[test]
+    fn gone_counts_losses_against_returns() {
+        let m = PeerMetrics {
+            // p1 lost, back, lost again; p3 lost and back; p4 lost.
+            lost_peers: vec![(1, 5), (3, 6), (4, 9), (1, 12)],
+            rejoined_peers: vec![(1, 8), (3, 10)],
+            ..PeerMetrics::default()
+        };
+        assert_eq!(m.gone(), [PeerId(1), PeerId(4)]);
+        assert!(PeerMetrics::default().gone().is_empty());
     }
 }

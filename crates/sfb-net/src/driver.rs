@@ -490,11 +490,31 @@ where
 {
     let e = match e {
         Error::RejoinState { state, .. } => {
+            // The losses the neighbour knows of, some of them while this node was away:
+            // this node learns of them with the state, not by waiting for the lost nodes
+            // until its own timeout.
+            let gone = state.metrics.gone();
             if node.adopt(*state).map_err(|source| Error::Peer {
                 peer: node.id(),
                 source,
             })? {
                 tracing::warn!("{} rejoined the run at clock {}", node.id(), node.clock());
+                let me = node.id();
+                let news: Vec<PeerId> = gone
+                    .into_iter()
+                    .filter(|p| *p != me && !lost.contains(p))
+                    .collect();
+                if !news.is_empty() {
+                    let names: Vec<String> = news.iter().map(ToString::to_string).collect();
+                    tracing::warn!("{me}: the run lost {} while it was away", names.join(", "));
+                }
+                for peer in news {
+                    let notice = Error::LostNotice {
+                        peer: me,
+                        lost: peer,
+                    };
+                    go_on_without(node, links, outbox, lost, notice, opts)?;
+                }
             }
             return Ok(());
         }
