@@ -37,6 +37,7 @@ impl Error {
             Error::Disconnected { to, .. } => Some(*to),
             Error::Handshake { peer, .. } | Error::BadFrame { peer, .. } => Some(*peer),
             Error::LostNotice { lost, .. } => Some(*lost),
+            Error::Crashed { crashed, .. } => Some(*crashed),
             Error::Left { left, .. } => Some(*left),
             _ => None,
         }
@@ -94,6 +95,25 @@ pub enum Error {
         clock: u64,
         /// Why (from the checkpoint sink).
         reason: String,
+    },
+    /// A node's thread panicked (an in-memory run): as a crashed process, it is lost to
+    /// the others.
+    #[error("peer {peer}'s thread panicked at clock {clock}: {why}")]
+    Panicked {
+        /// The node.
+        peer: PeerId,
+        /// The clock it was computing.
+        clock: u64,
+        /// The panic's message.
+        why: String,
+    },
+    /// Another node's thread panicked (an in-memory run): this node lost it.
+    #[error("{peer}: {crashed}'s thread panicked")]
+    Crashed {
+        /// This node.
+        peer: PeerId,
+        /// The node whose thread panicked.
+        crashed: PeerId,
     },
     /// Another node failed, so this one stopped.
     #[error("peer {peer} stopped because peer {by} failed")]

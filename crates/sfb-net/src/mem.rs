@@ -86,10 +86,16 @@ pub struct PeerRun<M: Model> {
 #[derive(Debug)]
 pub(crate) enum Envelope {
     Frame(PeerId, Message),
+    /// The sender failed: stop.
     Abort(PeerId),
+    /// The sender's thread panicked: it is lost (the receiver's peer-loss policy decides).
+    Crashed(PeerId),
 }
 
-/// Runs `engines` (peer `i` at index `i`) to completion.
+/// Runs `engines` (peer `i` at index `i`) to completion. A peer whose thread panics is
+/// a crashed peer: the others lose it, and under a continue policy
+/// ([`sfb_core::PeerLoss::Continue`]) they finish without it and it is left out of the
+/// result (each run says which peer it is); otherwise the panic is the run's error.
 ///
 /// # Errors
 /// [`Error::EngineMismatch`] if an engine is not at its index or belongs to another cluster
@@ -129,8 +135,9 @@ pub fn run<M: Model>(engines: Vec<Engine<M>>, opts: &Options) -> Result<Vec<Peer
         handles
             .into_iter()
             .map(|h| {
+                // `drive` catches the node's panics.
                 h.join()
-                    .expect("peer thread panicked")
+                    .expect("a peer thread outside its node panicked")
                     .map(|(engine, records)| PeerRun { engine, records })
             })
             .collect()
@@ -173,6 +180,10 @@ impl ChannelLinks<'_> {
         match env {
             Envelope::Frame(from, msg) => Ok((from, msg)),
             Envelope::Abort(by) => Err(Error::Aborted { peer: self.me, by }),
+            Envelope::Crashed(crashed) => Err(Error::Crashed {
+                peer: self.me,
+                crashed,
+            }),
         }
     }
 }
@@ -254,7 +265,35 @@ pub(crate) fn drive<N: StateMachine>(
         stop_at: opts.stop_at.clone(),
         repair: None,
     };
-    let r = driver::drive(&mut node, &mut links, &mut time, &drive_opts, &mut records);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        driver::drive(&mut node, &mut links, &mut time, &drive_opts, &mut records)
+    }));
+    let r = match r {
+        Ok(r) => r,
+        Err(panic) => {
+            // A crash, as a process's: the others lose this node. Its inbox closes first,
+            // so that none stays blocked sending to it while it tells them.
+            let clock = records.last().map_or(0, |r| r.clock);
+            drop(links);
+            let why = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("no message")
+                .to_string();
+            tracing::warn!("{me}'s thread panicked after clock {clock}: {why}");
+            for (i, tx) in txs.iter().enumerate() {
+                if i != mine {
+                    let _ = tx.send_timeout(Envelope::Crashed(me), opts.timeout);
+                }
+            }
+            return Err(Error::Panicked {
+                peer: me,
+                clock,
+                why,
+            });
+        }
+    };
     if let Err(e) = &r
         && !matches!(e, Error::Aborted { .. })
     {
@@ -269,21 +308,27 @@ pub(crate) fn drive<N: StateMachine>(
     r.map(|()| (node, records))
 }
 
-/// Splits per-node results: the first real error wins over `Aborted` errors it caused.
+/// Splits per-node results: the first real error wins over the `Aborted` and `Crashed`
+/// errors it caused, and a panic over the failures it caused. Nodes whose thread panicked
+/// while every other one finished are left out: the others went on without them.
 pub(crate) fn first_error<T>(results: Vec<Result<T>>) -> Result<Vec<T>> {
     let mut out = Vec::with_capacity(results.len());
-    let mut first_abort = None;
+    let (mut first_consequence, mut first_panic) = (None, None);
     for r in results {
         match r {
             Ok(x) => out.push(x),
-            Err(e @ Error::Aborted { .. }) => {
-                first_abort.get_or_insert(e);
+            Err(e @ (Error::Aborted { .. } | Error::Crashed { .. })) => {
+                first_consequence.get_or_insert(e);
+            }
+            Err(e @ Error::Panicked { .. }) => {
+                first_panic.get_or_insert(e);
             }
             Err(e) => return Err(e),
         }
     }
-    match first_abort {
-        Some(e) => Err(e),
-        None => Ok(out),
+    match (first_panic, first_consequence) {
+        (Some(e), Some(_)) | (None, Some(e)) => Err(e),
+        (Some(e), None) if out.is_empty() => Err(e),
+        _ => Ok(out),
     }
 }

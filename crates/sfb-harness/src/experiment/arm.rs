@@ -95,28 +95,36 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
         a.push(value);
     };
     // Model and data first: they read best at the front of the line.
-    match &spec.model {
-        ModelChoice::Mlr => put("model", "mlr".into()),
-        ModelChoice::L2mlr { lambda } => {
+    match (&spec.custom_model, &spec.model) {
+        // A program's own model: its options are the program's.
+        (Some(name), _) => put("model", name.clone()),
+        (None, ModelChoice::Mlr) => put("model", "mlr".into()),
+        (None, ModelChoice::L2mlr { lambda }) => {
             put("model", "l2mlr".into());
             put("lambda", lambda.to_string());
         }
-        ModelChoice::Dml {
-            latent,
-            margin,
-            candidates,
-        } => {
+        (
+            None,
+            ModelChoice::Dml {
+                latent,
+                margin,
+                candidates,
+            },
+        ) => {
             put("model", "dml".into());
             put("latent", latent.to_string());
             put("margin", margin.to_string());
             put("candidates", candidates.to_string());
         }
-        ModelChoice::Sc {
-            atoms,
-            lambda,
-            sweeps,
-            decay,
-        } => {
+        (
+            None,
+            ModelChoice::Sc {
+                atoms,
+                lambda,
+                sweeps,
+                decay,
+            },
+        ) => {
             put("model", "sc".into());
             put("dict-size", atoms.to_string());
             put("lambda", lambda.to_string());
@@ -353,6 +361,14 @@ mod tests {
             shlex::split(&cmd).unwrap()[5..7],
             ["--synthetic".to_string(), "classes=3, features=4".into()]
         );
+        // A program's registered model is named as the program takes it.
+        let custom = RunSpec {
+            custom_model: Some("lsq".into()),
+            ..spec.clone()
+        };
+        let args = run_args(&custom).unwrap();
+        assert_eq!(args[..2], ["--model".to_string(), "lsq".into()]);
+        assert_eq!(args.iter().filter(|a| *a == "--model").count(), 1);
         spec.topology.method = TopologyMethod::Kautz;
         let arm = Arm::new("P=2 arm", spec);
         assert!(arm.needs_spec_file());

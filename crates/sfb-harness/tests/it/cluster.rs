@@ -559,6 +559,74 @@ fn data_loaded_per_peer_runs_bitwise_as_the_whole_set() {
     assert!(e.contains("loaded per peer"), "{e}");
 }
 
+/// Least squares whose peer 2 panics in its 10th `compute_sv`: a crashed peer thread.
+struct PanicsAtTen {
+    inner: LeastSquares,
+    peer: usize,
+    calls: u32,
+}
+
+impl sfb_core::Model for PanicsAtTen {
+    type Sample = (Vec<f32>, Vec<f32>);
+    fn compute_sv(
+        &mut self,
+        w: ndarray::ArrayView2<'_, f32>,
+        batch: &[&Self::Sample],
+        sv: &mut sfb_core::SvList,
+    ) -> Result<(), sfb_core::ModelError> {
+        self.calls += 1;
+        assert!(!(self.peer == 2 && self.calls == 10), "injected crash");
+        self.inner.compute_sv(w, batch, sv)
+    }
+}
+
+/// Issue 31: the in-memory transport survives a peer thread's loss. Under SSP with the
+/// continue policy the others finish without the crashed peer and report it lost; under
+/// BSP's fail policy the run fails naming the panic (not a peer it stopped).
+#[test]
+fn an_in_memory_run_survives_a_peer_thread_that_panics() {
+    let run = |consistency: sfb_core::Consistency| {
+        Cluster::builder()
+            .peers(4)
+            .model(|p: &sfb_harness::Peer| PanicsAtTen {
+                inner: LeastSquares,
+                peer: p.id.index(),
+                calls: 0,
+            })
+            .init_w(Array2::zeros((2, 8)))
+            .data(scaled_least_squares())
+            .clocks(60)
+            .consistency(consistency)
+    };
+    let done = run(sfb_core::Consistency::Ssp { staleness: 2 })
+        .on_peer_loss(sfb_core::PeerLoss::Continue)
+        .run_mem()
+        .unwrap();
+    let ids: Vec<usize> = done
+        .peers
+        .iter()
+        .map(|p| p.engine.config().id.index())
+        .collect();
+    assert_eq!(ids, [0, 1, 3]);
+    for p in &done.peers {
+        assert_eq!(p.engine.clock(), 60);
+        let lost: Vec<u32> = p.engine.metrics().lost_peers.iter().map(|l| l.0).collect();
+        assert_eq!(lost, [2], "{:?}", p.engine.config().id);
+    }
+    let s = done.summary();
+    assert_eq!(s.replica_checksums.len(), 3, "{s:?}");
+    assert_eq!(s.lost_peers.len(), 1, "{s:?}");
+    assert_eq!(s.lost_peers[0].peer, 2, "{s:?}");
+    let e = run(sfb_core::Consistency::Bsp)
+        .run_mem()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("p2's thread panicked") && e.contains("injected crash"),
+        "{e}"
+    );
+}
+
 /// A user's model on the simulator through the same builder lines as in memory, SFB and
 /// FMS: under BSP the replicas are bitwise those of the in-memory run; the count model
 /// prices it as a linear model, calibration measures its `compute_sv` here.
