@@ -1481,9 +1481,7 @@ impl<K: Kind> Builder<K> {
                     let out = self.resolve_topology()?;
                     net = net
                         .detect_after(self.s.detect)
-                        .repair(Box::new(move |k, lost| {
-                            crate::launch::repair_fn(out.clone(), k)?(lost)
-                        }));
+                        .repair(Box::new(move |k, lost| repair_fn(out.clone(), k)?(lost)));
                     for &(p, c) in &crashes {
                         net = net.crash_after_clock(PeerId(p as u32), c);
                     }
@@ -1619,7 +1617,7 @@ impl<K: Kind> Builder<K> {
             keep: sfb_net::driver::Keep::Last,
             progress: Some(Arc::new(move |r: &ClockRecord| to_sink.write(r))),
             // After a loss every survivor repairs the file's topology the same way.
-            repair: crate::launch::repair_fn(out, id),
+            repair: repair_fn(out, id),
             stragglers: self.s.stragglers(),
             ..Options::default()
         };
@@ -1627,7 +1625,7 @@ impl<K: Kind> Builder<K> {
             .worker_threads(2)
             .enable_all()
             .build()
-            .map_err(|source| crate::launch::Error::Io {
+            .map_err(|source| crate::error::LaunchError::Io {
                 what: "starting the async runtime".into(),
                 source,
             })?;
@@ -2667,6 +2665,33 @@ impl<M: Model> FmsRun<M> {
             w,
         }
     }
+}
+
+/// Node `me`'s neighbours in the topology `out` repaired for a set of lost peers
+/// ([`sfb_topology::repair`], deterministic: every survivor computes the same graph), with
+/// the fingerprint of the repaired graph in the original ids; `None` if `out` is not a
+/// valid topology.
+pub(crate) fn repair_fn(out: Vec<Vec<usize>>, me: usize) -> Option<sfb_net::driver::RepairFn> {
+    let topology = sfb_topology::Topology::new(out).ok()?;
+    Some(Arc::new(move |lost: &[sfb_core::PeerId]| {
+        let failed: Vec<usize> = lost.iter().map(|p| p.index()).collect();
+        let r = sfb_topology::repair(&topology, &failed).ok()?;
+        let new_me = r.new_id(me)?;
+        let old = |v: &[usize]| -> Vec<usize> { v.iter().map(|&n| r.survivors[n]).collect() };
+        let lists = r.topology.out_lists();
+        let mut in_old = vec![Vec::new(); topology.peers()];
+        for (n, l) in lists.iter().enumerate() {
+            in_old[r.survivors[n]] = old(l);
+        }
+        let ids = |v: Vec<usize>| v.into_iter().map(|x| sfb_core::PeerId(x as u32)).collect();
+        let my_out = old(&lists[new_me]);
+        let my_in: Vec<usize> = (0..lists.len())
+            .filter(|&n| lists[n].contains(&new_me))
+            .map(|n| r.survivors[n])
+            .collect();
+        let fingerprint = format!("{:016x}", crate::checkpoint::topology_fingerprint(&in_old));
+        Some((ids(my_out), ids(my_in), fingerprint))
+    }))
 }
 
 #[cfg(test)]

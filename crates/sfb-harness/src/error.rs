@@ -231,7 +231,7 @@ pub enum Error {
     Json(#[from] serde_json::Error),
     /// The local launcher, or a node run from a spec ([`crate::launch`]).
     #[error(transparent)]
-    Launch(#[from] crate::launch::Error),
+    Launch(#[from] LaunchError),
     /// Reading data or building a model failed.
     #[error(transparent)]
     Models(#[from] sfb_models::Error),
@@ -252,4 +252,58 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// `bytes` in decimal gigabytes, one decimal.
 fn gigabytes(bytes: u64) -> String {
     format!("{:.1} GB", bytes as f64 / 1e9)
+}
+
+/// Errors of the launcher and of a node run from a spec.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// Reading or writing a file, or starting a process, failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file did not hold the JSON expected.
+    #[error("{what}: {source}")]
+    Json {
+        /// The file or message.
+        what: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A node process failed, exited early or broke the protocol.
+    #[error("{node} {reason}{tail}", tail = tail_text(.stderr))]
+    Node {
+        /// `peer I` or `server`.
+        node: String,
+        /// What happened.
+        reason: String,
+        /// The last lines of its stderr (when the launcher kept them).
+        stderr: Vec<String>,
+    },
+    /// Interrupted (Ctrl-C); every child was stopped.
+    #[error("interrupted; peers stopped")]
+    Interrupted,
+    /// The node id is not in the cluster file, or is the wrong role.
+    #[error("{0}")]
+    Role(String),
+    /// The network namespaces of `--netns`.
+    #[error(transparent)]
+    Netns(#[from] crate::netns::Error),
+    /// The cluster file or the libp2p driver.
+    #[error(transparent)]
+    Net(#[from] sfb_net::Error),
+}
+
+fn tail_text(lines: &[String]) -> String {
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("\n--- last lines of its stderr ---\n{}", lines.join("\n"))
+    }
 }

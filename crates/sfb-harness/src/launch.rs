@@ -45,59 +45,7 @@ const LISTEN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Lines of a failed child's stderr shown in the error.
 const TAIL_LINES: usize = 20;
 
-/// Errors of the launcher and of a node run from a spec.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// Reading or writing a file, or starting a process, failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// Why it failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A file did not hold the JSON expected.
-    #[error("{what}: {source}")]
-    Json {
-        /// The file or message.
-        what: String,
-        /// Why.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// A node process failed, exited early or broke the protocol.
-    #[error("{node} {reason}{tail}", tail = tail_text(.stderr))]
-    Node {
-        /// `peer I` or `server`.
-        node: String,
-        /// What happened.
-        reason: String,
-        /// The last lines of its stderr (when the launcher kept them).
-        stderr: Vec<String>,
-    },
-    /// Interrupted (Ctrl-C); every child was stopped.
-    #[error("interrupted; peers stopped")]
-    Interrupted,
-    /// The node id is not in the cluster file, or is the wrong role.
-    #[error("{0}")]
-    Role(String),
-    /// The network namespaces of `--netns`.
-    #[error(transparent)]
-    Netns(#[from] netns::Error),
-    /// The cluster file or the libp2p driver.
-    #[error(transparent)]
-    Net(#[from] sfb_net::Error),
-}
-
-fn tail_text(lines: &[String]) -> String {
-    if lines.is_empty() {
-        String::new()
-    } else {
-        format!("\n--- last lines of its stderr ---\n{}", lines.join("\n"))
-    }
-}
+pub use crate::error::LaunchError as Error;
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let what = what.into();
@@ -471,7 +419,7 @@ impl NodeRun<'_> {
             // SFB: after a loss every survivor repairs the cluster file's topology the same
             // way (sfb-topology's repair of the same set of lost peers).
             let out: Vec<Vec<usize>> = (0..file.peers()).map(|i| file.out(i).to_vec()).collect();
-            opts.repair = repair_fn(out, id);
+            opts.repair = crate::cluster::repair_fn(out, id);
         }
         // A resumed node's streams carry the clocks from its checkpoint on.
         opts.start_clock = start_clock;
@@ -596,7 +544,7 @@ impl NodeRun<'_> {
             write_json(path, &summary, true)?;
         }
         if let Some(path) = &run.output.save_model {
-            crate::run::save_model(path, run, prep, f.w.view())?;
+            crate::records::save_model(path, run, prep, f.w.view())?;
         }
         Ok(NodeDone {
             summary,
@@ -1350,33 +1298,6 @@ fn merge(
         records: sink.records(),
         w: ws.into_iter().next(),
     })
-}
-
-/// Node `me`'s neighbours in the topology `out` repaired for a set of lost peers
-/// ([`sfb_topology::repair`], deterministic: every survivor computes the same graph), with
-/// the fingerprint of the repaired graph in the original ids; `None` if `out` is not a
-/// valid topology.
-pub(crate) fn repair_fn(out: Vec<Vec<usize>>, me: usize) -> Option<sfb_net::driver::RepairFn> {
-    let topology = sfb_topology::Topology::new(out).ok()?;
-    Some(Arc::new(move |lost: &[sfb_core::PeerId]| {
-        let failed: Vec<usize> = lost.iter().map(|p| p.index()).collect();
-        let r = sfb_topology::repair(&topology, &failed).ok()?;
-        let new_me = r.new_id(me)?;
-        let old = |v: &[usize]| -> Vec<usize> { v.iter().map(|&n| r.survivors[n]).collect() };
-        let lists = r.topology.out_lists();
-        let mut in_old = vec![Vec::new(); topology.peers()];
-        for (n, l) in lists.iter().enumerate() {
-            in_old[r.survivors[n]] = old(l);
-        }
-        let ids = |v: Vec<usize>| v.into_iter().map(|x| sfb_core::PeerId(x as u32)).collect();
-        let my_out = old(&lists[new_me]);
-        let my_in: Vec<usize> = (0..lists.len())
-            .filter(|&n| lists[n].contains(&new_me))
-            .map(|n| r.survivors[n])
-            .collect();
-        let fingerprint = format!("{:016x}", crate::checkpoint::topology_fingerprint(&in_old));
-        Some((ids(my_out), ids(my_in), fingerprint))
-    }))
 }
 
 /// Counters of every node's tbf qdisc and TCP stack, summed, as summary extras: bytes on

@@ -74,6 +74,7 @@
 
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod calibrate;
 pub mod checkpoint;
 mod cluster;
 mod data;
@@ -83,6 +84,7 @@ pub mod launch;
 pub mod netns;
 pub mod plan;
 pub mod preflight;
+mod rate_serde;
 pub mod records;
 mod run;
 pub mod sim;

@@ -61,7 +61,7 @@ pub struct Setup {
     /// Whether `sim`'s rates were measured here ([`calibrate`] sets it). Default false.
     pub calibrated: bool,
     /// How many kernels [`calibrate`] ran at once (1: alone; more under `colocate`, see
-    /// [`calibration_workers`]). Default 0 (not calibrated).
+    /// [`calibration_workers`](crate::sim::calibration_workers)). Default 0 (not calibrated).
     pub calibration_workers: usize,
 }
 
@@ -871,7 +871,7 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
 /// and memory bus to itself, and NODES/CORES times its time underprices NODES processes
 /// taking turns on CORES cores (measured here at J = D = 4096, 8 nodes on 2 cores: the
 /// apply ran at 6.8e9 flop/s a node against 5.3e10 alone, 7.8× slower where the share
-/// says 4×). So under `colocate` each kernel is timed with [`calibration_workers`]
+/// says 4×). So under `colocate` each kernel is timed with [`calibration_workers`](crate::sim::calibration_workers)
 /// copies running at once on this host, each on its own data and one thread, and the
 /// rates are stored as per-core equivalents (a node's measured rate times the share), so
 /// that the plan's `× share`, and the simulator's host calendar when every node works at
@@ -881,12 +881,12 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
 /// [`calibrate_compute`]'s.
 pub fn calibrate(setup: &mut Setup) -> Result<()> {
     let (j, d, k) = (setup.j.max(1), setup.d.max(1), setup.batch.max(1));
-    let workers = calibration_workers(setup.sim.colocate);
+    let workers = crate::sim::calibration_workers(setup.sim.colocate);
     let share = setup.sim.share();
     let pairs = setup.peers.max(1) * k;
     let (flops, mem_bw, per_sample) = if workers > 1 {
         let flops = crate::sim::contended_rate(workers, 2.0 * (j * d * pairs) as f64, || {
-            apply_work(j, d, pairs)
+            crate::sim::apply_work(j, d, pairs)
         });
         let mem_bw = crate::sim::contended_rate(workers, 8.0 * (j * d) as f64, || {
             crate::sim::copy_work(j, d)
@@ -913,7 +913,7 @@ pub fn calibrate(setup: &mut Setup) -> Result<()> {
             Some(_) => None,
             None => Some(calibrate_compute(j, d, k)?),
         };
-        (calibrate_apply(j, d, pairs), mem_bw, per_sample)
+        (crate::sim::calibrate_apply(j, d, pairs), mem_bw, per_sample)
     };
     setup.sim.flops = flops;
     setup.sim.mem_bw = mem_bw;
@@ -932,45 +932,6 @@ pub fn calibrate(setup: &mut Setup) -> Result<()> {
         setup.sim.compute_per_sample_s.unwrap_or_default()
     );
     Ok(())
-}
-
-/// How many kernels [`calibrate`] runs at once for `colocate` NODES:CORES: NODES per
-/// CORES cores over all of this host's cores (8:2 on a 2-core host: 8; 16:16 on it: 2;
-/// at least 1, at most 64), so this host is as oversubscribed as the planned one; 1
-/// without `colocate`.
-pub fn calibration_workers(colocate: Option<(usize, usize)>) -> usize {
-    let here = std::thread::available_parallelism().map_or(1, usize::from);
-    workers_for(colocate, here)
-}
-
-fn workers_for(colocate: Option<(usize, usize)>, here: usize) -> usize {
-    colocate.map_or(1, |(nodes, cores)| {
-        (nodes * here).div_ceil(cores.max(1)).clamp(1, 64)
-    })
-}
-
-/// One call: apply a batch of `pairs` dense pairs to a J × D replica (2·J·D flops a pair).
-pub(crate) fn apply_work(j: usize, d: usize, pairs: usize) -> impl FnMut() {
-    let batch = FactorBatch {
-        origin: PeerId(0),
-        clock: 0,
-        scale: -1e-3,
-        j,
-        d,
-        u: (0..pairs * j)
-            .map(|i| ((i * 7) % 11) as f32 * 0.01)
-            .collect(),
-        v: VFactors::Dense(
-            (0..pairs * d)
-                .map(|i| ((i * 5) % 13) as f32 * 0.01)
-                .collect(),
-        ),
-    };
-    let mut replica = sfb_core::Replica::zeros(j, d);
-    move || {
-        // Shapes are right by construction, values finite: the apply cannot fail.
-        let _ = replica.apply(&[&batch]);
-    }
 }
 
 /// MLR's `compute_sv` on a batch of `k` dense samples against a fixed J × D W.
@@ -1008,19 +969,6 @@ impl ComputeWork {
         self.model
             .compute_sv(self.w.view(), &refs, &mut self.sv)
             .map_err(|source| Error::Core(sfb_core::Error::Model { clock: 0, source }))
-    }
-}
-
-/// Flop/s of sfb's apply kernel ([`Replica::apply`](sfb_core::Replica::apply)) on one
-/// thread, alone, applying one batch of `pairs` dense pairs to a J × D replica (2·J·D
-/// flops a pair): the best of 3 timings of at least 50 ms.
-pub fn calibrate_apply(j: usize, d: usize, pairs: usize) -> f64 {
-    let (j, d, pairs) = (j.max(1), d.max(1), pairs.max(1));
-    let mut work = apply_work(j, d, pairs);
-    let units = 2.0 * (j * d * pairs) as f64;
-    match rayon::ThreadPoolBuilder::new().num_threads(1).build() {
-        Ok(pool) => pool.install(|| crate::sim::best_rate(units, &mut work)),
-        Err(_) => crate::sim::best_rate(units, work),
     }
 }
 
@@ -1261,16 +1209,6 @@ mod tests {
             calibrated: false,
             calibration_workers: 0,
         }
-    }
-
-    #[test]
-    fn co_located_calibration_oversubscribes_this_host_alike() {
-        assert_eq!(workers_for(None, 2), 1);
-        assert_eq!(workers_for(Some((8, 2)), 2), 8);
-        assert_eq!(workers_for(Some((9, 2)), 2), 9);
-        assert_eq!(workers_for(Some((16, 16)), 2), 2);
-        assert_eq!(workers_for(Some((8, 2)), 16), 64);
-        assert_eq!(workers_for(Some((1, 4)), 2), 1);
     }
 
     #[test]

@@ -212,6 +212,29 @@ pub fn write_partial_summary(spec: &crate::RunSpec, failed: &str, last: &[ClockR
     }
 }
 
+/// Saves the model `spec` trained into the replica `w` (on data prepared by `prep`) to
+/// `path` ([`SavedModel`]); returns what was saved.
+///
+/// # Errors
+/// [`Error::Models`](crate::Error::Models): a replica that does not fit the model (or
+/// holds a non-finite value), or the operating system's reason the file cannot be written.
+pub fn save_model(
+    path: &std::path::Path,
+    spec: &crate::RunSpec,
+    prep: Option<sfb_models::Preprocess>,
+    w: ndarray::ArrayView2<'_, f32>,
+) -> crate::Result<sfb_models::saved::SavedModel> {
+    let model = spec.model_spec();
+    let prep = prep.unwrap_or_else(|| {
+        let (classes, d) = (w.nrows(), w.ncols());
+        sfb_models::Preprocess::identity(d, sfb_models::data::LabelMap::identity(classes))
+    });
+    let saved = sfb_models::saved::SavedModel::new(model, prep, w.to_owned())?;
+    saved.save(path)?;
+    tracing::info!("saved the model to {}", path.display());
+    Ok(saved)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,11 +1,6 @@
 //! Carrying out a [`RunSpec`].
 
-use std::path::Path;
 use std::sync::Arc;
-
-use ndarray::ArrayView2;
-use sfb_models::Preprocess;
-use sfb_models::saved::SavedModel;
 
 use crate::Result;
 use crate::cluster::{Builder, Cluster, ModelSource, Outcome, Progress};
@@ -99,7 +94,7 @@ where
             let mut sim = spec.sim.clone();
             // A registered model is measured by `run_sim` itself.
             if sim.costs == crate::sim::CostModel::Calibrate && spec.custom_model.is_none() {
-                crate::sim::calibrate_compute(spec)?.fill(&mut sim);
+                crate::calibrate::calibrate_compute(spec)?.fill(&mut sim);
             }
             builder.run_sim(&sim, spec.net.bandwidth, fms)?
         } else {
@@ -111,30 +106,7 @@ where
         (out, prep)
     };
     if let (Some(path), Some(w)) = (&spec.output.save_model, &out.w) {
-        save_model(path, spec, prep, w.view())?;
+        crate::records::save_model(path, spec, prep, w.view())?;
     }
     Ok(out)
-}
-
-/// Saves the model `spec` trained into the replica `w` (on data prepared by `prep`) to
-/// `path` ([`SavedModel`]); returns what was saved.
-///
-/// # Errors
-/// [`Error::Models`](crate::Error::Models): a replica that does not fit the model (or
-/// holds a non-finite value), or the operating system's reason the file cannot be written.
-pub fn save_model(
-    path: &Path,
-    spec: &RunSpec,
-    prep: Option<Preprocess>,
-    w: ArrayView2<'_, f32>,
-) -> Result<SavedModel> {
-    let model = spec.model_spec();
-    let prep = prep.unwrap_or_else(|| {
-        let (classes, d) = (w.nrows(), w.ncols());
-        Preprocess::identity(d, sfb_models::data::LabelMap::identity(classes))
-    });
-    let saved = SavedModel::new(model, prep, w.to_owned())?;
-    saved.save(path)?;
-    tracing::info!("saved the model to {}", path.display());
-    Ok(saved)
 }

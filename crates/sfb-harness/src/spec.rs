@@ -941,7 +941,7 @@ pub struct NetOptions {
     pub startup_timeout_s: f64,
     /// libp2p: outbound bandwidth budget of each node, bytes per second (JSON: a number,
     /// or a string such as `"1gbit"`). Default none.
-    #[serde(with = "rate_serde")]
+    #[serde(with = "crate::rate_serde")]
     pub bandwidth: Option<Rate>,
     /// Burst size of the bandwidth budget, bytes. Default 256 KiB.
     pub burst: usize,
@@ -2051,33 +2051,6 @@ impl RunSpec {
             until: self.train.until.iter().map(ToString::to_string).collect(),
             // The launcher fills it in from the topology it built.
             topology: None,
-        }
-    }
-}
-
-pub(crate) mod rate_serde {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-    use sfb_net::bandwidth::Rate;
-
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Given {
-        BytesPerS(f64),
-        Text(String),
-    }
-
-    pub(crate) fn serialize<S: Serializer>(r: &Option<Rate>, s: S) -> Result<S::Ok, S::Error> {
-        r.map(|r| r.0).serialize(s)
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Rate>, D::Error> {
-        match Option::<Given>::deserialize(d)? {
-            None => Ok(None),
-            Some(Given::BytesPerS(b)) if b.is_finite() && b > 0.0 => Ok(Some(Rate(b))),
-            Some(Given::BytesPerS(b)) => Err(serde::de::Error::custom(format!(
-                "bandwidth {b} must be a positive number of bytes per second"
-            ))),
-            Some(Given::Text(t)) => t.parse().map(Some).map_err(serde::de::Error::custom),
         }
     }
 }

@@ -55,7 +55,7 @@ pub use saga::saga;
 pub use scale::{SCALE_CORES, SCALE_PEERS, scale};
 pub use scenarios::{
     Demo, Options, SCENARIOS, demo, fms_vs_sfb, mlr, model_size, q_sweep, run_arms, scaling,
-    scenario, staleness,
+    staleness,
 };
 pub use stragglers::{COMPUTE_PER_SAMPLE_S, stragglers};
 
@@ -143,4 +143,48 @@ fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// Runs the training scenario `name`.
+///
+/// # Errors
+/// [`Error::UnknownScenario`], then the scenario's.
+pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
+    if opts.topology.is_some() && !scenarios::TOPOLOGY_SCENARIOS.contains(&name) {
+        return Err(Error::Option {
+            option: "topology",
+            expected: "one of the scenarios with a single partial-broadcast topology: fms-vs-sfb, compression, model-size",
+            got: format!("--scenario {name}"),
+        });
+    }
+    let mut report = match name {
+        "fms-vs-sfb" => scenarios::fms_vs_sfb(opts, runner)?,
+        "q-sweep" => scenarios::q_sweep(opts, runner)?,
+        "staleness" => scenarios::staleness(opts, runner)?,
+        "scaling" => scenarios::scaling(opts, runner)?,
+        "model-size" => scenarios::model_size(opts, runner)?,
+        "optimizers" => optimizers(opts, runner)?,
+        "adarevision" => adarevision(opts, runner)?,
+        "saga" => saga(opts, runner)?,
+        "compression" => scenarios::compression(opts, runner)?,
+        "prioritization" => prioritization(opts, runner)?,
+        "scale" => scale(opts, runner)?,
+        "stragglers" => stragglers(opts, runner)?,
+        other => return Err(Error::UnknownScenario(other.into())),
+    };
+    let simulated = matches!(name, "scale" | "stragglers");
+    if opts.transport != crate::Transport::Sim && !simulated {
+        report.notes.push(
+            "All peers (and the FMS server) share this machine's cores; the bandwidth budget is per node (--bandwidth, token bucket on each node's sends). Compute-bound parts are therefore slower than on a cluster with a machine per peer, communication-bound parts are not."
+                .into(),
+        );
+    } else if !simulated {
+        report.notes.push(format!(
+            "Simulated (--transport sim): every arm ran on the discrete-event simulator, a NIC of {} per node and a machine of {:.2e} flop/s and {:.2e} B/s per node; times are simulated seconds.",
+            opts.bandwidth(),
+            opts.sim.flops,
+            opts.sim.mem_bw
+        ));
+    }
+    Ok(report)
 }

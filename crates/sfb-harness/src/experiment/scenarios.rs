@@ -185,50 +185,6 @@ pub fn mlr(j: usize, d: usize, samples: usize, test: usize) -> RunSpec {
     spec
 }
 
-/// Runs the training scenario `name`.
-///
-/// # Errors
-/// [`Error::UnknownScenario`], then the scenario's.
-pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
-    if opts.topology.is_some() && !TOPOLOGY_SCENARIOS.contains(&name) {
-        return Err(Error::Option {
-            option: "topology",
-            expected: "one of the scenarios with a single partial-broadcast topology: fms-vs-sfb, compression, model-size",
-            got: format!("--scenario {name}"),
-        });
-    }
-    let mut report = match name {
-        "fms-vs-sfb" => fms_vs_sfb(opts, runner)?,
-        "q-sweep" => q_sweep(opts, runner)?,
-        "staleness" => staleness(opts, runner)?,
-        "scaling" => scaling(opts, runner)?,
-        "model-size" => model_size(opts, runner)?,
-        "optimizers" => super::optimizers(opts, runner)?,
-        "adarevision" => super::adarevision(opts, runner)?,
-        "saga" => super::saga(opts, runner)?,
-        "compression" => compression(opts, runner)?,
-        "prioritization" => super::prioritization(opts, runner)?,
-        "scale" => super::scale(opts, runner)?,
-        "stragglers" => super::stragglers(opts, runner)?,
-        other => return Err(Error::UnknownScenario(other.into())),
-    };
-    let simulated = matches!(name, "scale" | "stragglers");
-    if opts.transport != Transport::Sim && !simulated {
-        report.notes.push(
-            "All peers (and the FMS server) share this machine's cores; the bandwidth budget is per node (--bandwidth, token bucket on each node's sends). Compute-bound parts are therefore slower than on a cluster with a machine per peer, communication-bound parts are not."
-                .into(),
-        );
-    } else if !simulated {
-        report.notes.push(format!(
-            "Simulated (--transport sim): every arm ran on the discrete-event simulator, a NIC of {} per node and a machine of {:.2e} flop/s and {:.2e} B/s per node; times are simulated seconds.",
-            opts.bandwidth(),
-            opts.sim.flops,
-            opts.sim.mem_bw
-        ));
-    }
-    Ok(report)
-}
-
 /// Runs `arms`, takes the target from `reference` (an index into `arms`) at `frac` of its
 /// clocks, and fills `report`'s target and arms; returns every arm's per-clock records.
 ///
