@@ -6,9 +6,9 @@
 use std::process::Command;
 
 use crate::common::SFB;
-use sfb_harness::plan::{Plan, Setup, Strategy, plan};
 use sfb_harness::sim::{Ingress, SimOptions};
 use sfb_harness::{Backend, DataSource, Push, RunSpec, TopologyOptions, Transport};
+use sfb_lab::plan::{Plan, Setup, Strategy, plan};
 use sfb_net::bandwidth::Rate;
 
 const P: usize = 8;

@@ -4,11 +4,11 @@
 
 use std::process::Command;
 
-use sfb::harness::experiment::{Demo, mlr, run_args};
 use sfb::harness::{
     Backend, ConsistencySpec, DataSource, ModelChoice, NetOptions, OutputOptions, Push, RunSpec,
     StragglerSpec, TopologyOptions, TrainOptions, Transport,
 };
+use sfb::lab::experiment::{Demo, mlr, run_args};
 
 /// The spec `sfb run ARGS` describes, as the binary prints it.
 fn spec(args: &[&str]) -> RunSpec {

@@ -1,13 +1,13 @@
-//! `sfb bench --scenario link`: [`sfb_harness::bench::link`] (one libp2p stream per arm:
+//! `sfb bench --scenario link`: [`sfb_lab::bench::link`] (one libp2p stream per arm:
 //! bare copy loop vs framing vs framing + validation, and the bandwidth budget), printed and
 //! written as `link.json`, `link.csv` and `link.md`.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use sfb_harness::bench::link::{self, D, J, K};
+use sfb_lab::bench::link::{self, D, J, K};
 
-use super::bench::BenchArgs;
+use super::bench_args::BenchArgs;
 
 /// From `sfb bench` options: `--mib`, `--rounds`, `--bandwidth`, `--rates`, `--burst`,
 /// `--budget-secs`.

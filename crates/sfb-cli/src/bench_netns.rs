@@ -1,11 +1,11 @@
-//! `sfb bench --scenario budget-check` ([`sfb_harness::experiment::budget_check`]): the
+//! `sfb bench --scenario budget-check` ([`sfb_lab::experiment::budget_check`]): the
 //! token bucket against the kernel's tbf. Needs root and iproute2; elsewhere it says why
 //! and does nothing.
 
 use anyhow::{Result, bail};
-use sfb_harness::experiment::{self, BudgetCheck};
+use sfb_lab::experiment::{self, BudgetCheck};
 
-use super::bench::BenchArgs;
+use super::bench_args::BenchArgs;
 
 /// The scenario's name.
 pub const NAME: &str = experiment::BUDGET_CHECK;
@@ -23,7 +23,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             args.transport
         );
     }
-    super::bench::check_out_dir(args)?;
+    super::bench_args::check_out_dir(args)?;
     let rate = args
         .bandwidth_or("200mbit")
         .parse()
@@ -38,5 +38,5 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         tbf_latency_ms: super::netns::TBF_LATENCY_MS,
     };
     let mut report = experiment::budget_check(&opts, &super::experiment::runner())?;
-    super::experiment::finish(&mut report, &super::bench_train::out_dir(args))
+    super::experiment::finish(&mut report, &super::bench_args::out_dir(args))
 }

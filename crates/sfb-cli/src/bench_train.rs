@@ -1,14 +1,12 @@
-//! `sfb bench` training scenarios ([`sfb_harness::experiment::scenario`]): paired
+//! `sfb bench` training scenarios ([`sfb_lab::experiment::scenario`]): paired
 //! comparisons of whole training runs measured in one invocation.
 
-use std::path::PathBuf;
-
 use anyhow::Result;
-use sfb_harness::experiment::{self, Options};
+use sfb_lab::experiment::{self, Options};
 
-use super::bench::BenchArgs;
+use super::bench_args::{BenchArgs, check_out_dir, out_dir};
 
-pub use sfb_harness::experiment::SCENARIOS;
+pub use sfb_lab::experiment::SCENARIOS;
 
 /// The scenario options of `args`.
 fn options(args: &BenchArgs) -> Result<Options> {
@@ -49,14 +47,7 @@ fn options(args: &BenchArgs) -> Result<Options> {
 /// Runs `name`, writing into `args.out` (default `sfb-bench/`).
 pub fn run(name: &str, args: &BenchArgs) -> Result<()> {
     let opts = options(args)?;
-    super::bench::check_out_dir(args)?;
+    check_out_dir(args)?;
     let mut report = experiment::scenario(name, &opts, &super::experiment::runner())?;
     super::experiment::finish(&mut report, &out_dir(args))
-}
-
-/// `args.out`, or `sfb-bench`.
-pub fn out_dir(args: &BenchArgs) -> PathBuf {
-    args.out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("sfb-bench"))
 }

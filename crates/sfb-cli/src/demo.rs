@@ -1,13 +1,13 @@
 //! `sfb demo`: the main job. A local cluster on built-in (seeded synthetic) data runs SFB
 //! full broadcast, SFB partial broadcast over an optimized topology and the FMS parameter
 //! server with the same model, seed and per-node bandwidth budget, then prints a table and
-//! writes plots ([`sfb_harness::experiment::demo`]).
+//! writes plots ([`sfb_lab::experiment::demo`]).
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use sfb_harness::experiment::{self, Demo, Error};
+use sfb_lab::experiment::{self, Demo, Error};
 
 /// `sfb demo` options.
 #[derive(Debug, Args)]

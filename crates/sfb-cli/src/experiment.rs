@@ -1,5 +1,5 @@
 //! How `sfb demo` and `sfb bench` show arms running: progress bars on stderr. Everything
-//! else lives in [`sfb_harness::experiment`].
+//! else lives in [`sfb_lab::experiment`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sfb_core::metrics::Summary;
 use sfb_harness::Progress;
-use sfb_harness::experiment::{Arm, Observer, Report, Runner};
+use sfb_lab::experiment::{Arm, Observer, Report, Runner};
 
 /// A runner (arms carried out by `sfb_harness::run`, libp2p ones as local processes)
 /// with progress bars.
@@ -16,7 +16,7 @@ use sfb_harness::experiment::{Arm, Observer, Report, Runner};
 /// environment.
 pub fn runner() -> Runner {
     let exe = std::env::current_exe().ok();
-    let exec: sfb_harness::experiment::Exec = Arc::new(move |spec, progress| {
+    let exec: sfb_lab::experiment::Exec = Arc::new(move |spec, progress| {
         let exe = exe
             .clone()
             .ok_or("cannot locate this program's executable")?;

@@ -59,6 +59,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod bench_args;
 mod bench_link;
 mod bench_netns;
 mod bench_train;
@@ -122,7 +123,7 @@ enum Command {
     #[command(subcommand)]
     Cluster(p2p::ClusterCmd),
     /// Run a benchmark scenario and write its report (Markdown, JSON, CSV, PNG).
-    Bench(bench::BenchArgs),
+    Bench(bench_args::BenchArgs),
     /// Predict with a saved model (--save-model): a label per sample (dml: its embedding).
     Predict(model::PredictArgs),
     /// Evaluate a saved classifier on labelled data: mean cross-entropy and accuracy.

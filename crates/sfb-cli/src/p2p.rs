@@ -37,7 +37,7 @@ pub struct InitArgs {
     /// `fms`: a star of P clients (ids 0..P−1) and a parameter server (id P) for
     /// `sfb server` + `sfb peer`, instead of an SFB topology.
     #[arg(long, value_enum)]
-    pub backend: Option<super::run::Backend>,
+    pub backend: Option<super::train::Backend>,
     /// First port; peer i listens on base_port + i. `free`: each peer a port free on this
     /// machine now (for hand-run peers here; hosts must be this machine's). 0: any port,
     /// exchanged at start-up by `sfb run`.
@@ -99,7 +99,7 @@ impl InitArgs {
 
 pub fn cluster(cmd: &ClusterCmd) -> Result<()> {
     match cmd {
-        ClusterCmd::Init(a) if a.backend == Some(super::run::Backend::Fms) => {
+        ClusterCmd::Init(a) if a.backend == Some(super::train::Backend::Fms) => {
             if a.out_degree.is_some() {
                 bail!(
                     "--out-degree does not apply to --backend fms (clients talk to the server only)"
@@ -437,7 +437,7 @@ pub struct PeerArgs {
     pub id: usize,
     /// Backend; must match the cluster file (an FMS file names a `server`).
     #[arg(long, value_enum)]
-    pub backend: Option<super::run::Backend>,
+    pub backend: Option<super::train::Backend>,
     #[command(flatten)]
     pub node: NodeArgs,
 }
@@ -453,13 +453,13 @@ pub fn peer(args: &PeerArgs, app: &crate::App) -> Result<()> {
     let a = &args.node;
     let fms = Cluster::load(&a.cluster)?.server().is_some();
     match (args.backend, fms) {
-        (Some(super::run::Backend::Sfb), true) => {
+        (Some(super::train::Backend::Sfb), true) => {
             bail!(
                 "{} is an FMS cluster (it names a server); use --backend fms",
                 a.cluster.display()
             )
         }
-        (Some(super::run::Backend::Fms), false) => {
+        (Some(super::train::Backend::Fms), false) => {
             bail!(
                 "{} is an SFB cluster (no server); use --backend sfb",
                 a.cluster.display()

@@ -3,8 +3,8 @@
 
 use anyhow::{Result, bail};
 use clap::Args;
-use sfb_harness::plan::Setup;
 use sfb_harness::sim::{CostModel, Ingress, SimOptions};
+use sfb_lab::plan::Setup;
 use sfb_net::bandwidth::Rate;
 
 use sfb_harness::sim::{colocate, seconds};
@@ -139,9 +139,9 @@ impl PlanArgs {
 pub fn run(args: &PlanArgs) -> Result<()> {
     let mut setup = args.setup()?;
     if args.calibrate {
-        sfb_harness::plan::calibrate(&mut setup)?;
+        sfb_lab::plan::calibrate(&mut setup)?;
     }
-    let plan = sfb_harness::plan::plan(&setup)?;
+    let plan = sfb_lab::plan::plan(&setup)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&plan)?);
     } else {

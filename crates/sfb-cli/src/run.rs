@@ -5,15 +5,7 @@ use clap::{Args, ValueEnum};
 use sfb_core::metrics::{ClockRecord, Summary};
 use sfb_harness::{Progress, RunSpec, TopologyOptions};
 
-use super::train::{TrainArgs, cli_error};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    /// Sufficient factor broadcasting between peers.
-    Sfb,
-    /// Parameter server with full matrix sync.
-    Fms,
-}
+use super::train::{Backend, TrainArgs, cli_error};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Transport {
@@ -103,15 +95,6 @@ impl RunArgs {
         spec.net.netns = self.netns;
         self.train.fill(&mut spec);
         spec
-    }
-}
-
-impl From<Backend> for sfb_harness::Backend {
-    fn from(b: Backend) -> Self {
-        match b {
-            Backend::Sfb => sfb_harness::Backend::Sfb,
-            Backend::Fms => sfb_harness::Backend::Fms,
-        }
     }
 }
 

@@ -408,3 +408,21 @@ pub fn cli_error(e: sfb_harness::Error) -> anyhow::Error {
         e => e.into(),
     }
 }
+
+/// `--backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// Sufficient factor broadcasting between peers.
+    Sfb,
+    /// Parameter server with full matrix sync.
+    Fms,
+}
+
+impl From<Backend> for sfb_harness::Backend {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Sfb => sfb_harness::Backend::Sfb,
+            Backend::Fms => sfb_harness::Backend::Fms,
+        }
+    }
+}

@@ -2046,7 +2046,7 @@ impl<K: Kind> Builder<K> {
     /// Refuses, before any topology or replica is built, `nodes` replicas of this
     /// cluster's W in one process when they would not fit in the memory available (it
     /// builds peer 0 alone to learn W's shape), and a user's model whose factors do not
-    /// fit its starting W ([`check_factors`](Self::check_factors)).
+    /// fit its starting W (its first mini-batch, computed here).
     ///
     /// # Errors
     /// [`Error::Memory`] with both figures; the build errors of peer 0.

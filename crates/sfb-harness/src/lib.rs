@@ -1,5 +1,6 @@
-//! The harness of **sfb**: it turns a description of a run into a running cluster and a
-//! report.
+//! The runtime of **sfb**: it turns a description of a run into a running cluster and a
+//! summary. The benchmark scenarios, reports and the planner are `sfb-lab`'s, above this
+//! crate; the command line is `sfb-cli`'s.
 //!
 //! - [`RunSpec`]: one run as serde data (model, [`DataSource`], [`TrainOptions`],
 //!   topology, backend, transport, network), with `sfb run`'s defaults and
@@ -13,10 +14,8 @@
 //! - [`run`]: a whole [`RunSpec`] in one call, in memory or over libp2p as local
 //!   processes ([`launch`]: the launcher and the child side of `sfb peer --spec`);
 //! - [`netns`]: per-node network namespaces with kernel-shaped links (`--netns`, root);
-//! - [`plan`]: the predicted time per clock of SFB full and partial broadcast, FMS and a
-//!   ring allreduce on [`sim`]'s cost and network model, in closed form (`sfb plan`);
-//! - [`experiment`]: paired arms, learning curves, time to target, reports (JSON, CSV,
-//!   Markdown, PNG) and the scenarios of `sfb demo` and `sfb bench`.
+//! - [`sim`]: the simulator's options and cost model (`sfb sim`, and `sfb plan` in
+//!   `sfb-lab`), with [`calibrate`] timing this machine's work for it.
 //!
 //! # Example: your own model on 4 peers, full then partial broadcast
 //! ```
@@ -72,17 +71,13 @@
 //! ```
 #![warn(missing_docs)]
 
-#[cfg(feature = "bench")]
-pub mod bench;
 pub mod calibrate;
 pub mod checkpoint;
 mod cluster;
 mod data;
 mod error;
-pub mod experiment;
 pub mod launch;
 pub mod netns;
-pub mod plan;
 pub mod preflight;
 mod rate_serde;
 pub mod records;

@@ -213,10 +213,10 @@ pub fn write_partial_summary(spec: &crate::RunSpec, failed: &str, last: &[ClockR
 }
 
 /// Saves the model `spec` trained into the replica `w` (on data prepared by `prep`) to
-/// `path` ([`SavedModel`]); returns what was saved.
+/// `path` ([`SavedModel`](sfb_models::saved::SavedModel)); returns what was saved.
 ///
 /// # Errors
-/// [`Error::Models`](crate::Error::Models): a replica that does not fit the model (or
+/// [`Error::Models`]: a replica that does not fit the model (or
 /// holds a non-finite value), or the operating system's reason the file cannot be written.
 pub fn save_model(
     path: &std::path::Path,

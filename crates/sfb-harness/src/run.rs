@@ -13,7 +13,7 @@ use crate::spec::{Backend, RunSpec, Transport};
 ///
 /// # Errors
 /// [`RunSpec::validate`]'s errors before anything runs; then data, build and driver
-/// errors; for the libp2p transport the launcher's ([`Error::Launch`]).
+/// errors; for the libp2p transport the launcher's ([`Error::Launch`](crate::Error::Launch)).
 ///
 /// The libp2p transport runs one process per node through [`Launcher::from_env`]: the
 /// `sfb` executable named by `SFB_EXE`; [`run_with`] names it.

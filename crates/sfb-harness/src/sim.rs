@@ -486,7 +486,7 @@ impl Counts {
 
 /// This machine's rates measured at the run's shapes: `(flops, mem_bw)`. The flops are
 /// sfb's own apply kernel's ([`Replica::apply`](sfb_core::Replica::apply), one thread)
-/// per extra pair between ranks `r` and `4r` ([`marginal_apply_flops`]), which is what
+/// per extra pair between ranks `r` and `4r` (`marginal_apply_flops`), which is what
 /// the cost model's per-pair price stands for; the bandwidth is copying W (the pass over
 /// W every apply makes, priced apart). Each timing is the best of 3 of at least 50 ms.
 pub fn calibrate(j: usize, d: usize, r: usize) -> (f64, f64) {
@@ -512,7 +512,7 @@ fn marginal_apply_flops(j: usize, d: usize, r: usize, seconds: impl Fn(usize) ->
 }
 
 /// Bytes/s of copying a J × D matrix on this machine, alone (as [`calibrate`]).
-pub(crate) fn copy_rate(j: usize, d: usize) -> f64 {
+pub fn copy_rate(j: usize, d: usize) -> f64 {
     let (j, d) = (j.max(1), d.max(1));
     best_rate(8.0 * (j * d) as f64, copy_work(j, d))
 }
@@ -530,7 +530,7 @@ pub fn calibrate_colocated(j: usize, d: usize, r: usize, workers: usize) -> (f64
 }
 
 /// One call: copy a J × D matrix (8·J·D bytes moved).
-pub(crate) fn copy_work(j: usize, d: usize) -> impl FnMut() {
+pub fn copy_work(j: usize, d: usize) -> impl FnMut() {
     let src = Array2::<f32>::from_elem((j, d), 0.5);
     let mut dst = Array2::<f32>::zeros((j, d));
     move || {
@@ -545,7 +545,7 @@ pub(crate) fn copy_work(j: usize, d: usize) -> impl FnMut() {
 /// calling (untimed) until every one has its figure, so every timing saw all `n` busy.
 /// The median of the `n` rates. A kernel that panics releases the others (they stop
 /// waiting for it) and its panic is raised here once all have stopped.
-pub(crate) fn contended_rate<W: FnMut()>(n: usize, units: f64, make: impl Fn() -> W + Sync) -> f64 {
+pub fn contended_rate<W: FnMut()>(n: usize, units: f64, make: impl Fn() -> W + Sync) -> f64 {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let n = n.max(1);
     let (ready, done, failed) = (
@@ -611,7 +611,7 @@ pub(crate) fn contended_rate<W: FnMut()>(n: usize, units: f64, make: impl Fn() -
 
 /// Units per second of `work` (which does `units` each call): the best of 3 timings of
 /// at least 50 ms each.
-pub(crate) fn best_rate(units: f64, mut work: impl FnMut()) -> f64 {
+pub fn best_rate(units: f64, mut work: impl FnMut()) -> f64 {
     let mut best = 0.0f64;
     for _ in 0..3 {
         let t0 = Instant::now();
@@ -627,7 +627,7 @@ pub(crate) fn best_rate(units: f64, mut work: impl FnMut()) -> f64 {
 
 /// `costs` with every piece of work `share` times as long (a fair share of a host's
 /// cores, as `sfb plan` prices co-located nodes).
-pub(crate) fn shared(mut costs: Costs, share: f64) -> Costs {
+pub fn shared(mut costs: Costs, share: f64) -> Costs {
     for c in [
         &mut costs.compute_per_clock,
         &mut costs.compute_per_sample,
@@ -644,7 +644,7 @@ pub(crate) fn shared(mut costs: Costs, share: f64) -> Costs {
 /// The costs of a run (one core's, before any sharing of a host) and the `sim` block of
 /// its summary (without the run's own
 /// figures, filled in after it).
-pub(crate) fn plan_costs(
+pub fn plan_costs(
     opts: &SimOptions,
     model: &sfb_models::ModelSpec,
     shapes: Shapes,
@@ -715,7 +715,7 @@ pub(crate) fn plan_costs(
     (costs, report)
 }
 
-/// How many kernels [`crate::plan::calibrate`] runs at once for `colocate` NODES:CORES: NODES per
+/// How many kernels `sfb_lab::plan::calibrate` runs at once for `colocate` NODES:CORES: NODES per
 /// CORES cores over all of this host's cores (8:2 on a 2-core host: 8; 16:16 on it: 2;
 /// at least 1, at most 64), so this host is as oversubscribed as the planned one; 1
 /// without `colocate`.
@@ -731,7 +731,7 @@ fn workers_for(colocate: Option<(usize, usize)>, here: usize) -> usize {
 }
 
 /// One call: apply a batch of `pairs` dense pairs to a J × D replica (2·J·D flops a pair).
-pub(crate) fn apply_work(j: usize, d: usize, pairs: usize) -> impl FnMut() {
+pub fn apply_work(j: usize, d: usize, pairs: usize) -> impl FnMut() {
     let batch = FactorBatch {
         origin: PeerId(0),
         clock: 0,

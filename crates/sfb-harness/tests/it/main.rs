@@ -6,4 +6,5 @@ mod bsp_determinism;
 mod cluster;
 mod common;
 mod fms_mem;
+mod golden;
 mod mlr_accuracy;

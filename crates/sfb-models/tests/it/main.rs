@@ -4,4 +4,3 @@
 
 mod data;
 mod limits;
-mod reference;

@@ -1,6 +1,8 @@
 //! The four models checked against independent references: numpy (MLR loss and gradient),
 //! scikit-learn (the L2-MLR optimum, MiniBatchDictionaryLearning) and Euclidean 1-NN (DML).
-//! Reference values come from `scripts/make_fixtures.py`, stored in `tests/fixtures/`.
+//! Reference values come from `scripts/make_fixtures.py`, stored in sfb-models'
+//! `tests/fixtures/`. They live here, above sfb-models, because the cluster-level ones
+//! build their engines with the harness's builder, as `sfb run` does.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,7 +18,7 @@ use sfb_models::{
 
 fn fixture(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+        .join("../sfb-models/tests/fixtures")
         .join(name)
 }
 

@@ -5,12 +5,12 @@
 //!
 //! # Example
 //! ```
-//! use sfb_harness::bench::kernel::{Config, measure};
+//! use sfb_lab::bench::kernel::{Config, measure};
 //! let cfg = Config { j: 64, d: 64, rs: vec![1, 8], reps: 1, ..Config::default() };
 //! let report = measure(&cfg, |_| {})?;
 //! assert_eq!(report.rows.len(), 2);
 //! assert!(report.rows.iter().all(|r| r.kernel_s > 0.0 && r.speedup_vs_naive.is_finite()));
-//! # Ok::<(), sfb_harness::bench::Error>(())
+//! # Ok::<(), sfb_lab::bench::Error>(())
 //! ```
 
 use std::path::Path;

@@ -11,7 +11,7 @@ use super::{
     Arm, ArmReport, Report, Result, Runner, clock_times, human_bytes, median, mlr, run_arms,
     slow_clocks,
 };
-use crate::spec::{Backend, Transport};
+use sfb_harness::{Backend, Transport};
 
 /// The scenario's name.
 pub const BUDGET_CHECK: &str = "budget-check";

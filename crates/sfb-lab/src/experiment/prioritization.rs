@@ -33,7 +33,7 @@ use sfb_plot::{LineChart, Series};
 
 use super::report::Chart;
 use super::{Arm, Options, Report, Result, Runner, curve, mlr, run_arms};
-use crate::spec::{ConsistencySpec, DataSource, MethodSpec, PrioritizeSpec, RunSpec};
+use sfb_harness::{ConsistencySpec, DataSource, MethodSpec, PrioritizeSpec, RunSpec};
 
 /// The budgets compared: half the pairs per clock (the setting) and a quarter.
 const BUDGETS: [f64; 2] = [0.5, 0.25];
@@ -398,7 +398,7 @@ fn arm_name(policy: Policy, f: f64) -> String {
 }
 
 fn budget_words(opts: &Options) -> String {
-    if opts.transport == crate::spec::Transport::Mem {
+    if opts.transport == sfb_harness::Transport::Mem {
         "in memory".into()
     } else {
         format!("{} per node", opts.bandwidth())

@@ -1,7 +1,7 @@
 //! Paired experiments: the arms of `sfb demo` and `sfb bench`, their learning curves,
 //! times to a common target, and reports (JSON, CSV, Markdown, PNG).
 //!
-//! An [`Arm`] is a [`RunSpec`](crate::RunSpec) with a name and an environment. A scenario
+//! An [`Arm`] is a [`RunSpec`](sfb_harness::RunSpec) with a name and an environment. A scenario
 //! runs its arms one after another through a [`Runner`] (so they share the machine's state
 //! and are compared within one run), turns each arm's per-clock records into a
 //! [`curve`] of held-out objective against training time and samples, reads a target
@@ -15,7 +15,7 @@
 //!
 //! # Example: two in-memory arms compared
 //! ```
-//! use sfb_harness::experiment::{Arm, Report, Runner, run_arms};
+//! use sfb_lab::experiment::{Arm, Report, Runner, run_arms};
 //! let mut spec = sfb_harness::RunSpec::default();
 //! spec.data = sfb_harness::DataSource::Synthetic("classes=3,features=8,samples=400".into());
 //! spec.train.clocks = 6;
@@ -27,7 +27,7 @@
 //! run_arms(&Runner::new(), &mut report, &arms, 0, 0.5)?;
 //! assert!(report.arm("full").unwrap().time_to_target_s.is_some());
 //! assert!(report.arms[1].command.starts_with("sfb run "));
-//! # Ok::<(), sfb_harness::experiment::Error>(())
+//! # Ok::<(), sfb_lab::experiment::Error>(())
 //! ```
 
 mod arm;
@@ -71,7 +71,7 @@ pub enum Error {
         /// The arm's name.
         arm: String,
         /// What is wrong with its spec (boxed: the harness error is large and rare).
-        source: Box<crate::Error>,
+        source: Box<sfb_harness::Error>,
     },
     /// An arm failed while running.
     #[error("arm {arm:?} ({command}): {source}")]
@@ -173,7 +173,7 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
         other => return Err(Error::UnknownScenario(other.into())),
     };
     let simulated = matches!(name, "scale" | "stragglers");
-    if opts.transport != crate::Transport::Sim && !simulated {
+    if opts.transport != sfb_harness::Transport::Sim && !simulated {
         report.notes.push(
             "All peers (and the FMS server) share this machine's cores; the bandwidth budget is per node (--bandwidth, token bucket on each node's sends). Compute-bound parts are therefore slower than on a cluster with a machine per peer, communication-bound parts are not."
                 .into(),

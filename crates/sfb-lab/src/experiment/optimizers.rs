@@ -10,7 +10,7 @@ use sfb_plot::{BarChart, LineChart, Series};
 
 use super::report::Chart;
 use super::{Arm, ArmReport, Error, Options, Report, Result, Runner, mlr, run_arms};
-use crate::spec::{
+use sfb_harness::{
     ConsistencySpec, DataSource, MethodSpec, ModelChoice, RunSpec, ScheduleSpec, StragglerSpec,
     default_lr,
 };
@@ -158,7 +158,7 @@ fn stale_arms(opts: &Options) -> Result<Vec<Arm>> {
 /// peer evaluates before its first step; records start after it).
 fn untrained_objective(spec: &RunSpec) -> Result<f64> {
     let t = &spec.train;
-    let measure = || -> crate::Result<f64> {
+    let measure = || -> sfb_harness::Result<f64> {
         let problem = spec.data.load(&spec.model, t.seed)?.scaled(t.scale.0)?;
         let model = spec.model.spec();
         let w0 = model.init_w(&problem, t.init_std, t.seed);
@@ -641,7 +641,7 @@ pub fn adarevision(opts: &Options, runner: &Runner) -> Result<Report> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Transport;
+    use sfb_harness::Transport;
 
     fn mem() -> Options {
         Options {

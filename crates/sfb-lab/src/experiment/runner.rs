@@ -7,15 +7,16 @@ use std::sync::Arc;
 use sfb_core::metrics::{ClockRecord, Summary};
 
 use super::{Arm, Error, Result, io};
-use crate::Progress;
+use sfb_harness::Progress;
 
 /// Carries out one run in this process: `sfb_harness::run` by default; the `sfb` binary
 /// supplies one that also launches libp2p clusters.
 pub type Exec = Arc<
     dyn Fn(
-            &crate::RunSpec,
+            &sfb_harness::RunSpec,
             Option<Progress>,
-        ) -> std::result::Result<crate::Outcome, Box<dyn std::error::Error + Send + Sync>>
+        )
+            -> std::result::Result<sfb_harness::Outcome, Box<dyn std::error::Error + Send + Sync>>
         + Send
         + Sync,
 >;
@@ -61,12 +62,12 @@ impl Default for Runner {
 }
 
 impl Runner {
-    /// A quiet runner carrying out arms with [`crate::run`] (libp2p arms launch the
+    /// A quiet runner carrying out arms with [`sfb_harness::run`] (libp2p arms launch the
     /// executable named by `SFB_EXE`), and arms with an environment as child processes
     /// of [`sfb_exe`](Self::sfb_exe).
     pub fn new() -> Self {
         Self {
-            exec: Arc::new(|spec, progress| Ok(crate::run(spec, progress)?)),
+            exec: Arc::new(|spec, progress| Ok(sfb_harness::run(spec, progress)?)),
             observer: Box::new(Quiet),
             sfb: None,
         }
@@ -201,16 +202,16 @@ mod tests {
 
     #[test]
     fn a_bad_arm_is_named_with_what_is_wrong() {
-        let mut spec = crate::RunSpec::default();
+        let mut spec = sfb_harness::RunSpec::default();
         spec.train.lr = Some(-1.0);
         let e = Runner::new().run(&Arm::new("bad arm", spec)).unwrap_err();
         assert_eq!(
             e.to_string(),
             "arm \"bad arm\": train.lr must be a positive number, got -1"
         );
-        let spec = crate::RunSpec {
-            transport: crate::Transport::Libp2p,
-            ..crate::RunSpec::default()
+        let spec = sfb_harness::RunSpec {
+            transport: sfb_harness::Transport::Libp2p,
+            ..sfb_harness::RunSpec::default()
         };
         let e = Runner::new().run(&Arm::new("p2p", spec)).unwrap_err();
         let text = e.to_string();
@@ -224,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_failing_child_is_named_with_its_stderr() {
-        let arm = Arm::new("child", crate::RunSpec::default()).with_env("X", "1");
+        let arm = Arm::new("child", sfb_harness::RunSpec::default()).with_env("X", "1");
         // `false` ignores its arguments and fails: the arm's error says which arm and why.
         let e = Runner::new().sfb_exe("false").run(&arm).unwrap_err();
         assert!(

@@ -18,7 +18,7 @@ use sfb_plot::BarChart;
 use super::report::Chart;
 use super::scenarios::{Options, mlr};
 use super::{Arm, Report, Result, Runner, run_arms};
-use crate::spec::{ConsistencySpec, StragglerSpec, Transport};
+use sfb_harness::{ConsistencySpec, StragglerSpec, Transport};
 
 /// Simulated seconds of `compute_sv` per sample in the stragglers scenario (unless
 /// `--compute-per-sample` says otherwise).

@@ -1,5 +1,5 @@
 //! The link: the factor batch frame of `sfb bench --scenario link`
-//! ([`sfb_harness::bench::link::frame_message`]: K = 16 seeded dense pairs, J = 1024,
+//! ([`sfb_lab::bench::link::frame_message`]: K = 16 seeded dense pairs, J = 1024,
 //! D = 15360, ≈ 1 MiB) through each stage of the wire path, then over a real libp2p stream.
 //!
 //! - `frame/encode`: `wire::encode` (sender side, once per batch);
@@ -7,11 +7,11 @@
 //! - `frame/validate`: of which `FactorBatch::validate`;
 //! - `frame/write_read_memory`: `frame::write_frame` into memory then `frame::read_frame`;
 //! - `loopback/{bare,framing_only,framed}`: two libp2p swarms in this process (TCP + noise +
-//!   yamux over 127.0.0.1, [`sfb_harness::bench::link::Link`]), timed from the first write
+//!   yamux over 127.0.0.1, [`sfb_lab::bench::link::Link`]), timed from the first write
 //!   to the last byte read (and decoded): 1 MiB buffers, frames, frames + decode.
 //!
 //! Throughput is in bytes per frame (per 1 MiB buffer for `bare`).
-//! `cargo bench -p sfb-net --bench link -- --test` runs each once (CI's smoke run).
+//! `cargo bench -p sfb-lab --bench link -- --test` runs each once (CI's smoke run).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::FutureExt;
 use sfb_core::wire::{self, Message};
-use sfb_harness::bench::link::{D, J, Lanes, Link, MIB, expect, frame_message, max_frame};
+use sfb_lab::bench::link::{D, J, Lanes, Link, MIB, expect, frame_message, max_frame};
 use sfb_net::frame;
 
 fn frame_stages(c: &mut Criterion) {

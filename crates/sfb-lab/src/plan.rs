@@ -4,8 +4,8 @@
 //! gradient — and which is fastest (Poseidon's idea: choose SFB or a parameter server per
 //! matrix by predicted cost).
 //!
-//! The prices are the simulator's ([`crate::sim`]): work costs [`Costs::of`] of the
-//! costs `sfb sim` would run with (the same [`Counts`](crate::sim::Counts), rates,
+//! The prices are the simulator's ([`sfb_harness::sim`]): work costs [`Costs::of`] of the
+//! costs `sfb sim` would run with (the same [`Counts`], rates,
 //! calibration and `--colocate` share), frames are [`wire::encoded_len_with`] of real
 //! messages at the plan's shapes, and the network is the simulator's [`Nic`] (egress and
 //! ingress FIFOs, cut-through, the link delay in between, transport CPU per frame). What
@@ -17,7 +17,7 @@
 //!
 //! # Example
 //! ```
-//! use sfb_harness::plan::{Setup, Strategy, plan};
+//! use sfb_lab::plan::{Setup, Strategy, plan};
 //! let setup = Setup { peers: 8, j: 1024, d: 1024, batch: 16, ..Setup::default() };
 //! let p = plan(&setup)?;
 //! let full = p.estimate(Strategy::SfbFull).unwrap();
@@ -37,8 +37,8 @@ use sfb_core::wire::{self, Dtype, Message};
 use sfb_core::{FactorBatch, PeerId, VFactors, Work};
 use sfb_net::virtual_time::{Costs, Nic};
 
-use crate::sim::{Counts, Shapes, SimOptions};
-use crate::{Error, Result};
+use sfb_harness::sim::{Counts, Shapes, SimOptions};
+use sfb_harness::{Error, Result};
 
 /// What to plan for: the matrix, the mini-batch, the cluster and its network and machine.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,7 +61,7 @@ pub struct Setup {
     /// Whether `sim`'s rates were measured here ([`calibrate`] sets it). Default false.
     pub calibrated: bool,
     /// How many kernels [`calibrate`] ran at once (1: alone; more under `colocate`, see
-    /// [`calibration_workers`](crate::sim::calibration_workers)). Default 0 (not calibrated).
+    /// [`calibration_workers`](sfb_harness::sim::calibration_workers)). Default 0 (not calibrated).
     pub calibration_workers: usize,
 }
 
@@ -729,7 +729,7 @@ fn frames(j: usize, d: usize, k: usize, p: usize) -> Frames {
 ///
 /// # Arguments
 /// `setup`: the shapes, cluster and network and machine. With `setup.sim.costs =
-/// calibrate` the GEMM and copy rates are measured here first ([`crate::sim::calibrate`]
+/// calibrate` the GEMM and copy rates are measured here first ([`sfb_harness::sim::calibrate`]
 /// at J, D, K; about a second); `compute_sv` per sample is the cost model's unless
 /// `setup.sim.compute_per_sample_s` is given ([`calibrate_compute`] measures it).
 ///
@@ -761,8 +761,8 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
         frame_cpu: nic.frame_cpu.map(|f| f * share),
         ..nic
     };
-    let (costs, report) = crate::sim::plan_costs(&setup.sim, &model, shapes, k, nic);
-    let costs = crate::sim::shared(costs, share);
+    let (costs, report) = sfb_harness::sim::plan_costs(&setup.sim, &model, shapes, k, nic);
+    let costs = sfb_harness::sim::shared(costs, share);
     let counts = Counts::of(&model, shapes);
     let pr = Prices {
         p,
@@ -865,13 +865,13 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
 /// broadcast's stacked rank P·K, the memory bandwidth is the copy of W, and `compute_sv`
 /// per sample is MLR's (unless `setup.sim.compute_per_sample_s` is given). `sfb sim
 /// --costs calibrate` times the same kernel, for its cost per extra pair between ranks K
-/// and 4K ([`crate::sim::calibrate`]).
+/// and 4K ([`sfb_harness::sim::calibrate`]).
 ///
 /// **Co-located nodes** (`colocate` NODES:CORES): alone, a kernel has the host's caches
 /// and memory bus to itself, and NODES/CORES times its time underprices NODES processes
 /// taking turns on CORES cores (measured here at J = D = 4096, 8 nodes on 2 cores: the
 /// apply ran at 6.8e9 flop/s a node against 5.3e10 alone, 7.8× slower where the share
-/// says 4×). So under `colocate` each kernel is timed with [`calibration_workers`](crate::sim::calibration_workers)
+/// says 4×). So under `colocate` each kernel is timed with [`calibration_workers`](sfb_harness::sim::calibration_workers)
 /// copies running at once on this host, each on its own data and one thread, and the
 /// rates are stored as per-core equivalents (a node's measured rate times the share), so
 /// that the plan's `× share`, and the simulator's host calendar when every node works at
@@ -881,22 +881,22 @@ pub fn plan(setup: &Setup) -> Result<Plan> {
 /// [`calibrate_compute`]'s.
 pub fn calibrate(setup: &mut Setup) -> Result<()> {
     let (j, d, k) = (setup.j.max(1), setup.d.max(1), setup.batch.max(1));
-    let workers = crate::sim::calibration_workers(setup.sim.colocate);
+    let workers = sfb_harness::sim::calibration_workers(setup.sim.colocate);
     let share = setup.sim.share();
     let pairs = setup.peers.max(1) * k;
     let (flops, mem_bw, per_sample) = if workers > 1 {
-        let flops = crate::sim::contended_rate(workers, 2.0 * (j * d * pairs) as f64, || {
-            crate::sim::apply_work(j, d, pairs)
+        let flops = sfb_harness::sim::contended_rate(workers, 2.0 * (j * d * pairs) as f64, || {
+            sfb_harness::sim::apply_work(j, d, pairs)
         });
-        let mem_bw = crate::sim::contended_rate(workers, 8.0 * (j * d) as f64, || {
-            crate::sim::copy_work(j, d)
+        let mem_bw = sfb_harness::sim::contended_rate(workers, 8.0 * (j * d) as f64, || {
+            sfb_harness::sim::copy_work(j, d)
         });
         let per_sample = match setup.sim.compute_per_sample_s {
             Some(_) => None,
             None => {
                 // Fails here, on one thread, if it fails at all.
                 ComputeWork::new(j, d, k).step()?;
-                let rate = crate::sim::contended_rate(workers, k as f64, || {
+                let rate = sfb_harness::sim::contended_rate(workers, k as f64, || {
                     let mut c = ComputeWork::new(j, d, k);
                     move || {
                         // Checked above for these shapes.
@@ -908,16 +908,20 @@ pub fn calibrate(setup: &mut Setup) -> Result<()> {
         };
         (flops * share, mem_bw * share, per_sample.map(|t| t / share))
     } else {
-        let mem_bw = crate::sim::copy_rate(j, d);
+        let mem_bw = sfb_harness::sim::copy_rate(j, d);
         let per_sample = match setup.sim.compute_per_sample_s {
             Some(_) => None,
             None => Some(calibrate_compute(j, d, k)?),
         };
-        (crate::sim::calibrate_apply(j, d, pairs), mem_bw, per_sample)
+        (
+            sfb_harness::sim::calibrate_apply(j, d, pairs),
+            mem_bw,
+            per_sample,
+        )
     };
     setup.sim.flops = flops;
     setup.sim.mem_bw = mem_bw;
-    setup.sim.costs = crate::sim::CostModel::Model;
+    setup.sim.costs = sfb_harness::sim::CostModel::Model;
     if per_sample.is_some() {
         setup.sim.compute_per_sample_s = per_sample;
     }
@@ -973,7 +977,7 @@ impl ComputeWork {
 }
 
 /// Seconds of MLR `compute_sv` per sample on this machine at J × D with batches of
-/// `batch` dense samples, on one thread, alone (like [`calibrate_apply`]): the best of 3
+/// `batch` dense samples, on one thread, alone (like [`calibrate_apply`](sfb_harness::sim::calibrate_apply)): the best of 3
 /// timings of at least 50 ms of [`Mlr::compute_sv`](sfb_models::mlr::Mlr) (logits GEMM,
 /// softmax, the K pairs).
 ///
@@ -987,8 +991,8 @@ pub fn calibrate_compute(j: usize, d: usize, batch: usize) -> Result<f64> {
         let _ = c.step();
     };
     let rate = match rayon::ThreadPoolBuilder::new().num_threads(1).build() {
-        Ok(pool) => pool.install(|| crate::sim::best_rate(k as f64, &mut work)),
-        Err(_) => crate::sim::best_rate(k as f64, &mut work),
+        Ok(pool) => pool.install(|| sfb_harness::sim::best_rate(k as f64, &mut work)),
+        Err(_) => sfb_harness::sim::best_rate(k as f64, &mut work),
     };
     Ok(1.0 / rate)
 }
@@ -1215,7 +1219,7 @@ mod tests {
     fn kernels_timed_together_give_one_kernels_rate() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let calls = AtomicUsize::new(0);
-        let rate = crate::sim::contended_rate(3, 1.0, || {
+        let rate = sfb_harness::sim::contended_rate(3, 1.0, || {
             || {
                 calls.fetch_add(1, Ordering::SeqCst);
                 std::thread::sleep(std::time::Duration::from_millis(1));

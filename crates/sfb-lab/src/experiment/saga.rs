@@ -20,7 +20,7 @@ use super::{
     Arm, ArmReport, CurvePoint, Error, Options, Report, Result, Runner, io, run_arms,
     time_to_target,
 };
-use crate::spec::{
+use sfb_harness::{
     ConsistencySpec, DataSource, MethodSpec, ModelChoice, RunSpec, ScaleSpec, StragglerSpec,
 };
 
@@ -143,7 +143,7 @@ fn sgd_arm(runner: &Runner, arm: &Arm, lambda: f64, target: f64) -> Result<ArmRe
     ));
     let mut spec = arm.spec.clone();
     spec.output.keep_records = true;
-    let fail = |source: crate::Error| Error::Run {
+    let fail = |source: sfb_harness::Error| Error::Run {
         arm: arm.name.clone(),
         command: arm.command(),
         source: Box::new(source),
@@ -151,7 +151,7 @@ fn sgd_arm(runner: &Runner, arm: &Arm, lambda: f64, target: f64) -> Result<ArmRe
     spec.validate().map_err(fail)?;
     let mut opt = sfb_core::Optimizer::new(Method::Sgd);
     opt.l2 = lambda as f32;
-    let out = crate::Cluster::from_spec(&spec)
+    let out = sfb_harness::Cluster::from_spec(&spec)
         .and_then(|b| {
             b.model_spec(ModelSpec::MlrPrimal {
                 lambda,
@@ -444,7 +444,7 @@ pub fn saga(opts: &Options, runner: &Runner) -> Result<Report> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Transport;
+    use sfb_harness::Transport;
 
     /// A short run of the whole scenario (in memory, 10 epochs, a 1 ms straggler): every
     /// arm reports, and under BSP (deterministic) SAGA is already well below SGD.

@@ -1,7 +1,7 @@
 //! The measurements behind `sfb bench --scenario kernel|link`, as a library: the binary
 //! calls [`kernel::measure`] and [`link::measure`] and prints or writes their reports; the
 //! criterion benches in `crates/sfb-core/benches/apply.rs` and
-//! `crates/sfb-net/benches/link.rs` time the same kernels on the same seeded inputs
+//! `crates/sfb-lab/benches/link.rs` time the same kernels on the same seeded inputs
 //! ([`sfb_core::replica::seeded_batches`], [`link::frame_message`]).
 //!
 //! - [`kernel`]: [`Replica::apply`](sfb_core::Replica::apply) against a plain faer GEMM of

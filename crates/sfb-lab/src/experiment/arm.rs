@@ -1,7 +1,7 @@
 //! Arms: a run description with a name and an environment, and its `sfb run` command.
 
-use crate::Transport;
-use crate::spec::{
+use sfb_harness::Transport;
+use sfb_harness::{
     Backend, ConsistencySpec, DataSource, ModelChoice, Push, RunSpec, TopologyMethod,
 };
 
@@ -131,6 +131,8 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
             put("sweeps", sweeps.to_string());
             put("decay", decay.to_string());
         }
+        // A model without flags here: the arm's spec file says it.
+        _ => return None,
     }
     match &spec.data {
         DataSource::Synthetic(s) => put("synthetic", s.clone()),
@@ -150,6 +152,7 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
                 put("features", f.to_string());
             }
         }
+        _ => return None,
     }
     let (t, dt) = (&spec.train, &d.train);
     put("batch", t.batch.to_string());
@@ -222,6 +225,8 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     match spec.backend {
         Backend::Sfb => {}
         Backend::Fms => put("backend", "fms".into()),
+        // A backend without a flag here: the arm's spec file says it.
+        _ => return None,
     }
     if spec.fms_push == Push::Dense {
         put("fms-push", "dense".into());
@@ -263,8 +268,8 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
 }
 
 /// The `sfb sim` flags of `s` that differ from their defaults.
-fn sim_args(s: &crate::sim::SimOptions, a: &mut Vec<String>) {
-    let d = crate::sim::SimOptions::default();
+fn sim_args(s: &sfb_harness::sim::SimOptions, a: &mut Vec<String>) {
+    let d = sfb_harness::sim::SimOptions::default();
     let mut put = |flag: &str, value: String| {
         a.push(format!("--{flag}"));
         a.push(value);

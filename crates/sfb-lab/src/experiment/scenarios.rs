@@ -9,7 +9,7 @@ use sfb_plot::{BarChart, LineChart, Series};
 
 use super::report::Chart;
 use super::{Arm, ArmReport, Error, Report, Result, Runner, curve, human_bytes, target_at};
-use crate::spec::{
+use sfb_harness::{
     Backend, ConsistencySpec, DataSource, ModelChoice, RunSpec, StragglerSpec, Transport,
 };
 
@@ -56,7 +56,7 @@ pub struct Options {
     pub bandwidth: Option<String>,
     /// The simulated network and machine of arms on the sim transport (and of the scale
     /// scenario, always simulated).
-    pub sim: crate::sim::SimOptions,
+    pub sim: sfb_harness::sim::SimOptions,
     /// fms-vs-sfb, compression, model-size: their partial-broadcast arms train on this
     /// topology file (any format `sfb topology` writes) instead of the optimizer's graph;
     /// P and Q are the file's (`peers`, if set, must agree).
@@ -78,7 +78,7 @@ impl Default for Options {
             eval_every: None,
             straggler_ms: None,
             bandwidth: None,
-            sim: crate::sim::SimOptions::default(),
+            sim: sfb_harness::sim::SimOptions::default(),
             topology: None,
         }
     }
@@ -171,7 +171,7 @@ pub fn blobs(j: usize, d: usize, samples: usize, test: usize) -> String {
     format!("classes={j},features={d},samples={samples},test={test},rank=16,blobs=0.3")
 }
 
-/// A synthetic MLR problem of `j` classes and `d` features ([`blobs`]) and its run
+/// A synthetic MLR problem of `j` classes and `d` features (`blobs`) and its run
 /// options: batch `K=16`, seed 2016, and the defaults of `sfb run` for everything else
 /// (optimizer, its step size from the data, feature scaling).
 pub fn mlr(j: usize, d: usize, samples: usize, test: usize) -> RunSpec {
@@ -416,7 +416,7 @@ pub fn compression(opts: &Options, runner: &Runner) -> Result<Report> {
         if let Some(q) = q {
             opts.partial(&mut s, q);
         }
-        s.net.compress = rank.map(|rank| crate::spec::CompressSpec { rank });
+        s.net.compress = rank.map(|rank| sfb_harness::CompressSpec { rank });
         s.net.relay = relay;
         s
     };
@@ -432,7 +432,7 @@ pub fn compression(opts: &Options, runner: &Runner) -> Result<Report> {
         ),
         Arm::new("full, aggregated apply rank 16", {
             let mut s = with(None, None, false);
-            s.net.aggregate = Some(crate::spec::CompressSpec { rank: 16 });
+            s.net.aggregate = Some(sfb_harness::CompressSpec { rank: 16 });
             s
         }),
         Arm::new(format!("partial (Q={q}), relay"), with(Some(q), None, true)),
@@ -442,7 +442,7 @@ pub fn compression(opts: &Options, runner: &Runner) -> Result<Report> {
         ),
         Arm::new(format!("partial (Q={q}), relay forwarding rank 4"), {
             let mut s = with(Some(q), None, true);
-            s.net.relay_compress = Some(crate::spec::CompressSpec { rank: 4 });
+            s.net.relay_compress = Some(sfb_harness::CompressSpec { rank: 4 });
             s
         }),
     ];

@@ -5,7 +5,7 @@
 //!
 //! Every arm runs real engines on the discrete-event simulator. Arms whose arithmetic
 //! would take too long here (full broadcast at large P: every peer applies (P − 1)·K
-//! pairs a clock) run timing-only ([`crate::sim::SimOptions::timing_only`]): the same
+//! pairs a clock) run timing-only ([`sfb_harness::sim::SimOptions::timing_only`]): the same
 //! protocol and frames, so bytes and times are measured, but no learning, so no time to
 //! target; they run 10 clocks (a steady per-clock time needs no more). Partial-broadcast
 //! arms run up to [`PARTIAL_CLOCKS_MAX`] times the clocks (their clocks are cheaper and
@@ -18,10 +18,10 @@ use sfb_plot::Series;
 
 use super::scenarios::{Options, line, mlr};
 use super::{Arm, Error, Report, Result, Runner, human_bytes, run_arms};
-use crate::spec::{Backend, RunSpec, Transport};
+use sfb_harness::{Backend, RunSpec, Transport};
 
 /// Cores of the scale scenario's modelled machines (its default `--flops` is this many
-/// times [`crate::sim::DEFAULT_FLOPS`]).
+/// times [`sfb_harness::sim::DEFAULT_FLOPS`]).
 pub const SCALE_CORES: usize = 16;
 
 /// The cluster sizes of the scale scenario.
