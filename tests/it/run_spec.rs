@@ -274,6 +274,24 @@ fn arm_commands_reproduce_their_specs() {
     specs.push(s.clone());
     s.net.relay_compress = Some("rank:2".parse().unwrap());
     specs.push(s.clone());
+    // The gossip mode's settings, flow control, checkpoints and the peer-loss policies.
+    let mut s = mlr(64, 96, 500, 50);
+    s.topology.out_degree = Some(2);
+    s.net.partial = Some(sfb::harness::PartialSpec::Paper);
+    s.net.gossip_rank = Some(2);
+    s.net.gossip_step = Some(0.125);
+    s.net.gossip_own = Some(0.25);
+    s.net.gossip_gain = Some(0.5);
+    s.train.consistency = ConsistencySpec::Ssp { staleness: 1 };
+    s.train.max_drift = 7;
+    s.fault.checkpoint_dir = Some("ck".into());
+    s.fault.checkpoint_every = 5;
+    s.fault.checkpoint_keep = 3;
+    s.fault.resume = true;
+    s.fault.on_peer_loss = Some(sfb::harness::PeerLossSpec::ContinueAlone);
+    s.fault.lost_shards = Some(sfb::harness::LostShardsSpec::Drop);
+    s.output.save_model = Some("m.sfbm".into());
+    specs.push(s);
     specs.push(RunSpec {
         data: DataSource::Files {
             train: "a b.svm".into(),

@@ -82,11 +82,22 @@ fn quote(w: &str) -> String {
 }
 
 /// `spec` as the arguments of `sfb run` (options at their defaults left out), or `None`
-/// when it has a field `sfb run` has no flag for (a topology method other than the
-/// optimizer, an explicit topology).
+/// when it has a field `sfb run` has no flag for here (a topology method other than the
+/// optimizer, an explicit topology, `fault.rejoin`, …): every field that differs from
+/// its default must be one this function writes ([`WRITTEN`]), so a field added to the
+/// spec without a flag here sends the arm to a spec file instead of printing a command
+/// that would run something else.
 pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     let d = RunSpec::default();
     if spec.topology.method != TopologyMethod::Optimal || spec.topology.explicit.is_some() {
+        return None;
+    }
+    let written = |field: &str| {
+        WRITTEN
+            .iter()
+            .any(|w| field == *w || field.starts_with(&format!("{w}.")))
+    };
+    if !differing_fields(spec, &d).iter().all(|f| written(f)) {
         return None;
     }
     let mut a: Vec<String> = Vec::new();
@@ -246,11 +257,56 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
     if let Some(c) = n.aggregate {
         put("aggregate", c.to_string());
     }
+    if let Some(m) = n.partial {
+        put("partial", m.to_string());
+    }
+    if let Some(r) = n.gossip_rank {
+        put("gossip-rank", r.to_string());
+    }
+    if let Some(x) = n.gossip_step {
+        put("gossip-step", x.to_string());
+    }
+    if let Some(x) = n.gossip_own {
+        put("gossip-own", x.to_string());
+    }
+    if let Some(x) = n.gossip_gain {
+        put("gossip-gain", x.to_string());
+    }
+    if t.max_drift != dt.max_drift {
+        put("max-drift", t.max_drift.to_string());
+    }
+    let (f, df) = (&spec.fault, &d.fault);
+    if let Some(dir) = &f.checkpoint_dir {
+        put("checkpoint-dir", dir.display().to_string());
+    }
+    if f.checkpoint_every != df.checkpoint_every {
+        put("checkpoint-every", f.checkpoint_every.to_string());
+    }
+    if f.checkpoint_keep != df.checkpoint_keep {
+        put("checkpoint-keep", f.checkpoint_keep.to_string());
+    }
+    if let Some(c) = f.resume_at {
+        put("resume-at", c.to_string());
+    }
+    // Lower-case words, as the flags take them (their serde names).
+    let word = |v: serde_json::Value| v.as_str().map(str::to_string);
+    if let Some(p) = f.on_peer_loss {
+        put("on-peer-loss", word(serde_json::to_value(p).ok()?)?);
+    }
+    if let Some(l) = f.lost_shards {
+        put("lost-shards", word(serde_json::to_value(l).ok()?)?);
+    }
+    if let Some(m) = &spec.output.save_model {
+        put("save-model", m.display().to_string());
+    }
     if let Some(c) = n.relay_compress {
         put("relay-compress", c.to_string());
     }
     if n.relay {
         a.push("--relay".into());
+    }
+    if f.resume {
+        a.push("--resume".into());
     }
     if !spec.train.intercept {
         a.push("--no-intercept".into());
@@ -265,6 +321,121 @@ pub fn run_args(spec: &RunSpec) -> Option<Vec<String>> {
         sim_args(&spec.sim, &mut a);
     }
     Some(a)
+}
+
+/// The spec fields [`run_args`] writes as flags (a field stands for its sub-fields too);
+/// `output.keep_records` has no flag and changes no result (the runner sets it).
+pub const WRITTEN: &[&str] = &[
+    "peers",
+    "backend",
+    "transport",
+    "model",
+    "custom_model",
+    "data",
+    "fms_push",
+    "train.batch",
+    "train.lr",
+    "train.optimizer",
+    "train.lr_schedule",
+    "train.warmup",
+    "train.clocks",
+    "train.consistency",
+    "train.seed",
+    "train.init_std",
+    "train.eval_every",
+    "train.until",
+    "train.straggler",
+    "train.max_drift",
+    "train.scale",
+    "train.intercept",
+    "topology.out_degree",
+    "topology.file",
+    "topology.time_limit_s",
+    "net.bandwidth",
+    "net.burst",
+    "net.timeout_s",
+    "net.peer_timeout_s",
+    "net.startup_timeout_s",
+    "net.wire",
+    "net.compress",
+    "net.prioritize",
+    "net.relay",
+    "net.relay_compress",
+    "net.partial",
+    "net.gossip_rank",
+    "net.gossip_step",
+    "net.gossip_own",
+    "net.gossip_gain",
+    "net.aggregate",
+    "net.netns",
+    "output.metrics",
+    "output.summary",
+    "output.save_model",
+    "output.keep_records",
+    "fault.checkpoint_dir",
+    "fault.checkpoint_every",
+    "fault.checkpoint_keep",
+    "fault.resume",
+    "fault.resume_at",
+    "fault.on_peer_loss",
+    "fault.lost_shards",
+    "sim.egress",
+    "sim.ingress",
+    "sim.latency_s",
+    "sim.jitter_s",
+    "sim.costs",
+    "sim.flops",
+    "sim.mem_bw",
+    "sim.compute_per_sample_s",
+    "sim.evaluate_s",
+    "sim.colocate",
+    "sim.transport_cpu",
+    "sim.crashes",
+    "sim.crash_fraction",
+    "sim.timing_only",
+];
+
+/// The fields (dotted paths, as JSON names them) whose values in `spec` differ from
+/// `default`'s.
+fn differing_fields(spec: &RunSpec, default: &RunSpec) -> Vec<String> {
+    fn walk(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value::{Null, Object};
+        match (a, b) {
+            (Object(x), Object(y)) => {
+                for key in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
+                    let sub = if path.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{path}.{key}")
+                    };
+                    walk(
+                        &sub,
+                        x.get(key).unwrap_or(&Null),
+                        y.get(key).unwrap_or(&Null),
+                        out,
+                    );
+                }
+            }
+            _ if a != b => out.push(path.to_string()),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    // A spec always serializes; `sim` is left out of its JSON when default, so it is
+    // compared field by field here.
+    let json = |s: &RunSpec| {
+        let mut v = serde_json::to_value(s).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert(
+                "sim".into(),
+                serde_json::to_value(&s.sim).unwrap_or_default(),
+            );
+        }
+        v
+    };
+    let (a, b) = (json(spec), json(default));
+    walk("", &a, &b, &mut out);
+    out
 }
 
 /// The `sfb sim` flags of `s` that differ from their defaults.
@@ -366,6 +537,32 @@ mod tests {
             shlex::split(&cmd).unwrap()[5..7],
             ["--synthetic".to_string(), "classes=3, features=4".into()]
         );
+        // The gossip mode's settings and the fault options are written; a field with no
+        // flag here (a rejoin) sends the arm to a spec file.
+        let mut paper = spec.clone();
+        paper.net.partial = Some(sfb_harness::PartialSpec::Paper);
+        paper.net.gossip_rank = Some(2);
+        paper.train.max_drift = 9;
+        paper.fault.on_peer_loss = Some(sfb_harness::PeerLossSpec::ContinueAlone);
+        let args = run_args(&paper).unwrap().join(" ");
+        for want in [
+            "--partial paper",
+            "--gossip-rank 2",
+            "--max-drift 9",
+            "--on-peer-loss continue-alone",
+        ] {
+            assert!(args.contains(want), "{args}");
+        }
+        let mut rejoin = spec.clone();
+        rejoin.fault.rejoin = true;
+        assert!(run_args(&rejoin).is_none());
+        let mut sim = spec.clone();
+        sim.transport = Transport::Sim;
+        sim.sim.apply_per_call_s = Some(1e-3);
+        assert!(run_args(&sim).is_none());
+        sim.sim.apply_per_call_s = None;
+        sim.sim.flops = 1e12;
+        assert!(run_args(&sim).unwrap().join(" ").contains("--flops 1e12"));
         // A program's registered model is named as the program takes it.
         let custom = RunSpec {
             custom_model: Some("lsq".into()),
