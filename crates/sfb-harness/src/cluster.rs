@@ -1567,9 +1567,10 @@ impl<K: Kind> Builder<K> {
     /// ([`agreement`](Self::agreement)), and refuses a node that differs.
     ///
     /// Returns this node's outcome: its own figures, checksum and W, as `sfb peer`'s
-    /// summary. Network options are the defaults of `sfb peer` (no bandwidth budget, a
-    /// peer silent for 60 s is lost); FMS cluster files, checkpoints and rejoining are
-    /// `sfb peer`'s and `sfb server`'s.
+    /// summary. A peer silent for the builder's peer timeout is lost (60 s; a spec's
+    /// `net.peer_timeout_s`); the other network options are `sfb peer`'s defaults (no
+    /// bandwidth budget). FMS cluster files, checkpoints and rejoining take a program
+    /// built on `sfb_cli::App` (its `peer` and `server` commands) or `sfb peer`.
     ///
     /// # Errors
     /// [`Error::Net`] for an unreadable or invalid cluster file or a failed run;
@@ -1618,6 +1619,7 @@ impl<K: Kind> Builder<K> {
             progress: Some(Arc::new(move |r: &ClockRecord| to_sink.write(r))),
             // After a loss every survivor repairs the file's topology the same way.
             repair: repair_fn(out, id),
+            liveness_timeout: self.s.detect,
             stragglers: self.s.stragglers(),
             ..Options::default()
         };
