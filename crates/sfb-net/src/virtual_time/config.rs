@@ -210,6 +210,23 @@ pub struct Pause {
     pub until: Duration,
 }
 
+/// The nodes of `side` and the others cannot reach each other from `from` until `until`:
+/// frames between the two sides are held on the cut links and handed over when they heal
+/// (as a transport holds what it cannot deliver yet). If the cut lasts
+/// [`Config::detect_after`], each node learns then that every node across it is lost, as
+/// its transport's liveness check would tell it: a node that this leaves without a
+/// majority of the run's peers stops (the quorum rule), the others go on without the far
+/// side, and a node takes nothing more from a sender it counts lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    /// The nodes on one side (the rest are on the other).
+    pub side: Vec<PeerId>,
+    /// Start of the cut.
+    pub from: Duration,
+    /// End of the cut (exclusive): the link heals.
+    pub until: Duration,
+}
+
 /// Node `node` crashes at virtual time `at`: it takes no step and no frame from then on
 /// (frames it sent before arrive; frames sent to it are dropped), and
 /// [`Config::detect_after`] later every node still running learns that it is lost, as
@@ -275,6 +292,8 @@ pub struct Config {
     pub losses: Vec<Loss>,
     /// Crashed nodes. Default: none.
     pub crashes: Vec<Crash>,
+    /// Network partitions ([`Partition`]).
+    pub partitions: Vec<Partition>,
     /// How long after a crash the others learn of it (the transports' liveness timeout,
     /// plus the notices' way round; modelled as one delay for every node). Default: 1 s.
     pub detect_after: Duration,
@@ -301,6 +320,7 @@ impl Default for Config {
             pauses: Vec::new(),
             losses: Vec::new(),
             crashes: Vec::new(),
+            partitions: Vec::new(),
             detect_after: Duration::from_secs(1),
             hosts: None,
             max_events: 10_000_000,
@@ -321,6 +341,13 @@ impl Config {
         let Latency { min, max } = self.latency;
         if min > max {
             return Err(Error::InvalidLatency { min, max });
+        }
+        if let Some(p) = self.partitions.iter().find(|p| p.from > p.until) {
+            return Err(Error::InvalidPartition {
+                side: p.side.clone(),
+                from: p.from,
+                until: p.until,
+            });
         }
         if let Some(p) = self.pauses.iter().find(|p| p.from > p.until) {
             return Err(Error::InvalidPause {

@@ -90,6 +90,16 @@ pub enum Error {
         /// The model given.
         hosts: super::Hosts,
     },
+    /// A partition ends before it starts.
+    #[error("a partition of {side:?} ends ({until:?}) before it starts ({from:?})")]
+    InvalidPartition {
+        /// Its side.
+        side: Vec<PeerId>,
+        /// Start.
+        from: Duration,
+        /// End.
+        until: Duration,
+    },
     /// A pause ends before it starts.
     #[error("pause of {node} ends ({until:?}) before it starts ({from:?})")]
     InvalidPause {

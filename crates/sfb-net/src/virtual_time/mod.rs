@@ -112,7 +112,7 @@ use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
 use sfb_core::{Event, PeerId, Progress, StateMachine, Stragglers, TimeSource, Work};
 
-pub use config::{Config, Costs, Crash, CrashAt, Latency, Loss, Nic, Pause};
+pub use config::{Config, Costs, Crash, CrashAt, Latency, Loss, Nic, Partition, Pause};
 pub use error::{Blocked, Error};
 pub use fms::FmsNode;
 pub use host::Hosts;
@@ -364,6 +364,13 @@ impl<N: StateMachine> Network<N> {
         self
     }
 
+    /// Adds a [`Partition`]: `side` and the other nodes cannot reach each other from
+    /// `from` until `until`.
+    pub fn partition(mut self, side: Vec<PeerId>, from: Duration, until: Duration) -> Self {
+        self.cfg.partitions.push(Partition { side, from, until });
+        self
+    }
+
     /// Adds a [`Pause`] of `node` from `from` until `until`.
     pub fn pause(mut self, node: PeerId, from: Duration, until: Duration) -> Self {
         self.cfg.pauses.push(Pause { node, from, until });
@@ -441,6 +448,9 @@ enum Kind {
     Crash,
     /// The others learn that this crashed node is lost.
     Detect,
+    /// Partition `k` ([`Config::partitions`]) has lasted `detect_after`: each side learns
+    /// that the other is lost.
+    Cut(usize),
 }
 
 #[derive(Debug)]
@@ -642,6 +652,11 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             let key = (find(l.from, "loss")?, find(l.to, "loss")?);
             losses.entry(key).or_default().push(l.frames.clone());
         }
+        for p in &cfg.partitions {
+            for node in &p.side {
+                find(*node, "partition")?;
+            }
+        }
         let crashes = cfg
             .crashes
             .iter()
@@ -672,6 +687,18 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             lost: Vec::new(),
             crash_clocks,
         };
+        let cuts: Vec<(usize, Duration)> = sim
+            .cfg
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(k, p)| (k, p.from + sim.cfg.detect_after, p.until))
+            .filter(|&(_, told, until)| told < until)
+            .map(|(k, told, _)| (k, told))
+            .collect();
+        for (k, told) in cuts {
+            sim.schedule(told, 0, Kind::Cut(k));
+        }
         for (at, i) in crashes {
             if let CrashAt::Time(at) = at {
                 sim.schedule(at, i, Kind::Crash);
@@ -697,11 +724,21 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
     fn hand_over(&mut self, from: usize, j: usize, msg: Message, at: Duration) {
         // A crashed node takes nothing; a lost one's frames still on the way are dropped
         // with its links.
-        if self.slots[j].crashed || self.slots[from].detected {
+        let sender = self.slots[from].id;
+        if self.slots[j].crashed
+            || self.slots[from].detected
+            || self.slots[j].told.contains(&sender)
+        {
             self.stats.dropped += 1;
             return;
         }
-        let sender = self.slots[from].id;
+        if let Some(heals) = self.cut_until(from, j, at) {
+            // Held on the cut link, as a transport holds what it cannot deliver yet, and
+            // handed over when it heals (unless the receiver has counted the sender lost
+            // by then).
+            self.schedule(heals, j, Kind::Taken { from, msg });
+            return;
+        }
         self.slots[j].inbox.push_back((sender, msg));
         self.wake(j, at);
     }
@@ -786,6 +823,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 }
                 Kind::Crash => self.crash(ev.node, ev.at),
                 Kind::Detect => self.detect(ev.node, ev.at),
+                Kind::Cut(k) => self.detect_cut(k, ev.at),
             }
         }
         if self.slots.iter().any(|s| !s.done) {
@@ -888,6 +926,56 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 if self.slots[k].done {
                     continue;
                 }
+            }
+            let now = self.slots[k].clock.time();
+            self.wake(k, now);
+        }
+    }
+
+    /// When the partitions that separate the nodes at indices `a` and `b` at `at` heal,
+    /// if any does.
+    fn cut_until(&self, a: usize, b: usize, at: Duration) -> Option<Duration> {
+        let (a, b) = (self.slots[a].id, self.slots[b].id);
+        self.cfg
+            .partitions
+            .iter()
+            .filter(|p| p.from <= at && at < p.until && p.side.contains(&a) != p.side.contains(&b))
+            .map(|p| p.until)
+            .max()
+    }
+
+    /// Partition `c` has lasted [`Config::detect_after`]: every running node learns that
+    /// the running nodes across it are lost (each side its own view), then is rewired or
+    /// stops as [`detect`](Self::detect) does.
+    fn detect_cut(&mut self, c: usize, at: Duration) {
+        let side = self.cfg.partitions[c].side.clone();
+        for k in 0..self.nodes.len() {
+            if self.slots[k].done {
+                continue;
+            }
+            let mine = side.contains(&self.slots[k].id);
+            let far: Vec<PeerId> = (0..self.nodes.len())
+                .map(|j| self.slots[j].id)
+                .filter(|id| side.contains(id) != mine && !self.slots[k].told.contains(id))
+                .collect();
+            if far.is_empty() {
+                continue;
+            }
+            self.slots[k].clock.advance_to(at);
+            for gone in far {
+                self.slots[k].told.push(gone);
+                if let Err(e) = self.nodes[k].loss_reported(gone) {
+                    self.stop_failed(k, &e);
+                    break;
+                }
+            }
+            if self.slots[k].done {
+                continue;
+            }
+            if let Some(repair) = &self.repair
+                && let Some((out, inn, topology)) = repair(k, &self.slots[k].told)
+            {
+                self.nodes[k].set_neighbors(out, inn, topology);
             }
             let now = self.slots[k].clock.time();
             self.wake(k, now);

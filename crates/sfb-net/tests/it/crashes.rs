@@ -239,3 +239,82 @@ fn frames_held_across_two_repairs_are_taken_in_order() {
     };
     check(&c).unwrap();
 }
+
+/// Issue 31, failure 1 (split brain), on virtual time: peer 3 of 4 is cut off from the
+/// others for 70 s, past the 60 s after which a silent peer is lost, under SSP(2) with the
+/// continue policy. Each side then counts the other lost. With the quorum rule only the
+/// side holding a majority goes on: p0–p2 finish every clock on the repaired topology and
+/// p3 stops, naming whom it lost. Without it (`continue-alone`) both sides report success:
+/// the split brain a user who wants availability chooses. A cut shorter than the
+/// detection delay loses nobody: the held frames are delivered when it heals.
+#[test]
+fn a_70_s_partition_stops_the_minority_and_the_majority_finishes() {
+    let base = Case {
+        peers: 4,
+        topo: crate::consistency::Topo::Full,
+        model: Model::Ssp(2),
+        clocks: 200,
+        net_seed: 7,
+        data_seed: 8,
+        latency_us: (50, 150),
+        straggler: None,
+    };
+    let t = base.topo.build(4);
+    let run = |quorum: bool, cut_s: u64| {
+        let nodes = engines_with(&t, &base.model.consistency(), base.clocks, 8, |cfg| {
+            cfg.on_peer_loss = PeerLoss::Continue;
+            cfg.quorum = quorum;
+        });
+        let from = Duration::from_millis(2);
+        network(nodes, &base)
+            .repair(repair_of(&t))
+            .detect_after(Duration::from_secs(60))
+            .partition(vec![PeerId(3)], from, from + Duration::from_secs(cut_s))
+            .run()
+            .unwrap()
+    };
+    let out = run(true, 70);
+    for n in &out.nodes[..3] {
+        assert!(n.failed.is_none(), "{:?}: {:?}", n.node.id(), n.failed);
+        assert_eq!(n.node.clock(), 200);
+        assert_eq!(n.told, [PeerId(3)]);
+        let lost: Vec<u32> = n.node.metrics().lost_peers.iter().map(|l| l.0).collect();
+        assert_eq!(lost, [3]);
+    }
+    let p3 = &out.nodes[3];
+    let why = p3
+        .failed
+        .as_deref()
+        .expect("the minority reports no success");
+    assert!(why.contains("no majority"), "{why}");
+    // It stops as soon as the losses it is told of leave it no majority: 2 of 4.
+    assert_eq!(p3.told, [PeerId(0), PeerId(1)]);
+    assert!(p3.node.clock() < 200, "p3 at clock {}", p3.node.clock());
+    eprintln!(
+        "70 s cut of p3: p3 stopped at clock {} ({why}); p0 finished 200 clocks at {:?}",
+        p3.node.clock(),
+        out.nodes[0].finished_at
+    );
+    // The majority learned of the cut 60 s after it began, and went on from there.
+    assert!(out.nodes[0].finished_at > Duration::from_secs(60));
+    let topologies: Vec<_> = out.nodes[..3]
+        .iter()
+        .map(|n| n.node.metrics().topology.clone())
+        .collect();
+    assert!(
+        topologies.windows(2).all(|w| w[0] == w[1]),
+        "{topologies:?}"
+    );
+    // Availability instead: both sides go on and report results of their own.
+    let out = run(false, 70);
+    assert!(out.nodes.iter().all(|n| n.failed.is_none()));
+    assert!(out.nodes.iter().all(|n| n.node.clock() == 200));
+    assert_eq!(out.nodes[3].told, [PeerId(0), PeerId(1), PeerId(2)]);
+    // A 30 s cut: nobody is lost; the frames held on the cut links arrive when it heals.
+    let out = run(true, 30);
+    for n in &out.nodes {
+        assert!(n.failed.is_none() && n.told.is_empty(), "{:?}", n.failed);
+        assert_eq!(n.node.clock(), 200);
+    }
+    assert!(out.nodes[0].finished_at > Duration::from_secs(30));
+}
