@@ -318,3 +318,127 @@ fn a_70_s_partition_stops_the_minority_and_the_majority_finishes() {
     }
     assert!(out.nodes[0].finished_at > Duration::from_secs(30));
 }
+
+#[derive(Debug, Clone)]
+struct CutCase {
+    base: Case,
+    /// The nodes on one side of the cut.
+    side: Vec<u32>,
+    /// When it begins (µs) and whether it outlasts the detection delay.
+    from_us: u64,
+    long: bool,
+    quorum: bool,
+}
+
+fn cut_case() -> impl Strategy<Value = CutCase> {
+    (3..=8usize)
+        .prop_flat_map(|peers| {
+            (
+                Just(peers),
+                topo(peers),
+                prop_oneof![Just(Model::Bsp), (0..=4u64).prop_map(Model::Ssp)],
+                20..=40u64,
+                any::<u64>(),
+                any::<u64>(),
+                (500..2_000u64, 0..2_000u64),
+                proptest::sample::subsequence((0..peers as u32).collect::<Vec<_>>(), 1..peers),
+                0..3_000u64,
+                any::<bool>(),
+                any::<bool>(),
+            )
+        })
+        .prop_map(
+            |(
+                peers,
+                topo,
+                model,
+                clocks,
+                net_seed,
+                data_seed,
+                (lo, spread),
+                side,
+                from_us,
+                long,
+                quorum,
+            )| {
+                CutCase {
+                    base: Case {
+                        peers,
+                        topo,
+                        model,
+                        clocks,
+                        net_seed,
+                        data_seed,
+                        latency_us: (lo, lo + spread),
+                        straggler: None,
+                    },
+                    side,
+                    from_us,
+                    long,
+                    quorum,
+                }
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(32),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// A partition of any side, short or past the detection delay: no run stalls; a
+    /// short cut loses nobody; past it, with the quorum rule, only a side holding a strict
+    /// majority finishes and the other reports no success (an even split: neither), and
+    /// without it both sides finish.
+    #[test]
+    fn partitions_follow_the_membership_rule(c in cut_case()) {
+        let b = &c.base;
+        let t = b.topo.build(b.peers);
+        let quorum = c.quorum;
+        let nodes = engines_with(&t, &b.model.consistency(), b.clocks, b.data_seed, |cfg| {
+            cfg.on_peer_loss = PeerLoss::Continue;
+            cfg.quorum = quorum;
+        });
+        let from = Duration::from_micros(c.from_us);
+        let length = if c.long { DETECT * 3 } else { DETECT / 2 };
+        let side: Vec<PeerId> = c.side.iter().map(|&p| PeerId(p)).collect();
+        let out = network(nodes, b)
+            .repair(repair_of(&t))
+            .detect_after(DETECT)
+            .partition(side.clone(), from, from + length)
+            .run()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let p = b.peers;
+        let mine = side.len();
+        for (i, n) in out.nodes.iter().enumerate() {
+            let inside = side.contains(&PeerId(i as u32));
+            let here = if inside { mine } else { p - mine };
+            // A node that finished before the cut was detected was never told of it.
+            let cut_off = c.long && !n.told.is_empty();
+            match &n.failed {
+                Some(why) => {
+                    prop_assert!(c.long && quorum, "p{} failed: {}", i, why);
+                    prop_assert!(why.contains("no majority"), "p{}: {}", i, why);
+                    prop_assert!(2 * here <= p, "p{} on the majority side failed: {}", i, why);
+                }
+                None => {
+                    prop_assert_eq!(n.node.clock(), b.clocks, "p{}", i);
+                    if !c.long {
+                        prop_assert!(n.told.is_empty(), "p{} lost {:?} to a short cut", i, n.told);
+                    }
+                    prop_assert!(
+                        !(quorum && cut_off && 2 * here <= p),
+                        "p{} on a side of {} of {} reported success: {}",
+                        i,
+                        here,
+                        p,
+                        why_not(n)
+                    );
+                }
+            }
+        }
+    }
+}
