@@ -884,51 +884,16 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         self.schedule(detect, i, Kind::Detect);
     }
 
-    /// Every running node learns that the crashed node `c` is lost, at `at`: a node the
-    /// loss leaves without a majority (or whose policy is to fail) stops, the rest are
-    /// rewired and woken.
+    /// Every running node learns that the crashed node `c` is lost, at `at`
+    /// ([`tell`](Self::tell)).
     fn detect(&mut self, c: usize, at: Duration) {
         self.slots[c].detected = true;
         let gone = self.slots[c].id;
         self.lost.push(gone);
         for k in 0..self.nodes.len() {
-            if self.slots[k].done {
-                continue;
+            if !self.slots[k].done {
+                self.tell(k, &[gone], at);
             }
-            self.slots[k].clock.advance_to(at);
-            self.slots[k].told.push(gone);
-            if let Err(e) = self.nodes[k].loss_reported(gone) {
-                self.stop_failed(k, &e);
-                continue;
-            }
-            if let Some(repair) = &self.repair
-                && let Some((out, inn, topology)) = repair(k, &self.lost)
-            {
-                // A new in-neighbour that has finished sends nothing more: its streams
-                // have ended, as a transport would report (the engine counts it
-                // finished if it delivered every clock, else lost).
-                let ended: Vec<PeerId> = inn
-                    .iter()
-                    .copied()
-                    .filter(|p| {
-                        self.index
-                            .get(p)
-                            .is_some_and(|&j| self.slots[j].done && !self.slots[j].crashed)
-                    })
-                    .collect();
-                self.nodes[k].set_neighbors(out, inn, topology);
-                for p in ended {
-                    if let Err(e) = self.nodes[k].peer_lost(p) {
-                        self.stop_failed(k, &e);
-                        break;
-                    }
-                }
-                if self.slots[k].done {
-                    continue;
-                }
-            }
-            let now = self.slots[k].clock.time();
-            self.wake(k, now);
         }
     }
 
@@ -945,8 +910,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
     }
 
     /// Partition `c` has lasted [`Config::detect_after`]: every running node learns that
-    /// the running nodes across it are lost (each side its own view), then is rewired or
-    /// stops as [`detect`](Self::detect) does.
+    /// the nodes across it are lost, each side its own view ([`tell`](Self::tell)).
     fn detect_cut(&mut self, c: usize, at: Duration) {
         let side = self.cfg.partitions[c].side.clone();
         for k in 0..self.nodes.len() {
@@ -958,28 +922,49 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 .map(|j| self.slots[j].id)
                 .filter(|id| side.contains(id) != mine && !self.slots[k].told.contains(id))
                 .collect();
-            if far.is_empty() {
-                continue;
+            if !far.is_empty() {
+                self.tell(k, &far, at);
             }
-            self.slots[k].clock.advance_to(at);
-            for gone in far {
-                self.slots[k].told.push(gone);
-                if let Err(e) = self.nodes[k].loss_reported(gone) {
+        }
+    }
+
+    /// Running node `k` learns at `at` that `gone` are lost: a node the losses leave
+    /// without a majority (or whose policy is to fail) stops; otherwise it is rewired by
+    /// what it has been told (each node's own view) and woken.
+    fn tell(&mut self, k: usize, gone: &[PeerId], at: Duration) {
+        self.slots[k].clock.advance_to(at);
+        for &g in gone {
+            self.slots[k].told.push(g);
+            if let Err(e) = self.nodes[k].loss_reported(g) {
+                self.stop_failed(k, &e);
+                return;
+            }
+        }
+        if let Some(repair) = &self.repair
+            && let Some((out, inn, topology)) = repair(k, &self.slots[k].told)
+        {
+            // A new in-neighbour that has finished sends nothing more: its streams have
+            // ended, as a transport would report (the engine counts it finished if it
+            // delivered every clock, else lost).
+            let ended: Vec<PeerId> = inn
+                .iter()
+                .copied()
+                .filter(|p| {
+                    self.index
+                        .get(p)
+                        .is_some_and(|&j| self.slots[j].done && !self.slots[j].crashed)
+                })
+                .collect();
+            self.nodes[k].set_neighbors(out, inn, topology);
+            for p in ended {
+                if let Err(e) = self.nodes[k].peer_lost(p) {
                     self.stop_failed(k, &e);
-                    break;
+                    return;
                 }
             }
-            if self.slots[k].done {
-                continue;
-            }
-            if let Some(repair) = &self.repair
-                && let Some((out, inn, topology)) = repair(k, &self.slots[k].told)
-            {
-                self.nodes[k].set_neighbors(out, inn, topology);
-            }
-            let now = self.slots[k].clock.time();
-            self.wake(k, now);
         }
+        let now = self.slots[k].clock.time();
+        self.wake(k, now);
     }
 
     /// Node `k` stops where it is, having refused to go on (`why`).
