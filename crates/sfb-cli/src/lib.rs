@@ -394,3 +394,51 @@ fn one_line(e: &anyhow::Error) -> String {
     }
     msg
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+    use std::collections::BTreeSet;
+
+    /// The long flags of `sfb SUB`.
+    fn longs(sub: &str) -> BTreeSet<String> {
+        let cli = Cli::command();
+        let sub = cli.find_subcommand(sub).expect("a subcommand");
+        sub.get_arguments()
+            .filter_map(|a| a.get_long())
+            .map(|l| format!("--{l}"))
+            .collect()
+    }
+
+    /// The spec's flag table ([`sfb_harness::flags::FLAGS`]) and clap's definitions name
+    /// the same flags: every row's flag is one `sfb run` (a `sim.` row: `sfb sim`) takes,
+    /// and every flag of theirs sets a spec field of the table or is one of the few that
+    /// set none. A flag added to either side alone fails here.
+    #[test]
+    fn the_flag_table_and_the_command_line_name_the_same_flags() {
+        let (run, sim) = (longs("run"), longs("sim"));
+        let table = sfb_harness::flags::FLAGS;
+        for row in table {
+            let on = if row.field.starts_with("sim.") {
+                &sim
+            } else {
+                &run
+            };
+            assert!(on.contains(row.flag), "{row:?}: no such flag");
+        }
+        let rows: BTreeSet<&str> = table.iter().map(|r| r.flag).collect();
+        // Flags that set no spec field of their own: the spec itself, what is printed, and
+        // `--staleness S`, a shorthand of `--consistency ssp:S`.
+        let none = ["--help", "--spec", "--print-spec", "--staleness"];
+        let stray: Vec<&String> = run
+            .iter()
+            .chain(&sim)
+            .filter(|f| !rows.contains(f.as_str()) && !none.contains(&f.as_str()))
+            .collect();
+        assert!(
+            stray.is_empty(),
+            "flags that set no field of the table: {stray:?}"
+        );
+    }
+}

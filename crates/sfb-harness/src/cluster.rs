@@ -66,10 +66,10 @@ impl Cluster {
     /// 30 s in-memory timeout. Choose the model next ([`Builder::model`] or
     /// [`Builder::spec`]).
     pub fn builder() -> Builder<NoModel> {
-        Builder {
-            s: Settings::default(),
-            kind: NoModel,
-        }
+        let mut s = Settings::default();
+        // In memory, a builder's run returns every record unless told otherwise.
+        s.spec.output.keep_records = true;
+        Builder { s, kind: NoModel }
     }
 
     /// The builder of `spec`'s cluster, its data loaded ([`crate::DataSource::load`]).
@@ -86,7 +86,7 @@ impl Cluster {
         }
         let t = &spec.train;
         let scale = t.scale_for(&spec.model);
-        let b = Cluster::builder().peers(spec.peers).spec(spec.model_spec());
+        let b = Cluster::builder().spec(spec.model_spec());
         let intercept = t.intercept_for(&spec.model);
         let b = match spec.data.stream(&spec.model, t.seed, scale, intercept)? {
             Some(streamed) => {
@@ -111,7 +111,9 @@ impl Cluster {
                 b.data(problem).preprocess(prep)
             }
         };
-        Ok(b.init_std(t.init_std).with_spec(spec))
+        let mut b = b.with_spec(spec);
+        b.s.data_in_spec = true;
+        Ok(b)
     }
 }
 
@@ -124,82 +126,24 @@ impl<K> Builder<K> {
     /// (`sfb_cli::App::model`), so the command line's settings win over the builder's.
     /// The spec is not validated here ([`RunSpec::validate`]).
     #[must_use]
-    pub fn with_spec(self, spec: &RunSpec) -> Self {
-        let t = &spec.train;
-        let mut b = self
-            .peers(spec.peers)
-            .consistency(t.consistency.to_core())
-            .clocks(t.clocks)
-            .batch(t.batch)
-            .optimizer(t.optimizer_for(&spec.model))
-            .seed(t.seed)
-            .eval_every(t.eval_every)
-            .until(t.until.clone())
-            .max_drift(t.max_drift)
-            .keep_records(spec.output.keep_records)
-            .wire(spec.net.wire)
-            .timeout(Duration::from_secs_f64(spec.net.timeout_s));
-        b.s.lr = t.lr;
-        b.s.agreement = spec.agreement();
-        b.s.model_name.clone_from(&spec.custom_model);
-        b.s.straggler = t.straggler;
-        b.s.transport = spec.transport.name();
-        b.s.metrics = spec.output.metrics.clone();
-        let f = &spec.fault;
-        b.s.on_peer_loss = Some(f.peer_loss(&t.consistency, spec.net.relay));
-        b.s.quorum = f.on_peer_loss != Some(crate::PeerLossSpec::ContinueAlone);
-        b.s.detect = Duration::from_secs_f64(spec.net.peer_timeout_s);
-        b.s.relay = spec.net.relay;
-        b.s.relay_compress = spec.net.relay_compress.map(|c| c.rank);
-        b.s.partial = spec.net.partial;
-        b.s.gossip_rank = spec.net.gossip_rank;
-        b.s.gossip_step = spec.net.gossip_step;
-        b.s.gossip_own = spec.net.gossip_own;
-        b.s.gossip_gain = spec.net.gossip_gain;
-        b.s.aggregate = spec.net.aggregate.map(|c| c.rank);
-        b.s.lost_shards = f.lost_shards;
-        b.s.compress = spec.net.compress.map(|c| c.rank);
-        b.s.prioritize = spec.net.prioritize;
-        if let Some(dir) = &f.checkpoint_dir {
-            b = b.checkpoints(dir, f.checkpoint_every, f.checkpoint_keep);
-            if f.resuming() {
-                b = b.resume(f.resume_at);
-            }
-        }
-        let topo = &spec.topology;
-        if let Some(path) = &topo.file {
-            b = b.topology_file(path);
-        }
-        b.s.topology = match (&topo.explicit, topo.out_degree) {
-            _ if topo.file.is_some() => b.s.topology,
-            (Some(out), _) => Topo::Lists(out.clone()),
-            (None, Some(q)) => Topo::OutDegree {
-                q,
-                method: topo.method,
-                time_limit: Duration::from_secs_f64(topo.time_limit_s),
-            },
-            (None, None) => Topo::Full,
+    pub fn with_spec(mut self, spec: &RunSpec) -> Self {
+        let data_in_spec = self.s.data_in_spec;
+        self.s = Settings {
+            spec: spec.clone(),
+            progress: self.s.progress.take(),
+            sink: self.s.sink.take(),
+            data_in_spec,
+            ..Settings::default()
         };
-        b
+        self
     }
-}
 
-#[derive(Debug, Clone)]
-enum Topo {
-    Full,
-    OutDegree {
-        q: usize,
-        method: TopologyMethod,
-        time_limit: Duration,
-    },
-    Lists(Vec<Vec<usize>>),
-    /// Read from a topology file (or why it could not be).
-    File {
-        path: std::path::PathBuf,
-        out: std::result::Result<Vec<Vec<usize>>, String>,
-    },
-    /// Built: every peer's out- and in-neighbours (computed once, O(P·Q)).
-    Resolved(Arc<Resolved>),
+    /// This builder's settings as a spec: what [`with_spec`](Self::with_spec) of it
+    /// would set again. A barrier or an optimizer's settings of the program's own (see
+    /// [`consistency`](Self::consistency), [`optimizer`](Self::optimizer)) are not in it.
+    pub fn to_spec(&self) -> &RunSpec {
+        &self.s.spec
+    }
 }
 
 #[derive(Debug)]
@@ -322,72 +266,36 @@ impl Resolved {
     }
 }
 
-/// The builder's model-independent settings.
-#[derive(Clone)]
+/// The builder's settings: a [`RunSpec`], the builder's serialized form (every setter
+/// writes one of its fields, [`Builder::with_spec`] replaces it whole, and
+/// [`RunSpec::validate`] checks it before anything is built, for every model), and what no
+/// spec can hold: objects of the program's own, and what the run has built so far.
+#[derive(Clone, Default)]
 struct Settings {
-    peers: usize,
-    topology: Topo,
-    consistency: Consistency,
-    clocks: u64,
-    batch: usize,
-    lr: Option<f32>,
-    seed: u64,
-    eval_every: u64,
-    straggler: Option<StragglerSpec>,
-    wire: Dtype,
-    timeout: Duration,
-    progress: Option<Progress>,
-    transport: &'static str,
-    max_drift: u64,
+    spec: RunSpec,
+    /// A consistency model no spec names (a program's own barrier,
+    /// [`Consistency::Custom`]): it replaces `spec.train.consistency`.
+    barrier: Option<Consistency>,
+    /// An optimizer given whole ([`Builder::optimizer`]). Its method, schedule and warm-up
+    /// are written to the spec too; this keeps what the spec has no field for (ε,
+    /// momentum, snapshots, λ).
     optimizer: Option<sfb_core::Optimizer>,
-    keep_all: bool,
-    metrics: Option<PathBuf>,
+    /// Whether `spec.data` is the data (a builder of [`Cluster::from_spec`]); else the
+    /// program gave it, and the run agreement does not name it.
+    data_in_spec: bool,
+    progress: Option<Progress>,
     /// Where records go, if the caller holds it ([`Builder::record_sink`]); else one is
-    /// made from `metrics` for the run.
+    /// made from `spec.output.metrics` for the run.
     sink: Option<Arc<RecordSink>>,
-    checkpoints: Option<Checkpoints>,
-    on_peer_loss: Option<sfb_core::PeerLoss>,
-    /// [`sfb_core::Config::quorum`].
-    quorum: bool,
-    lost_shards: Option<crate::LostShardsSpec>,
-    compress: Option<usize>,
-    prioritize: Option<crate::PrioritizeSpec>,
-    relay: bool,
-    relay_compress: Option<usize>,
-    /// Partial broadcast's mode; `None`: gossip unless relay.
-    partial: Option<crate::PartialSpec>,
-    gossip_rank: Option<usize>,
-    gossip_step: Option<f32>,
-    gossip_own: Option<f32>,
-    gossip_gain: Option<f32>,
-    aggregate: Option<usize>,
-    /// No arithmetic ([`sfb_core::Config::timing_only`]; the simulator's).
-    timing_only: bool,
-    /// Stop rules ([`sfb_core::stop`]).
-    until: Vec<sfb_core::stop::Rule>,
-    /// The model's name in summaries when not the kind's: a registered model's
-    /// ([`RunSpec::custom_model`]).
-    model_name: Option<String>,
-    /// The spec's settings every node must share ([`RunSpec::agreement`]); empty for a
-    /// builder not made from a spec.
-    agreement: Vec<(String, String)>,
+    /// The topology, once built.
+    resolved: Option<Arc<Resolved>>,
+    /// The checkpoint store, opened once per backend (the directory checked at start-up).
+    store: Option<(&'static str, Arc<Store>)>,
+    /// The spec last validated (the check runs once, not once a node).
+    checked: Option<RunSpec>,
     /// The optimizer's budgets in work, not time ([`sfb_topology::Options::deterministic`];
     /// the simulator's, whose runs are bitwise reproducible).
     deterministic_topology: bool,
-    /// How long after a simulated crash the others learn of it (the spec's
-    /// `net.peer_timeout_s`).
-    detect: Duration,
-}
-
-/// Where and how often the nodes checkpoint, and whether they resume.
-#[derive(Debug, Clone)]
-struct Checkpoints {
-    dir: PathBuf,
-    every: u64,
-    keep: usize,
-    resume: Resume,
-    /// Opened once per backend (the directory checked at start-up).
-    store: Option<(&'static str, Arc<Store>)>,
 }
 
 /// Which clock a run resumes from.
@@ -401,87 +309,72 @@ enum Resume {
     At(u64),
 }
 
-impl Default for Settings {
-    fn default() -> Self {
-        let t = crate::TrainOptions::default();
-        let n = crate::NetOptions::default();
-        Self {
-            peers: RunSpec::default().peers,
-            topology: Topo::Full,
-            consistency: t.consistency.to_core(),
-            clocks: t.clocks,
-            batch: t.batch,
-            lr: None,
-            seed: t.seed,
-            eval_every: t.eval_every,
-            straggler: t.straggler,
-            wire: n.wire,
-            timeout: Duration::from_secs_f64(n.timeout_s),
-            progress: None,
-            transport: "mem",
-            max_drift: t.max_drift,
-            optimizer: None,
-            keep_all: true,
-            metrics: None,
-            sink: None,
-            checkpoints: None,
-            on_peer_loss: None,
-            quorum: true,
-            lost_shards: None,
-            compress: None,
-            prioritize: None,
-            relay: false,
-            relay_compress: None,
-            partial: None,
-            gossip_rank: None,
-            gossip_step: None,
-            gossip_own: None,
-            gossip_gain: None,
-            aggregate: None,
-            timing_only: false,
-            deterministic_topology: false,
-            detect: Duration::from_secs(60),
-            until: Vec::new(),
-            model_name: None,
-            agreement: Vec::new(),
-        }
-    }
+/// `s` seconds as a `Duration`, saturating (a spec's seconds are validated to at most a
+/// year before a run; this never panics before that).
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
 }
 
 impl Settings {
+    /// When a peer may start its next clock: the program's barrier, else the spec's.
+    fn consistency(&self) -> Consistency {
+        self.barrier
+            .clone()
+            .unwrap_or_else(|| self.spec.train.consistency.to_core())
+    }
+
+    /// In-memory runs: how long a peer may wait without receiving anything.
+    fn timeout(&self) -> Duration {
+        seconds(self.spec.net.timeout_s)
+    }
+
+    /// How long a silent peer has before the others count it lost.
+    fn detect(&self) -> Duration {
+        seconds(self.spec.net.peer_timeout_s)
+    }
+
+    /// The peer-loss policy: the one given, else fail under BSP or with relay (a loss
+    /// cuts relay trees) and continue otherwise ([`crate::FaultOptions::peer_loss`], with a
+    /// program's barrier counted as not BSP).
+    fn peer_loss(&self) -> sfb_core::PeerLoss {
+        match self.spec.fault.on_peer_loss {
+            Some(p) => p.into(),
+            None if self.spec.net.relay || matches!(self.consistency(), Consistency::Bsp) => {
+                sfb_core::PeerLoss::Fail
+            }
+            None => sfb_core::PeerLoss::Continue,
+        }
+    }
+
+    /// [`sfb_core::Config::quorum`]: off only for `continue-alone`.
+    fn quorum(&self) -> bool {
+        self.spec.fault.on_peer_loss != Some(crate::PeerLossSpec::ContinueAlone)
+    }
+
+    /// Whether and from which clock the run resumes.
+    fn resume(&self) -> Resume {
+        let f = &self.spec.fault;
+        match (&f.checkpoint_dir, f.resume_at) {
+            (None, _) => Resume::No,
+            (Some(_), Some(at)) => Resume::At(at),
+            (Some(_), None) if f.resume => Resume::Latest,
+            (Some(_), None) => Resume::No,
+        }
+    }
+
     /// Who is slowed down when: a driver option (the drivers make the delay real, or
     /// virtual), never a change to the model.
     fn stragglers(&self) -> sfb_core::Stragglers {
-        self.straggler.map_or(sfb_core::Stragglers::None, |s| {
-            s.schedule(self.peers, self.seed)
+        let t = &self.spec.train;
+        t.straggler.map_or(sfb_core::Stragglers::None, |s| {
+            s.schedule(self.spec.peers, t.seed)
         })
     }
 
-    fn check(&self) -> Result<()> {
-        let range = crate::spec::check;
-        range("peers", "at least 1", self.peers as f64, self.peers >= 1)?;
-        range(
-            "train.batch",
-            "at least 1",
-            self.batch as f64,
-            self.batch >= 1,
-        )?;
-        if let Some(lr) = self.lr {
-            range(
-                "train.lr",
-                "a positive number",
-                lr.into(),
-                lr.is_finite() && lr > 0.0,
-            )?;
-        }
-        if !self.until.is_empty() && (self.eval_every == 0 || self.timing_only) {
-            return Err(Error::Requires {
-                field: "train.until",
-                requires: "evaluations (eval_every ≥ 1, not timing-only)",
-                why: "stop rules are checked on the evaluations made every eval_every clocks",
-            });
-        }
-        Ok(())
+    /// A new topology or peer count: what was built from the old one goes.
+    fn topology_changed(&mut self) {
+        self.resolved = None;
+        self.store = None;
     }
 }
 
@@ -608,7 +501,6 @@ pub struct Builtin {
     problem: Option<Problem>,
     /// Streamed data ([`Builder::streamed`]): each peer reads its own part when built.
     streamed: Option<Arc<Streamed>>,
-    init_std: f32,
     /// `problem`'s mean ℓ1 norm, computed once (every peer's default step needs it, and
     /// a pass over the training set per peer is O(P·N)).
     mean_l1: std::sync::OnceLock<f64>,
@@ -707,7 +599,12 @@ mod kind {
         /// Builds `peer`'s model, starting matrix, shard and evaluator; a `probe` is a node
         /// that trains on nothing (the FMS server, the memory check): its shard may be
         /// left empty.
-        fn parts(&mut self, peer: &Peer, seed: u64, probe: bool) -> Result<Parts<Self::Model>>;
+        fn parts(
+            &mut self,
+            peer: &Peer,
+            train: &crate::TrainOptions,
+            probe: bool,
+        ) -> Result<Parts<Self::Model>>;
         /// The optimizer when none is set: the model's default (for a user's model the
         /// factored adaptive step, as for the built-in SGD models: robust to the data's
         /// scale; plain SGD keeps `W += scale · Σ u vᵀ` exact when asked for).
@@ -836,7 +733,7 @@ where
     fn user_model(&self) -> bool {
         true
     }
-    fn parts(&mut self, peer: &Peer, seed: u64, probe: bool) -> Result<Parts<M>> {
+    fn parts(&mut self, peer: &Peer, train: &crate::TrainOptions, probe: bool) -> Result<Parts<M>> {
         let data = self.data.as_ref().ok_or(Error::MissingData)?;
         let mine = match data {
             // A node that trains on nothing (the FMS server) loads nothing.
@@ -846,7 +743,7 @@ where
         if mine.is_empty() && !(probe && matches!(data, Samples::PerPeer(_))) {
             return Err(empty_shard(peer, self.samples().unwrap_or(0)));
         }
-        let shard = Shard::new(mine, peer_seed(seed, peer.id.0));
+        let shard = Shard::new(mine, peer_seed(train.seed, peer.id.0));
         Ok(Parts {
             w0: self.init_w.clone().ok_or(Error::MissingInitialW)?,
             model: (self.factory.get_mut())(peer),
@@ -930,7 +827,12 @@ impl Kind for Builtin {
             _ => 0.0,
         }
     }
-    fn parts(&mut self, peer: &Peer, seed: u64, probe: bool) -> Result<Parts<Self::Model>> {
+    fn parts(
+        &mut self,
+        peer: &Peer,
+        train: &crate::TrainOptions,
+        probe: bool,
+    ) -> Result<Parts<Self::Model>> {
         if let Some(data) = self.streamed.clone() {
             let (problem, mine) = self.streamed_parts(&data, peer, probe)?;
             if mine.is_empty() && !probe {
@@ -940,12 +842,12 @@ impl Kind for Builtin {
             let model = self.spec.build(&problem, &mine, peer.peers, peer.seed)?;
             return Ok(Parts {
                 model,
-                w0: self.spec.init_w(&problem, self.init_std, seed),
+                w0: self.spec.init_w(&problem, train.init_std, train.seed),
                 shard: Shard::new(mine, peer.seed),
                 // A peer with no held-out slice reports no objective (the summary's mean
                 // is over the peers that evaluated).
                 evaluator: (!probe && !problem.test.is_empty())
-                    .then(|| self.spec.evaluator(&problem, seed)),
+                    .then(|| self.spec.evaluator(&problem, train.seed)),
             });
         }
         let problem = self.problem.as_ref().ok_or(Error::MissingData)?;
@@ -956,9 +858,9 @@ impl Kind for Builtin {
         let model = self.spec.build(problem, &mine, peer.peers, peer.seed)?;
         Ok(Parts {
             model,
-            w0: self.spec.init_w(problem, self.init_std, seed),
+            w0: self.spec.init_w(problem, train.init_std, train.seed),
             shard: Shard::new(mine, peer.seed),
-            evaluator: Some(self.spec.evaluator(problem, seed)),
+            evaluator: Some(self.spec.evaluator(problem, train.seed)),
         })
     }
 }
@@ -980,13 +882,13 @@ pub struct Builder<K> {
 impl<K: fmt::Debug> fmt::Debug for Builder<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
-            .field("peers", &self.s.peers)
-            .field("topology", &self.s.topology)
-            .field("consistency", &self.s.consistency)
-            .field("clocks", &self.s.clocks)
-            .field("batch", &self.s.batch)
-            .field("lr", &self.s.lr)
-            .field("seed", &self.s.seed)
+            .field("peers", &self.s.spec.peers)
+            .field("topology", &self.s.spec.topology)
+            .field("consistency", &self.s.consistency())
+            .field("clocks", &self.s.spec.train.clocks)
+            .field("batch", &self.s.spec.train.batch)
+            .field("lr", &self.s.spec.train.lr)
+            .field("seed", &self.s.spec.train.seed)
             .field("model", &self.kind)
             .finish_non_exhaustive()
     }
@@ -995,7 +897,10 @@ impl<K: fmt::Debug> fmt::Debug for Builder<K> {
 impl<K> Builder<K> {
     /// Peers `P` (FMS: clients). Default 4.
     pub fn peers(mut self, peers: usize) -> Self {
-        self.s.peers = peers;
+        if peers != self.s.spec.peers {
+            self.s.topology_changed();
+        }
+        self.s.spec.peers = peers;
         self
     }
 
@@ -1006,20 +911,21 @@ impl<K> Builder<K> {
 
     /// Peer `i` sends to `out[i]` (in-neighbours derived). Default: full broadcast.
     pub fn out_lists(mut self, out: Vec<Vec<usize>>) -> Self {
-        self.s.topology = Topo::Lists(out);
+        let t = &mut self.s.spec.topology;
+        (t.explicit, t.file, t.out_degree) = (Some(out), None, None);
+        self.s.topology_changed();
         self
     }
 
     /// Peer `i` sends to the out-neighbours of `i` in the topology file `path`, in any
-    /// format `sfb topology` writes (TOML, JSON, DOT; [`Topology::read_file`]). Read now;
-    /// a file that cannot be read or validated, or whose peer count is not the run's, is
-    /// refused when the run is built ([`Error::TopologyFile`]). The summary names the file.
+    /// format `sfb topology` writes (TOML, JSON, DOT; [`Topology::read_file`]), read when
+    /// the run is built: a file that cannot be read or validated, or whose peer count is
+    /// not the run's, is refused then ([`Error::TopologyFile`]). The summary names the
+    /// file.
     pub fn topology_file(mut self, path: impl AsRef<std::path::Path>) -> Self {
-        let path = path.as_ref().to_path_buf();
-        let out = Topology::read_file(&path)
-            .map(|t| t.out_lists())
-            .map_err(|e| e.to_string());
-        self.s.topology = Topo::File { path, out };
+        let t = &mut self.s.spec.topology;
+        (t.explicit, t.file, t.out_degree) = (None, Some(path.as_ref().to_path_buf()), None);
+        self.s.topology_changed();
         self
     }
 
@@ -1027,52 +933,59 @@ impl<K> Builder<K> {
     /// (within 5 s; see [`topology_time_limit`](Self::topology_time_limit)). `P − 1` is
     /// full broadcast.
     pub fn out_degree(mut self, q: usize) -> Self {
-        self.s.topology = Topo::OutDegree {
-            q,
-            method: TopologyMethod::Optimal,
-            time_limit: Duration::from_secs(5),
+        let d = crate::TopologyOptions::default();
+        self.s.spec.topology = crate::TopologyOptions {
+            out_degree: Some(q),
+            ..d
         };
+        self.s.topology_changed();
         self
     }
 
     /// How the [`out_degree`](Self::out_degree) topology is built.
     pub fn topology_method(mut self, method: TopologyMethod) -> Self {
-        if let Topo::OutDegree { method: m, .. } = &mut self.s.topology {
-            *m = method;
-        }
+        self.s.spec.topology.method = method;
+        self.s.topology_changed();
         self
     }
 
     /// Time the topology optimizer may spend.
     pub fn topology_time_limit(mut self, limit: Duration) -> Self {
-        if let Topo::OutDegree { time_limit, .. } = &mut self.s.topology {
-            *time_limit = limit;
-        }
+        self.s.spec.topology.time_limit_s = limit.as_secs_f64();
         self
     }
 
     /// When a peer may start its next clock. Default BSP.
     pub fn consistency(mut self, consistency: Consistency) -> Self {
-        self.s.consistency = consistency;
+        self.s.barrier = None;
+        self.s.spec.train.consistency = match consistency {
+            Consistency::Bsp => crate::ConsistencySpec::Bsp,
+            Consistency::Ssp { staleness } => crate::ConsistencySpec::Ssp { staleness },
+            Consistency::Async => crate::ConsistencySpec::Async,
+            other => {
+                self.s.barrier = Some(other);
+                crate::ConsistencySpec::default()
+            }
+        };
         self
     }
 
     /// Clocks per peer. Default 100.
     pub fn clocks(mut self, clocks: u64) -> Self {
-        self.s.clocks = clocks;
+        self.s.spec.train.clocks = clocks;
         self
     }
 
     /// Mini-batch size `K` per peer and clock. Default 16.
     pub fn batch(mut self, batch: usize) -> Self {
-        self.s.batch = batch;
+        self.s.spec.train.batch = batch;
         self
     }
 
     /// Learning rate: SGD's multiplier of the gradient, the adaptive methods' step per
     /// coordinate. Default: [`crate::default_lr`] of the optimizer (0.5 for SGD).
     pub fn lr(mut self, lr: f32) -> Self {
-        self.s.lr = Some(lr);
+        self.s.spec.train.lr = Some(lr);
         self
     }
 
@@ -1080,13 +993,17 @@ impl<K> Builder<K> {
     /// SGD for your own model ([`model`](Self::model)); for a built-in one
     /// ([`spec`](Self::spec)) the same default as `sfb run` ([`crate::default_method`]).
     pub fn optimizer(mut self, optimizer: sfb_core::Optimizer) -> Self {
+        let t = &mut self.s.spec.train;
+        t.optimizer = Some(crate::MethodSpec(optimizer.method));
+        t.lr_schedule = crate::ScheduleSpec(optimizer.schedule);
+        t.warmup = Some(optimizer.warmup);
         self.s.optimizer = Some(optimizer);
         self
     }
 
     /// The run's seed (initial W, evaluators, peers' seeds by [`peer_seed`]). Default 1.
     pub fn seed(mut self, seed: u64) -> Self {
-        self.s.seed = seed;
+        self.s.spec.train.seed = seed;
         self
     }
 
@@ -1095,32 +1012,32 @@ impl<K> Builder<K> {
     /// [`eval_every`](Self::eval_every) clocks; a peer needs an evaluator). The
     /// [`clocks`](Self::clocks) stay the limit. Default none.
     pub fn until(mut self, rules: Vec<sfb_core::stop::Rule>) -> Self {
-        self.s.until = rules;
+        self.s.spec.train.until = rules;
         self
     }
 
     /// Evaluate every this many clocks (0: only at the end). Default 10.
     pub fn eval_every(mut self, every: u64) -> Self {
-        self.s.eval_every = every;
+        self.s.spec.train.eval_every = every;
         self
     }
 
     /// Slow a peer (or a rotating one) down. Default: nobody.
     pub fn straggler(mut self, straggler: StragglerSpec) -> Self {
-        self.s.straggler = Some(straggler);
+        self.s.spec.train.straggler = Some(straggler);
         self
     }
 
     /// Factor precision of SFB peers (sent and applied). Default f32.
     pub fn wire(mut self, dtype: Dtype) -> Self {
-        self.s.wire = dtype;
+        self.s.spec.net.wire = dtype;
         self
     }
 
     /// Flow control of `async` and custom barriers ([`Config::max_drift`]). Default
     /// [`sfb_core::DEFAULT_MAX_DRIFT`].
     pub fn max_drift(mut self, clocks: u64) -> Self {
-        self.s.max_drift = clocks;
+        self.s.spec.train.max_drift = clocks;
         self
     }
 
@@ -1129,7 +1046,7 @@ impl<K> Builder<K> {
     /// [`metrics_file`](Self::metrics_file) or [`progress`](Self::progress) to see them
     /// all as they happen).
     pub fn keep_records(mut self, all: bool) -> Self {
-        self.s.keep_all = all;
+        self.s.spec.output.keep_records = all;
         self
     }
 
@@ -1137,7 +1054,7 @@ impl<K> Builder<K> {
     /// (JSON lines) as they happen. Default: none. A write that fails stops the run at
     /// once, every node at one clock, and its summary says why (`failed`).
     pub fn metrics_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.s.metrics = Some(path.into());
+        self.s.spec.output.metrics = Some(path.into());
         self
     }
 
@@ -1153,7 +1070,9 @@ impl<K> Builder<K> {
     fn sink(&self) -> Result<Arc<RecordSink>> {
         match &self.s.sink {
             Some(s) => Ok(Arc::clone(s)),
-            None => Ok(Arc::new(RecordSink::create(self.s.metrics.as_deref())?)),
+            None => Ok(Arc::new(RecordSink::create(
+                self.s.spec.output.metrics.as_deref(),
+            )?)),
         }
     }
 
@@ -1161,9 +1080,9 @@ impl<K> Builder<K> {
     /// model's spread (or the flow control's), plus 2.
     fn stop_margin(&self) -> u64 {
         self.s
-            .consistency
+            .consistency()
             .staleness_bound()
-            .unwrap_or(self.s.max_drift)
+            .unwrap_or(self.s.spec.train.max_drift)
             .saturating_add(2)
     }
 
@@ -1171,13 +1090,15 @@ impl<K> Builder<K> {
     /// barriers: see [`sfb_core::checkpoint`]), keeping its newest `keep` files; see
     /// [`checkpoint`](crate::checkpoint) for the files.
     pub fn checkpoints(mut self, dir: impl Into<PathBuf>, every: u64, keep: usize) -> Self {
-        self.s.checkpoints = Some(Checkpoints {
-            dir: dir.into(),
-            every,
-            keep,
-            resume: Resume::No,
-            store: None,
-        });
+        self.s.spec.fault = crate::FaultOptions {
+            checkpoint_dir: Some(dir.into()),
+            checkpoint_every: every,
+            checkpoint_keep: keep,
+            resume: false,
+            resume_at: None,
+            ..self.s.spec.fault.clone()
+        };
+        self.s.store = None;
         self
     }
 
@@ -1185,24 +1106,18 @@ impl<K> Builder<K> {
     /// clock at which every node of the run has one. Needs
     /// [`checkpoints`](Self::checkpoints) (without, nothing is resumed).
     pub fn resume(mut self, at: Option<u64>) -> Self {
-        if let Some(c) = &mut self.s.checkpoints {
-            c.resume = at.map_or(Resume::Latest, Resume::At);
+        let f = &mut self.s.spec.fault;
+        if f.checkpoint_dir.is_some() {
+            (f.resume, f.resume_at) = (true, at);
         }
         self
     }
 
-    /// What a peer does when a neighbour is lost. Default: fail under BSP, continue
-    /// otherwise ([`sfb_core::PeerLoss`]).
-    pub fn on_peer_loss(mut self, policy: sfb_core::PeerLoss) -> Self {
-        self.s.on_peer_loss = Some(policy);
-        self
-    }
-
-    /// Under [`PeerLoss::Continue`](sfb_core::PeerLoss::Continue), whether a peer trains
-    /// on only while it reaches a majority of the run's peers ([`sfb_core::Config::quorum`]).
-    /// Default: true; false is `--on-peer-loss continue-alone`.
-    pub fn quorum(mut self, quorum: bool) -> Self {
-        self.s.quorum = quorum;
+    /// What a peer does when a neighbour is lost ([`crate::PeerLossSpec`]: fail, continue
+    /// while a majority of the run's peers is reachable, or continue even alone). Default:
+    /// fail under BSP or with relay, continue otherwise.
+    pub fn on_peer_loss(mut self, policy: crate::PeerLossSpec) -> Self {
+        self.s.spec.fault.on_peer_loss = Some(policy);
         self
     }
 
@@ -1211,14 +1126,14 @@ impl<K> Builder<K> {
     /// drop for the others and for a model of your own (its `compute_sv_indexed` may keep
     /// per-sample state; opt in when it does not).
     pub fn lost_shards(mut self, policy: crate::LostShardsSpec) -> Self {
-        self.s.lost_shards = Some(policy);
+        self.s.spec.fault.lost_shards = Some(policy);
         self
     }
 
     /// Low-rank re-compression of each peer's batches to at most `rank` pairs, with error
     /// feedback ([`sfb_core::compress`]). Default: none.
     pub fn compress(mut self, rank: usize) -> Self {
-        self.s.compress = Some(rank.max(1));
+        self.s.spec.net.compress = Some(crate::CompressSpec { rank: rank.max(1) });
         self
     }
 
@@ -1227,14 +1142,14 @@ impl<K> Builder<K> {
     /// ([`sfb_core::prioritize`]; the random order is seeded by the run's seed). Default:
     /// none.
     pub fn prioritize(mut self, spec: crate::PrioritizeSpec) -> Self {
-        self.s.prioritize = Some(spec);
+        self.s.spec.net.prioritize = Some(spec);
         self
     }
 
     /// Partial broadcast's mode ([`crate::PartialSpec`]): gossip (the default, also when
     /// not called, unless relay) or the paper's literal mode.
     pub fn partial(mut self, mode: crate::PartialSpec) -> Self {
-        self.s.partial = Some(mode);
+        self.s.spec.net.partial = Some(mode);
         self
     }
 
@@ -1242,8 +1157,8 @@ impl<K> Builder<K> {
     /// that would send more than full broadcast) and step (default
     /// [`sfb_core::gossip::Config::default_step`]; `None` keeps it).
     pub fn gossip(mut self, rank: usize, step: Option<f32>) -> Self {
-        self.s.gossip_rank = Some(rank.max(1));
-        self.s.gossip_step = step;
+        self.s.spec.net.gossip_rank = Some(rank.max(1));
+        self.s.spec.net.gossip_step = step;
         self
     }
 
@@ -1251,14 +1166,14 @@ impl<K> Builder<K> {
     /// shortest-path trees ([`sfb_core::relay`]), so every replica applies every update.
     /// A peer loss then fails the run (the default policy becomes fail). Default: off.
     pub fn relay(mut self, on: bool) -> Self {
-        self.s.relay = on;
+        self.s.spec.net.relay = on;
         self
     }
 
     /// With [`relay`](Self::relay): forwarders re-compress the batches they forward to at
     /// most `rank` pairs (no error feedback). Default: none.
     pub fn relay_compress(mut self, rank: usize) -> Self {
-        self.s.relay_compress = Some(rank.max(1));
+        self.s.spec.net.relay_compress = Some(crate::CompressSpec { rank: rank.max(1) });
         self
     }
 
@@ -1266,13 +1181,13 @@ impl<K> Builder<K> {
     /// re-compressing the pairs it applies is cheaper ([`sfb_core::aggregate`]). Default:
     /// none.
     pub fn aggregate(mut self, rank: usize) -> Self {
-        self.s.aggregate = Some(rank.max(1));
+        self.s.spec.net.aggregate = Some(crate::CompressSpec { rank: rank.max(1) });
         self
     }
 
     /// In-memory runs: how long a peer may wait without receiving anything. Default 30 s.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.s.timeout = timeout;
+        self.s.spec.net.timeout_s = timeout.as_secs_f64();
         self
     }
 
@@ -1301,14 +1216,16 @@ impl Builder<NoModel> {
 
     /// Every peer runs the built-in model `spec` (with its initial W and evaluator); give
     /// the data with [`data`](Builder::data).
-    pub fn spec(self, spec: ModelSpec) -> Builder<Builtin> {
+    pub fn spec(mut self, spec: ModelSpec) -> Builder<Builtin> {
+        if let Some(model) = crate::ModelChoice::of(&spec) {
+            self.s.spec.model = model;
+        }
         Builder {
             s: self.s,
             kind: Builtin {
                 spec,
                 problem: None,
                 streamed: None,
-                init_std: 0.0,
                 mean_l1: std::sync::OnceLock::new(),
                 prep: None,
             },
@@ -1381,7 +1298,7 @@ impl Builder<Builtin> {
 
     /// Standard deviation of the initial MLR entries. Default 0.
     pub fn init_std(mut self, std: f32) -> Self {
-        self.kind.init_std = std;
+        self.s.spec.train.init_std = std;
         self
     }
 
@@ -1430,13 +1347,18 @@ impl<K: Kind> Builder<K> {
         if profile.model.is_none() {
             self.measure_custom(&mut sim)?;
         }
+        self.s.spec.sim = sim.clone();
+        self.s.spec.transport = crate::Transport::Sim;
+        self.s.spec.net.bandwidth = bandwidth;
+        if let Some(push) = fms {
+            self.fms(push);
+        }
         let sim = &sim;
-        self.s.timing_only = sim.timing_only;
         // A bitwise-reproducible run needs a topology that does not depend on how fast
         // the optimizer ran.
         self.s.deterministic_topology = true;
-        let nic = sim.nic(bandwidth, self.s.wire);
-        let (seed, stragglers) = (self.s.seed, self.s.stragglers());
+        let nic = sim.nic(bandwidth, self.s.spec.net.wire);
+        let (seed, stragglers) = (self.s.spec.train.seed, self.s.stragglers());
         let cfg = |costs| Config {
             seed,
             latency: sim.latency(),
@@ -1462,9 +1384,9 @@ impl<K: Kind> Builder<K> {
         let mut observer = SimObserver {
             sink: self.sink()?,
             progress: self.s.progress.clone(),
-            server_at: self.s.peers,
+            server_at: self.s.spec.peers,
         };
-        let batch = self.s.batch;
+        let batch = self.s.spec.train.batch;
         let (summary, records, report, w): (Summary, Vec<ClockRecord>, _, _) = match fms {
             None => {
                 let engines = self.build_engines()?;
@@ -1475,12 +1397,17 @@ impl<K: Kind> Builder<K> {
                     .first()
                     .map_or(0, |e| e.config().out_neighbors.len());
                 let info = self.info("sfb", out_degree);
-                let crashes = crate::sim::crashes_of(sim, self.s.peers, self.s.clocks, self.s.seed);
+                let crashes = crate::sim::crashes_of(
+                    sim,
+                    self.s.spec.peers,
+                    self.s.spec.train.clocks,
+                    self.s.spec.train.seed,
+                );
                 let mut net = Network::with_config(engines, cfg(costs));
                 if !crashes.is_empty() {
                     let out = self.resolve_topology()?;
                     net = net
-                        .detect_after(self.s.detect)
+                        .detect_after(self.s.detect())
                         .repair(Box::new(move |k, lost| repair_fn(out.clone(), k)?(lost)));
                     for &(p, c) in &crashes {
                         net = net.crash_after_clock(PeerId(p as u32), c);
@@ -1599,7 +1526,7 @@ impl<K: Kind> Builder<K> {
         }
         let out: Vec<Vec<usize>> = (0..p).map(|i| file.out(i).to_vec()).collect();
         self = self.peers(p).out_lists(out.clone());
-        self.s.transport = "libp2p";
+        self.s.spec.transport = crate::Transport::Libp2p;
         let sink = self.sink()?;
         self.check_fits_as(1, id as u32)?;
         let engine = self.build_peer(id as u32)?;
@@ -1607,10 +1534,10 @@ impl<K: Kind> Builder<K> {
         let shape = RunShape {
             j,
             d,
-            batch: self.s.batch,
-            clocks: self.s.clocks,
+            batch: self.s.spec.train.batch,
+            clocks: self.s.spec.train.clocks,
             full_w: false,
-            dtype: self.s.wire,
+            dtype: self.s.spec.net.wire,
             agreement: self.agreement(),
         };
         let to_sink = Arc::clone(&sink);
@@ -1619,7 +1546,7 @@ impl<K: Kind> Builder<K> {
             progress: Some(Arc::new(move |r: &ClockRecord| to_sink.write(r))),
             // After a loss every survivor repairs the file's topology the same way.
             repair: repair_fn(out, id),
-            liveness_timeout: self.s.detect,
+            liveness_timeout: self.s.detect(),
             stragglers: self.s.stragglers(),
             ..Options::default()
         };
@@ -1670,7 +1597,7 @@ impl<K: Kind> Builder<K> {
             mut shard,
             evaluator,
         } = self.first_parts(0)?;
-        let batch = self.s.batch.max(1);
+        let batch = self.s.spec.train.batch.max(1);
         if sim.compute_per_sample_s.is_none() {
             let refs = shard.next_batch(batch);
             let mut sv = sfb_core::SvList::new(w0.nrows(), w0.ncols());
@@ -1742,6 +1669,19 @@ impl<N> sfb_net::virtual_time::Observer<N> for SimObserver {
 }
 
 impl<K> Builder<K> {
+    /// Validates this builder's spec ([`RunSpec::validate`]: the checks of `sfb run`, for
+    /// every model), once for all its nodes. A registered model's spec names it
+    /// (`custom_model`), and what such a model cannot do from the command line is
+    /// refused; a model the program built itself may do what it was built for (SAGA with
+    /// its own table of per-sample gradients).
+    fn check(&mut self) -> Result<()> {
+        if self.s.checked.as_ref() != Some(&self.s.spec) {
+            self.s.spec.validate()?;
+            self.s.checked = Some(self.s.spec.clone());
+        }
+        Ok(())
+    }
+
     /// The out-neighbour lists of every peer (the topology is built once, on first use).
     ///
     /// # Errors
@@ -1753,62 +1693,65 @@ impl<K> Builder<K> {
     /// Every peer's out- and in-neighbours, built once in O(P·Q) (plus the optimizer's
     /// time) and kept.
     fn resolved(&mut self) -> Result<Arc<Resolved>> {
-        let p = self.s.peers;
-        let lists = match &self.s.topology {
-            Topo::Resolved(r) if r.out.len() == p => return Ok(Arc::clone(r)),
-            Topo::Resolved(r) => {
-                return Err(Error::TopologyPeers {
-                    peers: p,
-                    got: r.out.len(),
-                });
+        let p = self.s.spec.peers;
+        if let Some(r) = &self.s.resolved {
+            if r.out.len() == p {
+                return Ok(Arc::clone(r));
             }
-            Topo::Lists(out) if out.len() != p => {
-                return Err(Error::TopologyPeers {
-                    peers: p,
-                    got: out.len(),
-                });
-            }
-            Topo::Lists(out) => (out.clone(), "explicit".to_string()),
-            Topo::File { path, out } => {
+            return Err(Error::TopologyPeers {
+                peers: p,
+                got: r.out.len(),
+            });
+        }
+        let topo = &self.s.spec.topology;
+        let lists = match (&topo.file, &topo.explicit, topo.out_degree) {
+            (Some(path), _, _) => {
                 let refuse = |why: String| Error::TopologyFile {
                     path: path.clone(),
                     why,
                 };
-                let out = out.as_ref().map_err(|e| refuse(e.clone()))?;
+                let out = Topology::read_file(path)
+                    .map_err(|e| refuse(e.to_string()))?
+                    .out_lists();
                 if out.len() != p {
                     return Err(refuse(format!(
                         "it has {} peers, but the run has {p}",
                         out.len()
                     )));
                 }
-                (out.clone(), format!("file {}", path.display()))
+                (out, format!("file {}", path.display()))
             }
+            (None, Some(out), _) if out.len() != p => {
+                return Err(Error::TopologyPeers {
+                    peers: p,
+                    got: out.len(),
+                });
+            }
+            (None, Some(out), _) => (out.clone(), "explicit".to_string()),
             _ if p < 2 => (vec![Vec::new(); p], "full".to_string()),
-            Topo::Full => (sfb_topology::full(p)?.out_lists(), "full".to_string()),
-            &Topo::OutDegree { q, .. } if q == 0 || q >= p => {
+            (None, None, None) => (sfb_topology::full(p)?.out_lists(), "full".to_string()),
+            (None, None, Some(q)) if q == 0 || q >= p => {
                 return Err(Error::OutDegree { peers: p, got: q });
             }
-            &Topo::OutDegree { q, .. } if q == p - 1 => {
+            (None, None, Some(q)) if q == p - 1 => {
                 (sfb_topology::full(p)?.out_lists(), "full".to_string())
             }
-            &Topo::OutDegree {
-                q,
-                method,
-                time_limit,
-            } => {
-                let name = format!("{method:?}").to_lowercase();
-                let method = match method {
+            (None, None, Some(q)) => {
+                let name = format!("{:?}", topo.method).to_lowercase();
+                let method = match topo.method {
                     TopologyMethod::Optimal => None,
                     TopologyMethod::Kautz => Some(Method::Kautz),
                     TopologyMethod::Exponential => Some(Method::Exponential),
                     TopologyMethod::Ring => Some(Method::Ring),
-                    TopologyMethod::Random => Some(Method::Random { seed: self.s.seed }),
+                    TopologyMethod::Random => Some(Method::Random {
+                        seed: self.s.spec.train.seed,
+                    }),
                 };
                 match method {
                     Some(m) => (sfb_topology::generate(&m, p, q)?.out_lists(), name),
                     None => {
                         let opts = sfb_topology::Options::default()
-                            .time_limit(time_limit)
+                            .time_limit(seconds(topo.time_limit_s))
                             .deterministic(self.s.deterministic_topology);
                         (
                             sfb_topology::optimize(p, q, &opts)?.topology.out_lists(),
@@ -1820,7 +1763,7 @@ impl<K> Builder<K> {
         };
         let (lists, source) = lists;
         let r = Arc::new(Resolved::new(lists, source));
-        self.s.topology = Topo::Resolved(Arc::clone(&r));
+        self.s.resolved = Some(Arc::clone(&r));
         Ok(r)
     }
 }
@@ -1836,25 +1779,26 @@ impl<K: Kind> Builder<K> {
     /// checkpoints' meta compare them: the spec's ([`RunSpec::agreement`]), with the
     /// optimizer and step size as resolved ([`resolved_optimizer`](Self::resolved_optimizer):
     /// a default taken from the data is compared as the figure it came to, wherever it
-    /// was resolved). A builder not made from a spec states its model, seed, consistency
-    /// model, optimizer and step size.
+    /// was resolved). Data a program gave the builder is named as the program's.
     pub fn agreement(&self) -> Vec<(String, String)> {
         let (optimizer, lr) = self.resolved_optimizer();
         let (optimizer, lr) = match self.kind.own_step() {
             Some(own) => (own.to_string(), "none".to_string()),
             None => (optimizer.to_string(), format!("{lr:?}")),
         };
-        let mut a = if self.s.agreement.is_empty() {
-            vec![
-                ("model".to_string(), self.kind.name().to_string()),
-                ("seed".to_string(), self.s.seed.to_string()),
-                ("consistency".to_string(), self.s.consistency.to_string()),
-                ("optimizer".to_string(), String::new()),
-                ("lr".to_string(), String::new()),
-            ]
-        } else {
-            self.s.agreement.clone()
-        };
+        let mut a = self.s.spec.agreement();
+        for (name, value) in &mut a {
+            match name.as_str() {
+                "model" if self.kind.user_model() && self.s.spec.custom_model.is_none() => {
+                    *value = format!("{} of the program's", self.kind.name());
+                }
+                "data" if !self.s.data_in_spec => *value = "the program's".into(),
+                "consistency" if self.s.barrier.is_some() => {
+                    *value = format!("{} {}", self.s.consistency(), self.s.spec.train.max_drift);
+                }
+                _ => {}
+            }
+        }
         for (name, value) in &mut a {
             match name.as_str() {
                 "optimizer" => value.clone_from(&optimizer),
@@ -1867,12 +1811,18 @@ impl<K: Kind> Builder<K> {
 
     /// The optimizer and learning rate every node will use: the ones set, else the
     /// defaults (for a built-in model with its data, [`crate::default_method`] and
-    /// [`crate::default_lr_for_data`]; for your own model, plain SGD at 0.5).
+    /// [`crate::default_lr_for_data`]; for your own model, the factored adaptive step at
+    /// a size measured on its factors).
     pub fn resolved_optimizer(&self) -> (sfb_core::Optimizer, f32) {
         let mut optimizer = self.s.optimizer.clone().unwrap_or_else(|| {
-            let method = self.kind.default_method();
-            let mut o = sfb_core::Optimizer::new(method);
-            o.warmup = crate::spec::default_warmup(method, self.s.clocks);
+            let t = &self.s.spec.train;
+            let method = t
+                .optimizer
+                .map_or_else(|| self.kind.default_method(), |m| m.0);
+            let mut o = sfb_core::Optimizer::new(method).with_schedule(t.lr_schedule.0);
+            o.warmup = t
+                .warmup
+                .unwrap_or_else(|| crate::spec::default_warmup(method, t.clocks));
             o
         });
         if optimizer.method == sfb_core::Method::Saga && optimizer.saga_samples == 0 {
@@ -1889,6 +1839,8 @@ impl<K: Kind> Builder<K> {
         }
         let lr = self
             .s
+            .spec
+            .train
             .lr
             .unwrap_or_else(|| self.kind.default_lr(optimizer.method));
         (optimizer, lr)
@@ -1897,18 +1849,21 @@ impl<K: Kind> Builder<K> {
     /// Whether this run's SFB peers use the gossip mode ([`sfb_core::gossip`]): partial
     /// broadcast, and `--partial gossip` or no mode named, and no relay.
     pub fn gossips(&self) -> bool {
-        let partial = match &self.s.topology {
-            Topo::Full => false,
-            Topo::OutDegree { q, .. } => q + 1 < self.s.peers,
-            Topo::Lists(out) | Topo::File { out: Ok(out), .. } => {
-                out.iter().any(|l| l.len() + 1 < self.s.peers)
+        let p = self.s.spec.peers;
+        let topo = &self.s.spec.topology;
+        let partial_lists = |out: &[Vec<usize>]| out.iter().any(|l| l.len() + 1 < p);
+        let partial = match (&self.s.resolved, &topo.file, &topo.explicit) {
+            (Some(r), _, _) => partial_lists(&r.out),
+            // Not built yet: read again (a file that cannot be read fails the build).
+            (None, Some(path), _) => {
+                Topology::read_file(path).is_ok_and(|t| partial_lists(&t.out_lists()))
             }
-            Topo::File { out: Err(_), .. } => false,
-            Topo::Resolved(r) => r.out.iter().any(|l| l.len() + 1 < self.s.peers),
+            (None, None, Some(out)) => partial_lists(out),
+            (None, None, None) => topo.out_degree.is_some_and(|q| q + 1 < p),
         };
         partial
-            && !self.s.relay
-            && match self.s.partial {
+            && !self.s.spec.net.relay
+            && match self.s.spec.net.partial {
                 Some(crate::PartialSpec::Gossip) => true,
                 Some(crate::PartialSpec::Paper) => false,
                 None => true,
@@ -1925,46 +1880,51 @@ impl<K: Kind> Builder<K> {
         relay: bool,
         probe: bool,
     ) -> Result<Engine<K::Model>> {
-        self.s.check()?;
+        self.check()?;
         let peer = Peer {
             id: PeerId(id),
-            peers: self.s.peers,
-            seed: peer_seed(self.s.seed, id),
+            peers: self.s.spec.peers,
+            seed: peer_seed(self.s.spec.train.seed, id),
         };
-        let parts = self.kind.parts(&peer, self.s.seed, probe)?;
-        if let Some(samples) = self.kind.samples().filter(|&n| self.s.batch > n) {
+        let parts = self.kind.parts(&peer, &self.s.spec.train, probe)?;
+        if let Some(samples) = self.kind.samples().filter(|&n| self.s.spec.train.batch > n) {
             let e = sfb_models::Error::BatchTooLarge {
-                batch: self.s.batch,
+                batch: self.s.spec.train.batch,
                 samples,
             };
             return Err(e.into());
         }
         let mut cfg = Config::new(peer.id, peer.peers, out, inn);
-        cfg.consistency = self.s.consistency.clone();
-        cfg.clocks = self.s.clocks;
-        cfg.batch_size = self.s.batch;
+        cfg.consistency = self.s.consistency().clone();
+        cfg.clocks = self.s.spec.train.clocks;
+        cfg.batch_size = self.s.spec.train.batch;
         let (optimizer, lr) = self.resolved_optimizer();
         cfg.lr = lr;
-        cfg.eval_every = self.s.eval_every;
-        cfg.max_drift = self.s.max_drift;
+        cfg.eval_every = self.s.spec.train.eval_every;
+        cfg.max_drift = self.s.spec.train.max_drift;
         cfg.optimizer = optimizer;
-        cfg.checkpoint_every = self.s.checkpoints.as_ref().map_or(0, |c| c.every);
-        cfg.compress = self.s.compress;
-        cfg.prioritize = self.s.prioritize.map(|p| sfb_core::Prioritize {
+        let f = &self.s.spec.fault;
+        cfg.checkpoint_every = if f.checkpoint_dir.is_some() {
+            f.checkpoint_every
+        } else {
+            0
+        };
+        cfg.compress = self.s.spec.net.compress.map(|c| c.rank);
+        cfg.prioritize = self.s.spec.net.prioritize.map(|p| sfb_core::Prioritize {
             policy: p.policy,
             budget: p.budget,
-            seed: self.s.seed,
+            seed: self.s.spec.train.seed,
         });
-        cfg.aggregate = self.s.aggregate;
-        cfg.timing_only = self.s.timing_only;
-        if !self.s.until.is_empty() {
+        cfg.aggregate = self.s.spec.net.aggregate.map(|c| c.rank);
+        cfg.timing_only = self.s.spec.sim.timing_only;
+        if !self.s.spec.train.until.is_empty() {
             // An FMS node's lead is its own (`fms::Config::from_engine`).
             let lead = if relay {
                 let slack = self
                     .s
-                    .consistency
+                    .consistency()
                     .staleness_bound()
-                    .unwrap_or(self.s.max_drift);
+                    .unwrap_or(self.s.spec.train.max_drift);
                 // Every peer reaches every other (else: the routes' error names two that
                 // do not): a stop agreed by one reaches all.
                 sfb_core::stop::lead(self.resolved()?.routes()?.height(), slack)
@@ -1972,17 +1932,17 @@ impl<K: Kind> Builder<K> {
                 1
             };
             cfg.until = Some(sfb_core::stop::Until {
-                rules: self.s.until.clone(),
+                rules: self.s.spec.train.until.clone(),
                 lead,
             });
         }
-        if relay && self.s.relay {
+        if relay && self.s.spec.net.relay {
             cfg.relay = Some(self.resolved()?.routes()?);
-            cfg.relay_compress = self.s.relay_compress;
+            cfg.relay_compress = self.s.spec.net.relay_compress.map(|c| c.rank);
         }
-        if relay && !self.s.relay && !self.gossips() {
+        if relay && !self.s.spec.net.relay && !self.gossips() {
             let r = self.resolved()?;
-            if r.out.iter().any(|l| l.len() + 1 < self.s.peers) {
+            if r.out.iter().any(|l| l.len() + 1 < self.s.spec.peers) {
                 r.warn_paper_mode();
             }
         }
@@ -1990,40 +1950,40 @@ impl<K: Kind> Builder<K> {
             let q = self.resolved()?.out.get(id as usize).map_or(1, Vec::len);
             let alpha = f64::from(
                 self.s
+                    .spec
+                    .net
                     .gossip_own
                     .unwrap_or(sfb_core::gossip::Config::default_own(q)),
             );
             let gain = f64::from(
                 self.s
+                    .spec
+                    .net
                     .gossip_gain
-                    .unwrap_or(sfb_core::gossip::Config::default_gain(self.s.peers, q)),
+                    .unwrap_or(sfb_core::gossip::Config::default_gain(self.s.spec.peers, q)),
             );
             let mut g = sfb_core::gossip::Config::new(self.resolved()?.gossip_weights(
                 id as usize,
                 alpha,
                 gain,
             )?);
-            g.rank = self
-                .s
-                .gossip_rank
-                .unwrap_or(sfb_core::gossip::Config::default_rank_for(
-                    self.s.batch,
-                    self.s.peers,
-                    q,
-                ));
-            g.step = self.s.gossip_step;
+            g.rank =
+                self.s
+                    .spec
+                    .net
+                    .gossip_rank
+                    .unwrap_or(sfb_core::gossip::Config::default_rank_for(
+                        self.s.spec.train.batch,
+                        self.s.spec.peers,
+                        q,
+                    ));
+            g.step = self.s.spec.net.gossip_step;
             cfg.gossip = Some(g);
         }
-        cfg.on_peer_loss = self.s.on_peer_loss.unwrap_or(
-            if matches!(cfg.consistency, Consistency::Bsp) || self.s.relay {
-                sfb_core::PeerLoss::Fail
-            } else {
-                sfb_core::PeerLoss::Continue
-            },
-        );
-        cfg.quorum = self.s.quorum;
+        cfg.on_peer_loss = self.s.peer_loss();
+        cfg.quorum = self.s.quorum();
         let takeover = cfg.on_peer_loss == sfb_core::PeerLoss::Continue
-            && match self.s.lost_shards {
+            && match self.s.spec.fault.lost_shards {
                 Some(p) => p == crate::LostShardsSpec::Takeover,
                 None => self.kind.takes_over_by_default(),
             };
@@ -2064,7 +2024,7 @@ impl<K: Kind> Builder<K> {
             self.check_factors(id)?;
         }
         let engine = self.engine(0, Vec::new(), Vec::new(), false, true)?;
-        if self.s.timing_only {
+        if self.s.spec.sim.timing_only {
             // No replica and no optimizer state: nothing of W's size per node.
             return Ok(());
         }
@@ -2077,10 +2037,10 @@ impl<K: Kind> Builder<K> {
     fn first_parts(&mut self, id: u32) -> Result<Parts<K::Model>> {
         let peer = Peer {
             id: PeerId(id),
-            peers: self.s.peers,
-            seed: peer_seed(self.s.seed, id),
+            peers: self.s.spec.peers,
+            seed: peer_seed(self.s.spec.train.seed, id),
         };
-        self.kind.parts(&peer, self.s.seed, false)
+        self.kind.parts(&peer, &self.s.spec.train, false)
     }
 
     /// Refuses a user's model whose factors do not fit its starting W, before anything
@@ -2108,7 +2068,7 @@ impl<K: Kind> Builder<K> {
                 "the starting W holds a non-finite value",
             )));
         }
-        let batch = shard.next_batch_indexed(self.s.batch);
+        let batch = shard.next_batch_indexed(self.s.spec.train.batch);
         let mut sv = sfb_core::SvList::new(w0.nrows(), w0.ncols());
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             model.compute_sv_indexed(w0.view(), &batch, &mut sv)
@@ -2144,7 +2104,9 @@ impl<K: Kind> Builder<K> {
             // Out of range: the engine's configuration check names it.
             _ => (Vec::new(), Vec::new()),
         };
-        let mut engine = self.engine(id, o, i, true, false)?.with_wire(self.s.wire);
+        let mut engine = self
+            .engine(id, o, i, true, false)?
+            .with_wire(self.s.spec.net.wire);
         if let Some((store, clock)) = self.resume_from("sfb")? {
             let state = store.resume(Role::Peer, PeerId(id), clock)?;
             engine
@@ -2160,24 +2122,28 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// [`Error::Output`] for a directory that cannot be written; topology errors.
     pub fn checkpoint_store(&mut self, backend: &'static str) -> Result<Option<Arc<Store>>> {
-        let Some(c) = &self.s.checkpoints else {
+        // Nothing is written for a run that will be refused.
+        self.check()?;
+        let f = &self.s.spec.fault;
+        let Some(dir) = f.checkpoint_dir.clone() else {
             return Ok(None);
         };
-        if let Some((b, store)) = &c.store
+        if let Some((b, store)) = &self.s.store
             && *b == backend
         {
             return Ok(Some(Arc::clone(store)));
         }
-        let (dir, keep, resume) = (c.dir.clone(), c.keep, c.resume);
+        let (keep, resume) = (f.checkpoint_keep, self.s.resume());
         crate::preflight::output_dir("fault.checkpoint_dir", &dir)?;
         let topology = if backend == "sfb" {
             // A resumed run uses the topology the checkpoints were taken with (an optimized
             // topology found under a time limit may differ from run to run).
             let saved = dir.join(crate::checkpoint::TOPOLOGY_FILE);
-            let p = self.s.peers;
-            let asked = match self.s.topology {
-                Topo::Full => Some(p.saturating_sub(1)),
-                Topo::OutDegree { q, .. } => Some(q),
+            let p = self.s.spec.peers;
+            let t = &self.s.spec.topology;
+            let asked = match (&t.file, &t.explicit, t.out_degree) {
+                (None, None, None) => Some(p.saturating_sub(1)),
+                (None, None, Some(q)) => Some(q),
                 _ => None,
             };
             if resume != Resume::No
@@ -2187,7 +2153,9 @@ impl<K: Kind> Builder<K> {
                 && out.iter().all(|l| l.len() == q)
             {
                 // The same P and Q as the checkpointed run: its very graph.
-                self.s.topology = Topo::Lists(out);
+                let t = &mut self.s.spec.topology;
+                (t.explicit, t.out_degree) = (Some(out), None);
+                self.s.resolved = None;
             }
             let out = self.resolved()?.out.clone();
             if resume == Resume::No {
@@ -2197,18 +2165,16 @@ impl<K: Kind> Builder<K> {
         } else {
             0
         };
-        let meta = Meta::new(backend, self.kind.name(), self.s.peers, topology)
+        let meta = Meta::new(backend, self.kind.name(), self.s.spec.peers, topology)
             .with_agreement(self.agreement());
         let store = Arc::new(Store::open(&dir, keep, meta)?);
-        if let Some(c) = &mut self.s.checkpoints {
-            c.store = Some((backend, Arc::clone(&store)));
-        }
+        self.s.store = Some((backend, Arc::clone(&store)));
         Ok(Some(store))
     }
 
     /// The nodes of this run as `backend`, as checkpoint files name them.
     fn checkpoint_nodes(&self, backend: &str) -> Vec<(Role, PeerId)> {
-        let p = self.s.peers as u32;
+        let p = self.s.spec.peers as u32;
         if backend == "sfb" {
             (0..p).map(|i| (Role::Peer, PeerId(i))).collect()
         } else {
@@ -2225,10 +2191,7 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// [`Error::NoCheckpoint`] naming the node without a checkpoint; the store's errors.
     pub fn resume_from(&mut self, backend: &'static str) -> Result<Option<(Arc<Store>, u64)>> {
-        let resume = match &self.s.checkpoints {
-            Some(c) => c.resume,
-            None => return Ok(None),
-        };
+        let resume = self.s.resume();
         if resume == Resume::No {
             return Ok(None);
         }
@@ -2244,9 +2207,7 @@ impl<K: Kind> Builder<K> {
                      in {}",
                     store.dir().display()
                 );
-                if let Some(cp) = &mut self.s.checkpoints {
-                    cp.resume = Resume::At(c);
-                }
+                self.s.spec.fault.resume_at = Some(c);
                 c
             }
         };
@@ -2260,8 +2221,8 @@ impl<K: Kind> Builder<K> {
     pub fn build_engines(&mut self) -> Result<Vec<Engine<K::Model>>> {
         // Before the topology is resolved: a resumed run uses the checkpointed one.
         self.checkpoint_store("sfb")?;
-        self.check_fits(self.s.peers)?;
-        (0..self.s.peers as u32)
+        self.check_fits(self.s.spec.peers)?;
+        (0..self.s.spec.peers as u32)
             .map(|id| self.build_peer(id))
             .collect()
     }
@@ -2272,6 +2233,7 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// As [`build_peer`](Self::build_peer).
     pub fn build_client(&mut self, id: u32, push: crate::Push) -> Result<Client<K::Model>> {
+        self.fms(push);
         let engine = self.engine(id, Vec::new(), Vec::new(), false, false)?;
         let mut client = Client::from_engine(engine, push.into())?;
         if let Some((store, clock)) = self.resume_from("fms")? {
@@ -2288,6 +2250,7 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// As [`build_peer`](Self::build_peer).
     pub fn build_server(&mut self, push: crate::Push) -> Result<Server<K::Model>> {
+        self.fms(push);
         let engine = self.engine(0, Vec::new(), Vec::new(), false, true)?;
         let mut server = Server::from_engine(engine, push.into())?;
         if let Some((store, clock)) = self.resume_from("fms")? {
@@ -2299,6 +2262,13 @@ impl<K: Kind> Builder<K> {
         Ok(server)
     }
 
+    /// The run is the FMS baseline, its clients pushing `push` (what the spec's checks of
+    /// an FMS run read).
+    fn fms(&mut self, push: crate::Push) {
+        self.s.spec.backend = crate::Backend::Fms;
+        self.s.spec.fms_push = push;
+    }
+
     /// The FMS server and every client.
     ///
     /// # Errors
@@ -2308,10 +2278,11 @@ impl<K: Kind> Builder<K> {
         &mut self,
         push: crate::Push,
     ) -> Result<(Server<K::Model>, Vec<Client<K::Model>>)> {
+        self.fms(push);
         self.checkpoint_store("fms")?;
         // The clients' replicas and the server's.
-        self.check_fits(self.s.peers + 1)?;
-        let clients = (0..self.s.peers as u32)
+        self.check_fits(self.s.spec.peers + 1)?;
+        let clients = (0..self.s.spec.peers as u32)
             .map(|id| self.build_client(id, push))
             .collect::<Result<Vec<_>>>()?;
         Ok((self.build_server(push)?, clients))
@@ -2320,17 +2291,18 @@ impl<K: Kind> Builder<K> {
     pub(crate) fn info(&self, backend: &str, out_degree: usize) -> RunInfo {
         RunInfo {
             backend: backend.into(),
-            transport: self.s.transport.into(),
+            transport: self.s.spec.transport.name().into(),
             model: self
                 .s
-                .model_name
+                .spec
+                .custom_model
                 .clone()
                 .unwrap_or_else(|| self.kind.name().into()),
-            consistency: self.s.consistency.to_string(),
-            peers: self.s.peers,
+            consistency: self.s.consistency().to_string(),
+            peers: self.s.spec.peers,
             out_degree,
-            clocks: self.s.clocks,
-            batch: self.s.batch,
+            clocks: self.s.spec.train.clocks,
+            batch: self.s.spec.train.batch,
             optimizer: self
                 .kind
                 .own_step()
@@ -2340,9 +2312,16 @@ impl<K: Kind> Builder<K> {
                 None => self.resolved_optimizer().1,
             },
             data: self.kind.data_description(),
-            until: self.s.until.iter().map(ToString::to_string).collect(),
-            topology: match (&self.s.topology, backend) {
-                (Topo::Resolved(r), "sfb") => Some(r.info()),
+            until: self
+                .s
+                .spec
+                .train
+                .until
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            topology: match (&self.s.resolved, backend) {
+                (Some(r), "sfb") => Some(r.info()),
                 _ => None,
             },
         }
@@ -2375,7 +2354,7 @@ impl<K: Kind> Builder<K> {
             on_failure.store(at, std::sync::atomic::Ordering::Relaxed);
         }));
         let user = self.s.progress.clone();
-        let server_at = self.s.peers;
+        let server_at = self.s.spec.peers;
         let to_sink = Arc::clone(&sink);
         let progress: sfb_net::p2p::ProgressFn = Arc::new(move |r: &ClockRecord| {
             to_sink.write(r);
@@ -2389,10 +2368,10 @@ impl<K: Kind> Builder<K> {
             }
         });
         let opts = sfb_net::mem::Options {
-            timeout: self.s.timeout,
+            timeout: self.s.timeout(),
             progress: Some(progress),
             stragglers: self.s.stragglers(),
-            keep: if self.s.keep_all {
+            keep: if self.s.spec.output.keep_records {
                 Keep::All
             } else {
                 Keep::Last

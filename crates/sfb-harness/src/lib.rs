@@ -9,6 +9,7 @@
 //! - [`Cluster::builder`]: engines (or an FMS server and clients) for P peers, owning the
 //!   per-peer seed scheme ([`peer_seed`]), run in memory or built one node at a time for
 //!   another driver;
+//! - [`flags`]: the command line's flag for each spec field, one table read both ways;
 //! - [`summarize`]: one [`Summary`](sfb_core::metrics::Summary) for every backend and
 //!   transport;
 //! - [`run`]: a whole [`RunSpec`] in one call, in memory or over libp2p as local
@@ -76,6 +77,7 @@ pub mod checkpoint;
 mod cluster;
 mod data;
 mod error;
+pub mod flags;
 pub mod launch;
 pub mod netns;
 pub mod preflight;
@@ -91,12 +93,12 @@ pub use cluster::{
     Peer, Progress, peer_seed, shard,
 };
 pub use error::{Error, Result};
+pub use flags::flag_for;
 pub use run::{run, run_with};
 pub use spec::{
     Backend, CompressSpec, ConsistencySpec, DataSource, FaultOptions, LostShardsSpec, MethodSpec,
     ModelChoice, NetOptions, OutputOptions, PartialSpec, PeerLossSpec, PrioritizeSpec, Push,
     RunSpec, ScaleSpec, ScheduleSpec, StragglerSpec, TopologyMethod, TopologyOptions, TrainOptions,
-    Transport, default_lr, default_lr_for_data, default_method, default_warmup, flag_for,
-    score_step,
+    Transport, default_lr, default_lr_for_data, default_method, default_warmup, score_step,
 };
 pub use summary::{NodeOutcome, summarize};

@@ -195,6 +195,36 @@ pub enum ModelChoice {
 }
 
 impl ModelChoice {
+    /// The choice that names the built-in model `spec`, if one does (not
+    /// [`ModelSpec::MlrPrimal`], which a spec reaches only as l2mlr with saga).
+    pub fn of(spec: &ModelSpec) -> Option<Self> {
+        match *spec {
+            ModelSpec::Mlr => Some(Self::Mlr),
+            ModelSpec::L2Mlr { lambda, .. } => Some(Self::L2mlr { lambda }),
+            ModelSpec::Dml {
+                latent,
+                margin,
+                candidates,
+            } => Some(Self::Dml {
+                latent,
+                margin,
+                candidates,
+            }),
+            ModelSpec::SparseCoding {
+                atoms,
+                lambda,
+                sweeps,
+                decay,
+            } => Some(Self::Sc {
+                atoms,
+                lambda,
+                sweeps,
+                decay,
+            }),
+            _ => None,
+        }
+    }
+
     /// `mlr`, `l2mlr`, `dml` or `sc`.
     pub fn name(&self) -> &'static str {
         match self {
@@ -2067,56 +2097,6 @@ mod dtype_serde {
         String::deserialize(d)?
             .parse()
             .map_err(serde::de::Error::custom)
-    }
-}
-
-/// The `sfb run` flag that sets the spec field `field` (as named in the harness's errors,
-/// e.g. `"train.lr"` → `"--lr"`), or `field` itself when no flag sets it alone.
-pub fn flag_for(field: &'static str) -> &'static str {
-    match field {
-        "peers" => "--peers",
-        "train.batch" => "--batch",
-        "train.lr" => "--lr",
-        "train.optimizer" => "--optimizer",
-        "train.init_std" => "--init-std",
-        "train.straggler" => "--straggler",
-        "model.lambda" => "--lambda",
-        "model.latent" => "--latent",
-        "model.margin" => "--margin",
-        "model.candidates" => "--candidates",
-        "model.atoms" => "--dict-size",
-        "model.decay" => "--decay",
-        "data.holdout" => "--holdout",
-        "data.stream" => "--stream",
-        "topology.time_limit_s" => "--topology-time-limit",
-        "topology.file" => "--topology",
-        "net.timeout_s" => "--timeout",
-        "net.peer_timeout_s" => "--peer-timeout",
-        "net.startup_timeout_s" => "--startup-timeout",
-        "net.bandwidth" => "--bandwidth",
-        "net.wire" => "--wire",
-        "net.netns" => "--netns",
-        "fms_push" => "--fms-push",
-        "output.metrics" => "--metrics",
-        "output.summary" => "--summary",
-        "output.save_model" => "--save-model",
-        "custom_model" => "--model",
-        "fault.checkpoint_every" => "--checkpoint-every",
-        "fault.checkpoint_keep" => "--checkpoint-keep",
-        "fault.checkpoint_dir" => "--checkpoint-dir",
-        "fault.resume" => "--resume",
-        "fault.lost_shards" => "--lost-shards",
-        "net.compress" => "--compress",
-        "net.prioritize" => "--prioritize",
-        "net.relay" => "--relay",
-        "net.partial" => "--partial",
-        "net.gossip_rank" => "--gossip-rank",
-        "net.gossip_step" => "--gossip-step",
-        "net.gossip_own" => "--gossip-own",
-        "net.gossip_gain" => "--gossip-gain",
-        "net.relay_compress" => "--relay-compress",
-        "net.aggregate" => "--aggregate",
-        other => other,
     }
 }
 

@@ -18,6 +18,20 @@ fn spec(data: &str, clocks: u64, batch: usize) -> RunSpec {
     s
 }
 
+/// A model of the program's own that sends nothing.
+struct Zero;
+impl sfb_core::Model for Zero {
+    type Sample = f32;
+    fn compute_sv(
+        &mut self,
+        _: ndarray::ArrayView2<'_, f32>,
+        _: &[&f32],
+        _: &mut sfb_core::SvList,
+    ) -> Result<(), sfb_core::ModelError> {
+        Ok(())
+    }
+}
+
 /// Server bytes from the server's records (`peer = PeerId::SERVER.0`).
 fn server_bytes(records: &[ClockRecord]) -> (u64, u64) {
     let last = records
@@ -199,18 +213,6 @@ fn the_seed_scheme_is_the_documented_one() {
 
 #[test]
 fn builder_errors_are_typed() {
-    struct Zero;
-    impl sfb_core::Model for Zero {
-        type Sample = f32;
-        fn compute_sv(
-            &mut self,
-            _: ndarray::ArrayView2<'_, f32>,
-            _: &[&f32],
-            _: &mut sfb_core::SvList,
-        ) -> Result<(), sfb_core::ModelError> {
-            Ok(())
-        }
-    }
     // Batches of 1: these samples are fewer than the default batch.
     let b = || Cluster::builder().peers(4).batch(1).model(|_| Zero);
     assert!(matches!(
@@ -272,6 +274,117 @@ fn builder_errors_are_typed() {
     // libp2p runs through the launcher: a missing executable is its error, not a panic.
     let r = sfb_harness::launch::Launcher::new("/nonexistent/sfb").run(&s);
     assert!(matches!(&r, Err(Error::Launch(_))), "{:?}", r.err());
+}
+
+/// The builder's settings are a `RunSpec`: its setters write the spec's fields, a spec
+/// read back gives the same builder, and a model of the program's own is refused for what
+/// `RunSpec::validate` refuses, with the same error as the spec.
+#[test]
+fn the_builder_is_a_spec_and_every_model_gets_its_checks() {
+    use sfb_harness::{CompressSpec, PeerLossSpec, TopologyMethod};
+    let b = Cluster::builder()
+        .peers(6)
+        .out_degree(2)
+        .topology_method(TopologyMethod::Kautz)
+        .clocks(50)
+        .batch(4)
+        .lr(0.1)
+        .seed(9)
+        .consistency(sfb_core::Consistency::Ssp { staleness: 2 })
+        .on_peer_loss(PeerLossSpec::ContinueAlone)
+        .compress(3)
+        .checkpoints("ck", 5, 3)
+        .resume(Some(10));
+    let got = b.to_spec().clone();
+    let mut want = RunSpec {
+        peers: 6,
+        ..RunSpec::default()
+    };
+    want.topology.out_degree = Some(2);
+    want.topology.method = TopologyMethod::Kautz;
+    (
+        want.train.clocks,
+        want.train.batch,
+        want.train.lr,
+        want.train.seed,
+    ) = (50, 4, Some(0.1), 9);
+    want.train.consistency = sfb_harness::ConsistencySpec::Ssp { staleness: 2 };
+    want.fault.on_peer_loss = Some(PeerLossSpec::ContinueAlone);
+    want.net.compress = Some(CompressSpec { rank: 3 });
+    want.fault.checkpoint_dir = Some("ck".into());
+    (want.fault.checkpoint_every, want.fault.checkpoint_keep) = (5, 3);
+    (want.fault.resume, want.fault.resume_at) = (true, Some(10));
+    // In memory a builder keeps every record unless told otherwise.
+    want.output.keep_records = true;
+    assert_eq!(got, want);
+    // Back through `with_spec`: the same spec.
+    assert_eq!(Cluster::builder().with_spec(&want).to_spec(), &want);
+
+    // Settings `sfb run` refuses are refused for a model of the program's own too, before
+    // anything runs, with the spec's own error.
+    let user = |f: &dyn Fn(RunSpec) -> RunSpec| {
+        let spec = f(RunSpec {
+            peers: 4,
+            ..RunSpec::default()
+        });
+        let from_spec = spec.validate().unwrap_err().to_string();
+        let built = Cluster::builder()
+            .with_spec(&spec)
+            .model(|_| Zero)
+            .init_w(Array2::zeros((1, 1)))
+            .data(vec![1.0; 64])
+            .run_mem()
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(built.as_deref(), Some(from_spec.as_str()));
+        from_spec
+    };
+    let straggler = user(&|mut s| {
+        s.train.straggler = Some(StragglerSpec::Peer {
+            peer: 7,
+            delay_ms: 1,
+        });
+        s
+    });
+    assert!(straggler.contains("train.straggler"), "{straggler}");
+    let limit = user(&|mut s| {
+        s.topology.time_limit_s = f64::NAN;
+        s
+    });
+    assert!(limit.contains("topology.time_limit_s"), "{limit}");
+    let dir = std::env::temp_dir().join(format!("sfb-refused-ck-{}", std::process::id()));
+    let relay = user(&|mut s| {
+        s.net.relay = true;
+        s.fault.checkpoint_dir = Some(dir.clone());
+        s
+    });
+    assert!(relay.contains("checkpoint"), "{relay}");
+    assert!(
+        !dir.exists(),
+        "a refused run wrote its checkpoint directory"
+    );
+    // And through the setters, not only a spec.
+    let e = Cluster::builder()
+        .peers(4)
+        .straggler(StragglerSpec::Peer {
+            peer: 4,
+            delay_ms: 1,
+        })
+        .model(|_| Zero)
+        .init_w(Array2::zeros((1, 1)))
+        .data(vec![1.0; 64])
+        .run_mem()
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                field: "train.straggler",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -551,7 +664,7 @@ fn data_loaded_per_peer_runs_bitwise_as_the_whole_set() {
     );
     let e = run()
         .data_per_peer(|_| Ok(scaled_least_squares()))
-        .on_peer_loss(sfb_core::PeerLoss::Continue)
+        .on_peer_loss(sfb_harness::PeerLossSpec::Continue)
         .lost_shards(sfb_harness::LostShardsSpec::Takeover)
         .run_mem()
         .unwrap_err()
@@ -599,7 +712,7 @@ fn an_in_memory_run_survives_a_peer_thread_that_panics() {
             .consistency(consistency)
     };
     let done = run(sfb_core::Consistency::Ssp { staleness: 2 })
-        .on_peer_loss(sfb_core::PeerLoss::Continue)
+        .on_peer_loss(sfb_harness::PeerLossSpec::Continue)
         .run_mem()
         .unwrap();
     let ids: Vec<usize> = done
