@@ -158,6 +158,27 @@ fn what_is_not_simulated_is_refused_by_name() {
         ),
         (&["--crash", "1:10"], "expected PEER@CLOCK"),
         (
+            &["--partition", "1@x..2"],
+            "expected a non-negative duration",
+        ),
+        (&["--partition", "1-2"], "expected PEER[,PEER…]@FROM..UNTIL"),
+        (
+            &["--partition", "9@1..2"],
+            "sim.partitions peer must be a peer of the run (below --peers), got 9",
+        ),
+        (
+            &["--partition", "0,1,2,3@1..2"],
+            "--partition must be fewer peers than the run's (a cut has two sides), got 4",
+        ),
+        (
+            &["--pause", "1@5..2"],
+            "--pause must be a span that ends after it starts, got 2",
+        ),
+        (
+            &["--partition", "1@1..2", "--backend", "fms"],
+            "--partition needs backend sfb",
+        ),
+        (
             &["--crash-fraction", "1.5", "--on-peer-loss", "continue"],
             "--crash-fraction must be in 0..1",
         ),
@@ -376,4 +397,76 @@ fn crashed_peers_are_lost_at_their_clock_and_the_survivors_finish_alike_every_ti
     // Learning is barely touched by losing 3 of 16 shards' worth of updates for a while.
     let (o, f) = (num(&a, "objective"), num(&free, "objective"));
     assert!(o < f * 1.05, "with crashes {o}, without {f}");
+}
+
+#[test]
+fn partitions_and_pauses_are_data_and_only_a_majority_trains_on() {
+    // Issue 31: the 70 s cut of one peer of 4 (past the 60 s --peer-timeout), in simulated
+    // time. The run alone takes about 5 ms; the cut starts at 1 ms.
+    let dir = tempdir("sim", "partitions");
+    let base = [
+        "sim",
+        "--peers",
+        "4",
+        "--consistency",
+        "ssp:2",
+        "--on-peer-loss",
+        "continue",
+        "--synthetic",
+        "classes=4,features=16,samples=2000",
+        "--clocks",
+        "300",
+        "--batch",
+        "8",
+    ];
+    let run = |name: &str, extra: &[&str]| {
+        let summary = dir.join(format!("{name}.json"));
+        let out = Command::new(SFB)
+            .args(base)
+            .args(extra)
+            .arg("--summary")
+            .arg(&summary)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+        (out.status.success(), v)
+    };
+    let faults = |v: &Value| v["sim"]["faults"].to_string();
+    let (ok, free) = run("free", &[]);
+    assert!(ok && free["sim"].get("faults").is_none(), "{free}");
+
+    // The majority (p0, p1, p2) waits out the peer timeout, counts p3 lost and trains on to
+    // the end; p3 stops as the minority, is not in the figures, and the run succeeds.
+    let (ok, cut) = run("cut", &["--partition", "3@0.001..70.001"]);
+    assert!(ok, "{cut}");
+    assert_eq!(cut["lost_peers"].as_array().unwrap().len(), 1, "{cut}");
+    assert_eq!(cut["lost_peers"][0]["peer"], 3, "{cut}");
+    assert_eq!(cut["replica_checksums"].as_array().unwrap().len(), 3);
+    assert!(num(&cut["sim"], "simulated_s") >= 60.0, "{cut}");
+    for want in ["partition: 3@0.001..70.001 s", "p3 stopped as the minority"] {
+        assert!(faults(&cut).contains(want), "{}", faults(&cut));
+    }
+    let (o, f) = (num(&cut, "objective"), num(&free, "objective"));
+    assert!(o < f * 1.05, "after the cut {o}, without {f}");
+
+    // A cut shorter than the timeout loses nobody: everyone waits, then all go on.
+    let (ok, short) = run("short", &["--partition", "3@0.001..30"]);
+    assert!(ok && short["lost_peers"].is_null(), "{short}");
+    assert_eq!(short["replica_checksums"].as_array().unwrap().len(), 4);
+    assert!(num(&short["sim"], "simulated_s") >= 30.0, "{short}");
+
+    // An even split: neither side is a majority, so neither reports success.
+    let (ok, even) = run("even", &["--partition", "0,1@0.001..70"]);
+    assert!(!ok, "{even}");
+    assert!(
+        even["failed"].as_str().unwrap().contains("no majority"),
+        "{even}"
+    );
+
+    // A pause past the timeout is a loss as a crash is; a short one only a wait.
+    let (ok, pause) = run("pause", &["--pause", "2@0.001..3"]);
+    assert!(ok && pause["lost_peers"].is_null(), "{pause}");
+    assert!(faults(&pause).contains("pause: 2@0.001..3 s"), "{pause}");
+    // The same flags, the same report.
+    assert_eq!(run("cut-again", &["--partition", "3@0.001..70.001"]).1, cut);
 }

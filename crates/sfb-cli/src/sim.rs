@@ -89,6 +89,17 @@ pub struct SimFlags {
     /// run, e.g. 0.05.
     #[arg(long, value_name = "FRACTION")]
     pub crash_fraction: Option<f64>,
+    /// PEERS@FROM..UNTIL: a network partition cuts PEERS (comma-separated) off from the
+    /// others from FROM until UNTIL simulated seconds (repeatable; e.g. 3@1..71). A cut
+    /// that lasts --peer-timeout makes each side count the other lost: then only a side
+    /// holding a strict majority of the run's peers trains on (the other stops and says
+    /// so), unless --on-peer-loss continue-alone. The summary's sim block lists each fault.
+    #[arg(long = "partition", value_name = "PEERS@FROM..UNTIL")]
+    pub partitions: Vec<sim::Window>,
+    /// PEERS@FROM..UNTIL: PEERS stop (take no step and no frame) from FROM until UNTIL
+    /// simulated seconds, as SIGSTOP stops a process (repeatable).
+    #[arg(long = "pause", value_name = "PEERS@FROM..UNTIL")]
+    pub pauses: Vec<sim::Window>,
 }
 
 impl SimFlags {
@@ -113,6 +124,8 @@ impl SimFlags {
             timing_only: self.timing_only,
             crashes: self.crashes.clone(),
             crash_fraction: self.crash_fraction,
+            partitions: self.partitions.clone(),
+            pauses: self.pauses.clone(),
         }
     }
 }

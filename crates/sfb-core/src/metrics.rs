@@ -301,6 +301,11 @@ pub struct SimReport {
     /// learning.
     #[serde(default)]
     pub timing_only: bool,
+    /// The faults the run was given and what came of them, one line each (a crash, a
+    /// partition, a pause; a node that stopped as the minority of a cut). Absent when
+    /// none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<String>,
 }
 
 /// The `--summary` JSON of a run (keys fixed by DESIGN.md's CLI contract, plus extras).

@@ -1404,27 +1404,63 @@ impl<K: Kind> Builder<K> {
                     self.s.spec.train.seed,
                 );
                 let mut net = Network::with_config(engines, cfg(costs));
-                if !crashes.is_empty() {
+                let mut faults: Vec<String> = Vec::new();
+                let (cuts, pauses) = (&sim.partitions, &sim.pauses);
+                if !(crashes.is_empty() && cuts.is_empty() && pauses.is_empty()) {
                     let out = self.resolve_topology()?;
                     net = net
                         .detect_after(self.s.detect())
                         .repair(Box::new(move |k, lost| repair_fn(out.clone(), k)?(lost)));
-                    for &(p, c) in &crashes {
-                        net = net.crash_after_clock(PeerId(p as u32), c);
+                }
+                for &(p, c) in &crashes {
+                    net = net.crash_after_clock(PeerId(p as u32), c);
+                    faults.push(format!("crash: p{p} after clock {c}"));
+                }
+                let ids = |w: &crate::sim::Window| -> Vec<PeerId> {
+                    w.peers.iter().map(|&p| PeerId(p as u32)).collect()
+                };
+                for w in cuts {
+                    let (from, until) = w.span();
+                    net = net.partition(ids(w), from, until);
+                    faults.push(format!("partition: {w} s"));
+                }
+                for w in pauses {
+                    let (from, until) = w.span();
+                    for id in ids(w) {
+                        net = net.pause(id, from, until);
                     }
-                    tracing::info!("{} simulated crashes: {crashes:?}", crashes.len());
+                    faults.push(format!("pause: {w} s"));
+                }
+                if !faults.is_empty() {
+                    tracing::info!("simulated faults: {}", faults.join("; "));
                 }
                 let run = net.run_with(&mut observer).map_err(Error::Sim)?;
-                // The crashed peers are not in the summary's figures; the survivors'
-                // lost_peers name them.
+                // A node that stopped as the minority of a cut, while the majority trained
+                // on to the end, is out of the run as a crashed one is: neither is in the
+                // summary's figures, and the survivors' lost_peers name both. When no node
+                // finished (an even split, or a policy to fail), the run failed.
+                let finished = run.nodes.iter().any(|n| !n.crashed && n.failed.is_none());
+                let out_of_run =
+                    |n: &sfb_net::virtual_time::NodeRun<_>| n.crashed || (finished && n.minority);
+                for n in run.nodes.iter().filter(|n| finished && n.minority) {
+                    faults.push(format!(
+                        "{} stopped as the minority of a cut at clock {}",
+                        sfb_core::StateMachine::id(&n.node),
+                        n.node.clock()
+                    ));
+                }
                 let nodes: Vec<_> = run
                     .nodes
                     .iter()
-                    .filter(|n| !n.crashed)
+                    .filter(|n| !out_of_run(n))
                     .map(|n| NodeOutcome::from_engine(&n.node, &n.records))
                     .collect();
                 let mut summary = summarize(info, &nodes, None);
-                if let Some((n, why)) = run.nodes.iter().find_map(|n| Some((n, n.failed.as_ref()?)))
+                if let Some((n, why)) = run
+                    .nodes
+                    .iter()
+                    .filter(|n| !out_of_run(n))
+                    .find_map(|n| Some((n, n.failed.as_ref()?)))
                 {
                     summary.failed = Some(format!(
                         "{} stopped: {why}",
@@ -1432,7 +1468,8 @@ impl<K: Kind> Builder<K> {
                     ));
                 }
                 let w = nodes.first().map(|n| n.w.to_owned());
-                let report = sim_report(report, run.end, run.stats.events);
+                let mut report = sim_report(report, run.end, run.stats.events);
+                report.faults = faults;
                 let records = run.nodes.into_iter().flat_map(|n| n.records).collect();
                 (summary, records, report, w)
             }

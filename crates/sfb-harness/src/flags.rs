@@ -477,6 +477,12 @@ pub const FLAGS: &[Flag] = &[
             )
         }
     ),
+    row!("sim.partitions", "--partition", |s, d| Arg::Repeat(
+        s.sim.partitions.iter().map(ToString::to_string).collect()
+    )),
+    row!("sim.pauses", "--pause", |s, d| Arg::Repeat(
+        s.sim.pauses.iter().map(ToString::to_string).collect()
+    )),
     row!("sim.crash_fraction", "--crash-fraction", |s, d| set(s
         .sim
         .crash_fraction

@@ -12,6 +12,7 @@
 //! `mem_bw` replays the run exactly.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::{Duration, Instant};
 
 use ndarray::Array2;
@@ -233,6 +234,65 @@ pub struct SimOptions {
     /// right after a clock drawn uniformly from the run's. Default: none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crash_fraction: Option<f64>,
+    /// Network partitions: each cuts its peers off from the others over a span of
+    /// simulated time (frames across the cut wait on their links until it heals). A cut
+    /// that lasts `net.peer_timeout_s` makes each side count the other lost; then only a
+    /// side holding a strict majority of the run's peers trains on, unless
+    /// `--on-peer-loss continue-alone`. Default: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<Window>,
+    /// Pauses: each stops its peers (no step, no frame taken) over a span of simulated
+    /// time, as SIGSTOP does a process. Default: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pauses: Vec<Window>,
+}
+
+/// Some peers over a span of simulated time (`--partition`, `--pause`), written
+/// `PEER[,PEER…]@FROM..UNTIL` with durations as `--latency` takes them, e.g. `3@10..80`
+/// or `0,1@500ms..2s`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Window {
+    /// The peers.
+    pub peers: Vec<usize>,
+    /// Start, simulated seconds from the run's start.
+    pub from_s: f64,
+    /// End (exclusive), simulated seconds.
+    pub until_s: f64,
+}
+
+impl std::str::FromStr for Window {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let bad = || format!("{s:?}: expected PEER[,PEER…]@FROM..UNTIL, e.g. 3@10..80");
+        let (peers, span) = s.split_once('@').ok_or_else(bad)?;
+        let (from, until) = span.split_once("..").ok_or_else(bad)?;
+        let peers = peers
+            .split(',')
+            .map(|p| p.trim().parse().map_err(|_| bad()))
+            .collect::<std::result::Result<Vec<usize>, _>>()?;
+        Ok(Self {
+            peers,
+            from_s: seconds(from.trim())?,
+            until_s: seconds(until.trim())?,
+        })
+    }
+}
+
+impl fmt::Display for Window {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let peers: Vec<String> = self.peers.iter().map(ToString::to_string).collect();
+        write!(f, "{}@{}..{}", peers.join(","), self.from_s, self.until_s)
+    }
+}
+
+impl Window {
+    /// Its span as durations (validated: finite, at most a year).
+    pub fn span(&self) -> (Duration, Duration) {
+        let d = |s: f64| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX);
+        (d(self.from_s), d(self.until_s))
+    }
 }
 
 /// Parses `PEER@CLOCK` (`--crash`).
@@ -299,6 +359,8 @@ impl Default for SimOptions {
             transport_cpu_frame_s: None,
             timing_only: false,
             crashes: Vec::new(),
+            partitions: Vec::new(),
+            pauses: Vec::new(),
             crash_fraction: None,
         }
     }
@@ -711,6 +773,7 @@ pub fn plan_costs(
         calibrated,
         costs: named,
         timing_only: opts.timing_only,
+        faults: Vec::new(),
     };
     (costs, report)
 }

@@ -1698,6 +1698,63 @@ impl RunSpec {
         Ok(())
     }
 
+    /// The simulated partitions and pauses: SFB peers of the run, over a span that ends
+    /// after it starts; a cut leaves someone on the other side.
+    fn check_windows(&self) -> Result<()> {
+        let kinds = [
+            (
+                "sim.partitions",
+                "sim.partitions peer",
+                &self.sim.partitions,
+            ),
+            ("sim.pauses", "sim.pauses peer", &self.sim.pauses),
+        ];
+        for (field, peer_field, windows) in kinds {
+            if windows.is_empty() {
+                continue;
+            }
+            if self.backend == Backend::Fms {
+                return Err(Error::Requires {
+                    field,
+                    requires: "backend sfb",
+                    why: "the simulator cuts and pauses SFB peers; an FMS client reaches only \
+                          its server",
+                });
+            }
+            for w in windows {
+                check(field, "at least one peer", 0.0, !w.peers.is_empty())?;
+                for &peer in &w.peers {
+                    let ok = peer < self.peers;
+                    check(
+                        peer_field,
+                        "a peer of the run (below --peers)",
+                        peer as f64,
+                        ok,
+                    )?;
+                }
+                preflight::seconds(field, w.from_s, true)?;
+                preflight::seconds(field, w.until_s, true)?;
+                check(
+                    field,
+                    "a span that ends after it starts",
+                    w.until_s,
+                    w.until_s > w.from_s,
+                )?;
+                let side: std::collections::BTreeSet<_> = w.peers.iter().collect();
+                if field == "sim.partitions" {
+                    let ok = side.len() < self.peers;
+                    check(
+                        field,
+                        "fewer peers than the run's (a cut has two sides)",
+                        side.len() as f64,
+                        ok,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// What a registered model ([`custom_model`](Self::custom_model)) cannot do: the
     /// built-in models' optimizer and data paths (SAGA's per-sample table, streamed files)
     /// and their saved-model format.
@@ -1872,6 +1929,7 @@ impl RunSpec {
                 )?;
             }
         }
+        self.check_windows()?;
         if self.sim.timing_only {
             if self.backend == Backend::Fms {
                 return Err(Error::Requires {

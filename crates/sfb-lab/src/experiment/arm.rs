@@ -145,7 +145,9 @@ mod tests {
         sim.transport = Transport::Sim;
         sim.sim.apply_per_call_s = Some(1e-3);
         sim.sim.flops = 1e12;
+        sim.sim.partitions = vec!["3@1..70.5".parse().unwrap()];
         let args = run_args(&sim).unwrap().join(" ");
+        assert!(args.contains("--partition 3@1..70.5"), "{args}");
         assert!(
             args.contains("--flops 1e12 ") && args.contains("--apply-per-call 0.001"),
             "{args}"

@@ -233,6 +233,9 @@ pub struct NodeRun<N> {
     /// Why it stopped before its end when told of a crash (no majority left, or a
     /// policy to fail).
     pub failed: Option<String>,
+    /// It stopped because the peers it still reached were no majority of the run's
+    /// ([`sfb_core::Error::Minority`]): the cut-off side of a partition.
+    pub minority: bool,
     /// The crashed nodes it was told of while it ran, in order.
     pub told: Vec<PeerId>,
 }
@@ -541,6 +544,7 @@ struct Slot {
     crashed: bool,
     detected: bool,
     failed: Option<String>,
+    minority: bool,
     told: Vec<PeerId>,
     /// `(from, until)`, sorted.
     pauses: Vec<(Duration, Duration)>,
@@ -632,6 +636,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 crashed: false,
                 detected: false,
                 failed: None,
+                minority: false,
                 told: Vec::new(),
                 pauses: Vec::new(),
                 records: Vec::new(),
@@ -859,6 +864,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 finished_at: s.finished_at,
                 crashed: s.crashed,
                 failed: s.failed,
+                minority: s.minority,
                 told: s.told,
             })
             .collect();
@@ -972,6 +978,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         let slot = &mut self.slots[k];
         slot.done = true;
         slot.failed = Some(why.to_string());
+        slot.minority = matches!(why, sfb_core::Error::Minority { .. });
         slot.finished_at = slot.clock.time();
     }
 
