@@ -329,7 +329,25 @@ fn a_misconfigured_peer_is_shut_out_and_the_healthy_majority_finishes() {
     // misconfigured node took the healthy ones down. Under a continue policy the link to
     // it is closed, it is lost like a dead peer, and the majority finishes; it stops,
     // naming what differs.
-    let d = tempdir("hand-run", "shut-out");
+    let err = shut_out("shut-out", "continue");
+    assert!(err.contains("seed differs"), "{err}");
+}
+
+#[test]
+fn a_peer_that_never_reached_the_run_does_not_train_alone() {
+    // Issue 31, failure 4: a peer that reached nobody (started late, another key, here a
+    // refused handshake) waited, marked every other peer lost, trained all its clocks
+    // alone having received nothing, and exited 0. With the quorum off
+    // (continue-alone) the healthy pair trains on; the odd one stops, saying it never
+    // heard from anyone.
+    let err = shut_out("never-reached", "continue-alone");
+    assert!(err.contains("never heard from any peer"), "{err}");
+}
+
+/// A 3-peer SSP run whose peer 2 has another seed, under the peer-loss `policy`: peer 2
+/// exits 1, the two others finish having lost it. Returns peer 2's stderr.
+fn shut_out(name: &str, policy: &str) -> String {
+    let d = tempdir("hand-run", name);
     let cluster = init(&d, &["--peers", "3", "--out-degree", "2"]);
     let nodes: Vec<(String, Vec<String>)> = (0..3)
         .map(|i| {
@@ -339,7 +357,7 @@ fn a_misconfigured_peer_is_shut_out_and_the_healthy_majority_finishes() {
                 "--consistency",
                 "ssp:2",
                 "--on-peer-loss",
-                "continue",
+                policy,
                 "--peer-timeout",
                 "5",
             ]);
@@ -352,9 +370,8 @@ fn a_misconfigured_peer_is_shut_out_and_the_healthy_majority_finishes() {
     let mut c = start(&cluster, &nodes);
     let pids = c.children.pids();
     c.exchange();
-    let (status, err) = c.children.wait_one(2, Duration::from_secs(60));
-    assert_eq!(status.code(), Some(1), "the odd peer: {err}");
-    assert!(err.contains("seed differs"), "{err}");
+    let (status, odd) = c.children.wait_one(2, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "the odd peer: {odd}");
     let mut named = false;
     for i in 0..2 {
         let (status, err) = c.children.wait_one(i, Duration::from_secs(60));
@@ -375,6 +392,7 @@ fn a_misconfigured_peer_is_shut_out_and_the_healthy_majority_finishes() {
     assert!(named, "no healthy node named the cause");
     drop(c);
     assert_gone(&pids);
+    odd
 }
 
 #[test]

@@ -410,8 +410,6 @@ fn partitions_and_pauses_are_data_and_only_a_majority_trains_on() {
         "4",
         "--consistency",
         "ssp:2",
-        "--on-peer-loss",
-        "continue",
         "--synthetic",
         "classes=4,features=16,samples=2000",
         "--clocks",
@@ -421,14 +419,22 @@ fn partitions_and_pauses_are_data_and_only_a_majority_trains_on() {
     ];
     let run = |name: &str, extra: &[&str]| {
         let summary = dir.join(format!("{name}.json"));
+        let policy: &[&str] = if extra.contains(&"--on-peer-loss") {
+            &[]
+        } else {
+            &["--on-peer-loss", "continue"]
+        };
         let out = Command::new(SFB)
             .args(base)
+            .args(policy)
             .args(extra)
             .arg("--summary")
             .arg(&summary)
             .output()
             .unwrap();
-        let v: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+        let text = std::fs::read_to_string(&summary)
+            .unwrap_or_else(|e| panic!("{extra:?}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let v: Value = serde_json::from_str(&text).unwrap();
         (out.status.success(), v)
     };
     let faults = |v: &Value| v["sim"]["faults"].to_string();
@@ -462,6 +468,19 @@ fn partitions_and_pauses_are_data_and_only_a_majority_trains_on() {
         even["failed"].as_str().unwrap().contains("no majority"),
         "{even}"
     );
+
+    // With the quorum off every side trains on; but a peer cut off from the start, which
+    // never heard from anyone, does not train alone: it stops, named, out of the figures.
+    let (ok, alone) = run(
+        "alone",
+        &["--partition", "3@0..70", "--on-peer-loss", "continue-alone"],
+    );
+    assert!(ok, "{alone}");
+    assert!(
+        faults(&alone).contains("p3 stopped having never reached any peer"),
+        "{alone}"
+    );
+    assert_eq!(alone["replica_checksums"].as_array().unwrap().len(), 3);
 
     // A pause past the timeout is a loss as a crash is; a short one only a wait.
     let (ok, pause) = run("pause", &["--pause", "2@0.001..3"]);

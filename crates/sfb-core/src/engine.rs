@@ -1364,11 +1364,20 @@ impl<M: Model> Engine<M> {
     }
 
     /// Counts `peer` lost and refuses to go on when the peers left (this one included)
-    /// are no strict majority of the run's ([`Config::quorum`]).
+    /// are no strict majority of the run's ([`Config::quorum`]), or, whatever the quorum
+    /// rule, when this peer is left alone having never received a frame from anyone
+    /// ([`Error::Isolated`]).
     fn check_quorum(&mut self, peer: PeerId) -> Result<()> {
         self.gone.insert(peer);
         let peers = self.cfg.peers;
         let alive = peers.saturating_sub(self.gone.len());
+        if alive <= 1 && peers > 1 && self.worker.metrics.bytes_received == 0 {
+            return Err(Error::Isolated {
+                me: self.cfg.id,
+                others: peers - 1,
+                clock: self.worker.clock,
+            });
+        }
         if !self.cfg.quorum || 2 * alive > peers {
             return Ok(());
         }

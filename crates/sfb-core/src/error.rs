@@ -154,6 +154,23 @@ pub enum Error {
         /// Clocks this node had completed.
         clock: u64,
     },
+    /// This node has lost every other peer of the run without ever receiving a frame from
+    /// any: it never reached the run (started too late, another key or cluster file, a
+    /// link cut from the start). Whatever the peer-loss policy, it does not train alone
+    /// and report that as the run's result.
+    #[error(
+        "{me} never heard from any peer of the run: it has lost all {others} others (the last \
+         at clock {clock}) without receiving a frame from any, so it would train alone; were \
+         they started with it (within --startup-timeout), from the same cluster file and key?"
+    )]
+    Isolated {
+        /// This node.
+        me: PeerId,
+        /// The other peers of the run.
+        others: usize,
+        /// Clocks this node had completed.
+        clock: u64,
+    },
     /// A checkpoint state cannot be read or does not fit this node.
     #[error("checkpoint {reason}")]
     Checkpoint {

@@ -1435,16 +1435,24 @@ impl<K: Kind> Builder<K> {
                     tracing::info!("simulated faults: {}", faults.join("; "));
                 }
                 let run = net.run_with(&mut observer).map_err(Error::Sim)?;
-                // A node that stopped as the minority of a cut, while the majority trained
-                // on to the end, is out of the run as a crashed one is: neither is in the
-                // summary's figures, and the survivors' lost_peers name both. When no node
-                // finished (an even split, or a policy to fail), the run failed.
+                // A node that stopped cut off (the minority of a cut, or one that never
+                // reached anyone), while others trained on to the end, is out of the run as
+                // a crashed one is: neither is in the summary's figures, and the survivors'
+                // lost_peers name both. When no node finished (an even split, or a policy
+                // to fail), the run failed.
                 let finished = run.nodes.iter().any(|n| !n.crashed && n.failed.is_none());
-                let out_of_run =
-                    |n: &sfb_net::virtual_time::NodeRun<_>| n.crashed || (finished && n.minority);
-                for n in run.nodes.iter().filter(|n| finished && n.minority) {
+                let out_of_run = |n: &sfb_net::virtual_time::NodeRun<_>| {
+                    n.crashed || (finished && n.cut_off.is_some())
+                };
+                for n in run.nodes.iter().filter(|_| finished) {
+                    use sfb_net::virtual_time::CutOff;
+                    let how = match n.cut_off {
+                        Some(CutOff::Minority) => "as the minority of a cut",
+                        Some(CutOff::Isolated) => "having never reached any peer",
+                        None => continue,
+                    };
                     faults.push(format!(
-                        "{} stopped as the minority of a cut at clock {}",
+                        "{} stopped {how} at clock {}",
                         sfb_core::StateMachine::id(&n.node),
                         n.node.clock()
                     ));

@@ -608,12 +608,14 @@ where
             }
             Ok(())
         }
-        // Cut off from a majority: the engine's error says what happened and what the
-        // rest of the run does.
-        Err(source @ sfb_core::Error::Minority { .. }) => Err(Error::Peer {
-            peer: node.id(),
-            source,
-        }),
+        // Cut off from a majority, or from everyone from the start: the engine's error
+        // says what happened and what the rest of the run does.
+        Err(source @ (sfb_core::Error::Minority { .. } | sfb_core::Error::Isolated { .. })) => {
+            Err(Error::Peer {
+                peer: node.id(),
+                source,
+            })
+        }
         // The node's policy is to stop: the transport's error says best what happened.
         Err(_) => Err(e),
     }

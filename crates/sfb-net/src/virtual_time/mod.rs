@@ -219,6 +219,15 @@ pub trait Observer<N> {
 
 impl<N> Observer<N> for () {}
 
+/// How a node found itself cut off from the run ([`NodeRun::cut_off`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutOff {
+    /// The peers it still reached were no majority of the run's.
+    Minority,
+    /// It never reached any peer.
+    Isolated,
+}
+
 /// One node after the run.
 #[derive(Debug)]
 pub struct NodeRun<N> {
@@ -233,9 +242,10 @@ pub struct NodeRun<N> {
     /// Why it stopped before its end when told of a crash (no majority left, or a
     /// policy to fail).
     pub failed: Option<String>,
-    /// It stopped because the peers it still reached were no majority of the run's
-    /// ([`sfb_core::Error::Minority`]): the cut-off side of a partition.
-    pub minority: bool,
+    /// It stopped cut off from the run: the peers it still reached were no majority of
+    /// the run's ([`sfb_core::Error::Minority`]: the minority side of a partition), or it
+    /// never reached any ([`sfb_core::Error::Isolated`]).
+    pub cut_off: Option<CutOff>,
     /// The crashed nodes it was told of while it ran, in order.
     pub told: Vec<PeerId>,
 }
@@ -544,7 +554,7 @@ struct Slot {
     crashed: bool,
     detected: bool,
     failed: Option<String>,
-    minority: bool,
+    cut_off: Option<CutOff>,
     told: Vec<PeerId>,
     /// `(from, until)`, sorted.
     pauses: Vec<(Duration, Duration)>,
@@ -636,7 +646,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 crashed: false,
                 detected: false,
                 failed: None,
-                minority: false,
+                cut_off: None,
                 told: Vec::new(),
                 pauses: Vec::new(),
                 records: Vec::new(),
@@ -864,7 +874,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 finished_at: s.finished_at,
                 crashed: s.crashed,
                 failed: s.failed,
-                minority: s.minority,
+                cut_off: s.cut_off,
                 told: s.told,
             })
             .collect();
@@ -978,7 +988,11 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         let slot = &mut self.slots[k];
         slot.done = true;
         slot.failed = Some(why.to_string());
-        slot.minority = matches!(why, sfb_core::Error::Minority { .. });
+        slot.cut_off = match why {
+            sfb_core::Error::Minority { .. } => Some(CutOff::Minority),
+            sfb_core::Error::Isolated { .. } => Some(CutOff::Isolated),
+            _ => None,
+        };
         slot.finished_at = slot.clock.time();
     }
 

@@ -139,7 +139,14 @@ fn check(c: &CrashCase) -> Result<(), TestCaseError> {
         if n.crashed {
             continue;
         }
+        let heard = n.node.metrics().bytes_received;
         match &n.failed {
+            Some(why) if why.contains("never heard") => {
+                // Left alone having heard from nobody, whatever the quorum rule: every
+                // other peer crashed before reaching it.
+                prop_assert_eq!(heard, 0, "p{}: {}", i, why);
+                prop_assert_eq!(crashed.len(), p - 1, "p{}: {}", i, why);
+            }
             Some(why) => {
                 // Only the quorum rule stops a survivor, and only once it was told of
                 // enough losses.
@@ -165,13 +172,15 @@ fn check(c: &CrashCase) -> Result<(), TestCaseError> {
                 );
                 prop_assert_eq!(n.node.clock(), b.clocks, "p{}", i);
                 prop_assert_eq!(n.records.last().map(|r| r.clock), Some(b.clocks));
+                prop_assert!(heard > 0, "p{} finished having heard from nobody", i);
             }
         }
         if n.failed.is_none() && !crashed.is_empty() && n.told.len() == crashed.len() {
             topologies.push(n.node.metrics().topology.clone());
         }
     }
-    // A minority of losses stops nobody, whatever the timing.
+    // A minority of losses stops nobody, whatever the timing (a peer of 3 or more
+    // that lost everyone lost no minority).
     if crashed.len() < k_min {
         prop_assert!(out.nodes.iter().all(|n| n.failed.is_none()));
     }
@@ -418,7 +427,13 @@ proptest! {
             let here = if inside { mine } else { p - mine };
             // A node that finished before the cut was detected was never told of it.
             let cut_off = c.long && !n.told.is_empty();
+            let heard = n.node.metrics().bytes_received;
             match &n.failed {
+                Some(why) if why.contains("never heard") => {
+                    // Cut off alone from the start: it does not train alone, whatever
+                    // the quorum rule.
+                    prop_assert!(c.long && here == 1 && heard == 0, "p{}: {}", i, why);
+                }
                 Some(why) => {
                     prop_assert!(c.long && quorum, "p{} failed: {}", i, why);
                     prop_assert!(why.contains("no majority"), "p{}: {}", i, why);
@@ -426,6 +441,7 @@ proptest! {
                 }
                 None => {
                     prop_assert_eq!(n.node.clock(), b.clocks, "p{}", i);
+                    prop_assert!(heard > 0, "p{} finished having heard from nobody", i);
                     if !c.long {
                         prop_assert!(n.told.is_empty(), "p{} lost {:?} to a short cut", i, n.told);
                     }
