@@ -345,7 +345,7 @@ fn a_peer_that_never_reached_the_run_does_not_train_alone() {
 }
 
 /// A 3-peer SSP run whose peer 2 has another seed, under the peer-loss `policy`: peer 2
-/// exits 1, the two others finish having lost it. Returns peer 2's stderr.
+/// exits 3 (cut off), the two others finish having lost it. Returns peer 2's stderr.
 fn shut_out(name: &str, policy: &str) -> String {
     let d = tempdir("hand-run", name);
     let cluster = init(&d, &["--peers", "3", "--out-degree", "2"]);
@@ -371,7 +371,8 @@ fn shut_out(name: &str, policy: &str) -> String {
     let pids = c.children.pids();
     c.exchange();
     let (status, odd) = c.children.wait_one(2, Duration::from_secs(60));
-    assert_eq!(status.code(), Some(1), "the odd peer: {odd}");
+    // Exit 3: stopped cut off from the run (sfb_harness::launch::CUT_OFF_EXIT).
+    assert_eq!(status.code(), Some(3), "the odd peer: {odd}");
     let mut named = false;
     for i in 0..2 {
         let (status, err) = c.children.wait_one(i, Duration::from_secs(60));

@@ -323,7 +323,8 @@ fn a_peer_stopped_past_the_timeout_under_continue_stops_on_waking_and_the_majori
         .children
         .try_wait_one(VICTIM, Duration::from_secs(60))
         .unwrap_or_else(|| panic!("the woken peer is still running 60 s later"));
-    assert_eq!(status.code(), Some(1), "{status}: {err}");
+    // Exit 3: stopped cut off from the run (sfb_harness::launch::CUT_OFF_EXIT).
+    assert_eq!(status.code(), Some(3), "{status}: {err}");
     let line = error_line(&err);
     eprintln!("the woken peer: {line}");
     assert!(
@@ -377,7 +378,7 @@ fn a_peer_that_never_reaches_the_others_does_not_report_success() {
         .children
         .try_wait_one(0, Duration::from_secs(60))
         .unwrap_or_else(|| panic!("the lone peer still runs 60 s later"));
-    assert_eq!(status.code(), Some(1), "{err}");
+    assert_eq!(status.code(), Some(3), "{err}");
     let line = error_line(&err);
     assert!(
         line.contains("p3 stops at clock") && line.contains("no majority"),

@@ -247,7 +247,11 @@ impl App {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {}", one_line(&e));
-                ExitCode::FAILURE
+                if cut_off(&e) {
+                    ExitCode::from(sfb_harness::launch::CUT_OFF_EXIT)
+                } else {
+                    ExitCode::FAILURE
+                }
             }
         }
     }
@@ -384,6 +388,18 @@ where
 /// The error and its causes on one line, each cause once: most of our errors already
 /// name their cause in their own message (`file: No such file or directory`), which
 /// `{:#}` would repeat.
+/// Whether `e` says the node stopped cut off from the run (the minority side of a cut, or
+/// never reaching any peer): [`sfb_harness::launch::CUT_OFF_EXIT`], by which a launcher
+/// tells such a node from a failed one.
+fn cut_off(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<sfb_core::Error>(),
+            Some(sfb_core::Error::Minority { .. } | sfb_core::Error::Isolated { .. })
+        )
+    })
+}
+
 fn one_line(e: &anyhow::Error) -> String {
     let mut msg = e.to_string();
     for cause in e.chain().skip(1) {

@@ -42,6 +42,13 @@ use crate::summary::{NodeOutcome, summarize};
 /// the start-up timeout (`--startup-timeout`) is longer.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The exit code of a node that stopped cut off from the run: the minority side of a
+/// partition, or a node that never reached any peer ([`sfb_core::Error::Minority`],
+/// [`sfb_core::Error::Isolated`]). Under a continue policy the launcher counts it lost,
+/// as it does a node killed by a signal, and the rest of the run goes on; other failures
+/// exit 1.
+pub const CUT_OFF_EXIT: u8 = 3;
+
 /// Lines of a failed child's stderr shown in the error.
 const TAIL_LINES: usize = 20;
 
@@ -1115,6 +1122,22 @@ impl Launcher {
                     };
                     let signal = std::os::unix::process::ExitStatusExt::signal(&s);
                     let server = fms && i == n - 1;
+                    if survive && !server && s.code() == Some(i32::from(CUT_OFF_EXIT)) {
+                        tracing::warn!(
+                            "{} stopped, cut off from the run; the others train on without it",
+                            name(i)
+                        );
+                        lost.push(i);
+                        if lost.len() + usize::from(fms) == n {
+                            return Err(failed(
+                                i,
+                                "stopped cut off, as every other node did: no side of the \
+                                 partition holds a majority of the run's peers"
+                                    .into(),
+                            ));
+                        }
+                        continue;
+                    }
                     if survive && !server && let Some(sig) = signal {
                         tracing::warn!(
                             "{} died (killed by signal {sig}); the others train on without it",
