@@ -517,7 +517,9 @@ impl<M: Model> Server<M> {
             Message::Params { .. }
             | Message::Relayed { .. }
             | Message::Mix { .. }
-            | Message::Stop { .. } => {
+            | Message::Stop { .. }
+            | Message::Notice { .. }
+            | Message::State { .. } => {
                 unreachable!("refused above")
             }
         };

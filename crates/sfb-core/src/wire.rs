@@ -6,7 +6,10 @@
 //! - [`Message::Factors`]: `u` (K·J f32), then dense `v` (K·D f32) or sparse `v`
 //!   (K+1 u32 row pointers, nnz u32 indices, nnz f32 values);
 //! - [`Message::Params`] and [`Message::Delta`] (the FMS backend): a J×D matrix, J·D f32
-//!   row-major.
+//!   row-major;
+//! - [`Message::Notice`] (membership news: a node lost, back, or leaving): none;
+//! - [`Message::State`] (a node's state for a rejoining node): [`NodeState::encode`]'s
+//!   bytes.
 //!
 //! [`decode`] validates everything before a message exists: version, header, sizes (with
 //! overflow checks), exact payload length, known origin, shape, sparse structure and finite
@@ -20,13 +23,36 @@ use serde::{Deserialize, Serialize};
 
 use crate::replica::validate_dense;
 use crate::stop::Stop;
-use crate::{Error, FactorBatch, PeerId, Result, VFactors};
+use crate::{Error, FactorBatch, NodeState, PeerId, Result, VFactors};
 
 #[cfg(target_endian = "big")]
 compile_error!("sfb's wire format copies f32 arrays as little-endian bytes");
 
-/// Version written at the start of every frame (3: stop proposals; 2: relayed batches).
-pub const WIRE_VERSION: u16 = 3;
+/// Version written at the start of every frame (4: membership notices and rejoin states
+/// in the one codec; 3: stop proposals; 2: relayed batches).
+pub const WIRE_VERSION: u16 = 4;
+
+/// Membership news between nodes ([`Message::Notice`]): what a node learned about
+/// another, passed on once by each receiver so that every survivor learns the same set
+/// (and so repairs the topology the same way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Notice {
+    /// The node (sfb-core id) is lost: its sender went on without it.
+    Lost(u32),
+    /// The node is back (restarted with `--rejoin`).
+    Joined(u32),
+    /// The node is leaving on request (a planned leave, not a failure).
+    Left(u32),
+}
+
+impl Notice {
+    /// The node the news is about.
+    pub fn about(self) -> PeerId {
+        match self {
+            Notice::Lost(p) | Notice::Joined(p) | Notice::Left(p) => PeerId(p),
+        }
+    }
+}
 
 /// A message between peers (SFB), or between an FMS client and the parameter server.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,6 +102,21 @@ pub enum Message {
         /// The pairs (scale 1), origin the sender.
         batch: Arc<FactorBatch>,
     },
+    /// Membership news from `origin`, the sender (see [`Notice`]).
+    Notice {
+        /// The sender.
+        origin: PeerId,
+        /// The news.
+        notice: Notice,
+    },
+    /// `origin`'s state at one of its clock boundaries, for a rejoining node (its W,
+    /// optimizer state and clock; see [`crate::Engine::adopt`]).
+    State {
+        /// The sender.
+        origin: PeerId,
+        /// The state (its W checked against the run's shape and for finite values).
+        state: Arc<NodeState>,
+    },
     /// A stop agreed by the stop rules ([`crate::stop`]): sent by the node whose evaluation
     /// met a rule, and forwarded by every node that adopts it, ahead of its next batch (an
     /// FMS server: to every client, ahead of its next W).
@@ -95,7 +136,10 @@ impl Message {
             | Message::Relayed { batch, .. }
             | Message::Mix { batch } => batch.origin,
             Message::Params { .. } => PeerId::SERVER,
-            Message::Delta { origin, .. } | Message::Stop { origin, .. } => *origin,
+            Message::Delta { origin, .. }
+            | Message::Stop { origin, .. }
+            | Message::Notice { origin, .. }
+            | Message::State { origin, .. } => *origin,
         }
     }
 
@@ -108,11 +152,13 @@ impl Message {
             | Message::Mix { batch } => batch.clock,
             Message::Params { clock, .. } | Message::Delta { clock, .. } => *clock,
             Message::Stop { stop, .. } => stop.clock,
+            Message::Notice { .. } => 0,
+            Message::State { state, .. } => state.clock,
         }
     }
 
     /// The kind's name, for errors and logs: `factors`, `relayed`, `mix`, `params`,
-    /// `delta` or `stop`.
+    /// `delta`, `stop`, `notice` or `state`.
     pub fn kind(&self) -> &'static str {
         match self {
             Message::Factors { .. } => "factors",
@@ -121,6 +167,8 @@ impl Message {
             Message::Params { .. } => "params",
             Message::Delta { .. } => "delta",
             Message::Stop { .. } => "stop",
+            Message::Notice { .. } => "notice",
+            Message::State { .. } => "state",
         }
     }
 }
@@ -174,6 +222,15 @@ enum Header {
     Stop {
         origin: u32,
         stop: Stop,
+    },
+    /// Membership news; no payload.
+    Notice {
+        origin: u32,
+        notice: Notice,
+    },
+    /// A rejoin state; the payload is [`NodeState::encode`]'s bytes.
+    State {
+        origin: u32,
     },
 }
 
@@ -260,7 +317,9 @@ fn batch_of(msg: &Message) -> Option<&FactorBatch> {
         Message::Params { .. }
         | Message::Delta { .. }
         | Message::Mix { .. }
-        | Message::Stop { .. } => None,
+        | Message::Stop { .. }
+        | Message::Notice { .. }
+        | Message::State { .. } => None,
     }
 }
 
@@ -365,6 +424,11 @@ fn header_of(msg: &Message) -> Header {
             origin: origin.0,
             stop: *stop,
         },
+        Message::Notice { origin, notice } => Header::Notice {
+            origin: origin.0,
+            notice: *notice,
+        },
+        Message::State { origin, .. } => Header::State { origin: origin.0 },
     }
 }
 
@@ -399,7 +463,8 @@ pub fn encoded_len_with(msg: &Message, dtype: Dtype) -> usize {
                 }
         }
         Message::Params { w: m, .. } | Message::Delta { delta: m, .. } => 4 * m.len(),
-        Message::Stop { .. } => 0,
+        Message::Stop { .. } | Message::Notice { .. } => 0,
+        Message::State { state, .. } => state.encode().len(),
     };
     2 + header + payload
 }
@@ -466,7 +531,8 @@ pub fn encode_into_with(msg: &Message, dtype: Dtype, out: &mut Vec<u8>) {
         Message::Params { w: m, .. } | Message::Delta { delta: m, .. } => {
             out.extend_from_slice(bytemuck::cast_slice(&row_major(m)));
         }
-        Message::Stop { .. } => {}
+        Message::Stop { .. } | Message::Notice { .. } => {}
+        Message::State { state, .. } => out.extend_from_slice(&state.encode()),
     }
 }
 
@@ -625,6 +691,18 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A node of the run: a peer (an origin `< peers`) or the FMS server.
+fn known(origin: u32, expect: &Expect) -> Result<PeerId> {
+    let origin = PeerId(origin);
+    if origin != PeerId::SERVER && origin.index() >= expect.peers {
+        return Err(Error::UnknownPeer {
+            origin,
+            peers: expect.peers,
+        });
+    }
+    Ok(origin)
+}
+
 /// Decodes and validates one frame.
 ///
 /// # Errors
@@ -719,6 +797,34 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
                 )));
             }
             Message::Stop { origin, stop }
+        }
+        Header::Notice { origin, notice } => {
+            let origin = known(origin, expect)?;
+            let about = notice.about();
+            if about.index() >= expect.peers {
+                return Err(bad(format!("news about node {about} of {}", expect.peers)));
+            }
+            Message::Notice { origin, notice }
+        }
+        Header::State { origin } => {
+            let origin = known(origin, expect)?;
+            let state = NodeState::decode(std::mem::take(&mut r.rest))
+                .map_err(|e| bad(format!("a rejoin state: {e}")))?;
+            let w = state
+                .w
+                .as_ref()
+                .ok_or_else(|| bad("a rejoin state without W"))?;
+            validate_dense(
+                w.view(),
+                expect.j,
+                expect.d,
+                origin,
+                "the W of a rejoin state",
+            )?;
+            Message::State {
+                origin,
+                state: Arc::new(state),
+            }
         }
     };
     if !r.rest.is_empty() {

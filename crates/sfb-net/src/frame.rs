@@ -2,8 +2,9 @@
 //!
 //! A frame is a `u32` little-endian length followed by that many bytes. Lengths above the
 //! receiver's limit are refused before anything is allocated. After the handshake, a frame
-//! of zero bytes is a [`HEARTBEAT`]; every other frame is an engine message that the
-//! receiver validates in full.
+//! of zero bytes is a [`HEARTBEAT`]; every other frame is an engine message
+//! ([`sfb_core::wire`], membership news and rejoin states included) that the receiver
+//! validates in full.
 
 use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use serde::{Deserialize, Serialize};
@@ -14,9 +15,11 @@ pub const PROTOCOL: &str = "/sfb/factors/1";
 /// Version of the handshake and stream protocol (2: [`HEARTBEAT`]s between frames; 3: a
 /// rejoin state carries the compressor's residual; 4: its metrics carry the
 /// prioritizer's largest-pair energy; 5: stop proposals (`--until`), and metrics carry the
-/// agreed stop; a peer of another version is refused at the handshake, naming the
-/// versions).
-pub const PROTOCOL_VERSION: u32 = 6;
+/// agreed stop; 7: membership notices and rejoin states are engine-codec messages
+/// ([`sfb_core::wire::Message::Notice`], [`sfb_core::wire::Message::State`]), not a
+/// transport format of their own; a peer of another version is refused at the handshake,
+/// naming the versions).
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// A heartbeat as it goes on the wire: the length prefix of an empty frame. A writer sends
 /// one when it has sent nothing for a while; the reader takes it as a sign of life and
@@ -27,78 +30,6 @@ pub const HEARTBEAT: [u8; 4] = 0u32.to_le_bytes();
 /// Whether a frame read by [`read_frame`] is a [`HEARTBEAT`].
 pub fn is_heartbeat(frame: &[u8]) -> bool {
     frame.is_empty()
-}
-
-/// First byte of a control frame: never the first byte of an engine message (postcard
-/// writes a message's variant index, below 128, as one byte below 0x80).
-pub const CONTROL: u8 = 0xFF;
-
-/// A control frame between nodes, read by the transport and never handed to the engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Control {
-    /// "Node `.0` (sfb-core id) is lost": sent by a node that went on without it to its
-    /// out-neighbours, and forwarded once by each, so that every survivor learns the same
-    /// set of lost nodes and repairs the topology the same way.
-    Lost(u32),
-    /// "Node `.0` is back" (restarted with `--rejoin`): forwarded like [`Control::Lost`].
-    Joined(u32),
-    /// "Node `.0` is leaving" (stopped on request): a planned leave, not a failure; the
-    /// receivers treat it like a loss and forward it once, as a leave.
-    Left(u32),
-}
-
-/// A control frame carrying a node's state to a rejoining node: `[CONTROL, 2]` then
-/// [`sfb_core::NodeState::encode`].
-pub fn state_frame(state: &sfb_core::NodeState) -> Vec<u8> {
-    let mut v = vec![CONTROL, 2];
-    v.extend_from_slice(&state.encode());
-    v
-}
-
-/// The state in a frame written by [`state_frame`], if it is one.
-pub fn decode_state(frame: &[u8]) -> Option<Result<sfb_core::NodeState, String>> {
-    match frame {
-        [CONTROL, 2, rest @ ..] => {
-            Some(sfb_core::NodeState::decode(rest).map_err(|e| e.to_string()))
-        }
-        _ => None,
-    }
-}
-
-impl Control {
-    /// The frame's bytes.
-    pub fn encode(self) -> Vec<u8> {
-        match self {
-            Control::Lost(p) => {
-                let mut v = vec![CONTROL, 1];
-                v.extend_from_slice(&p.to_le_bytes());
-                v
-            }
-            Control::Joined(p) => {
-                let mut v = vec![CONTROL, 3];
-                v.extend_from_slice(&p.to_le_bytes());
-                v
-            }
-            Control::Left(p) => {
-                let mut v = vec![CONTROL, 4];
-                v.extend_from_slice(&p.to_le_bytes());
-                v
-            }
-        }
-    }
-
-    /// The control frame in `frame`, if it is one (`Err` for a malformed one).
-    pub fn decode(frame: &[u8]) -> Option<Result<Self, String>> {
-        if frame.first() != Some(&CONTROL) {
-            return None;
-        }
-        Some(match frame {
-            [_, 1, a, b, c, d] => Ok(Control::Lost(u32::from_le_bytes([*a, *b, *c, *d]))),
-            [_, 3, a, b, c, d] => Ok(Control::Joined(u32::from_le_bytes([*a, *b, *c, *d]))),
-            [_, 4, a, b, c, d] => Ok(Control::Left(u32::from_le_bytes([*a, *b, *c, *d]))),
-            _ => Err(format!("malformed control frame of {} bytes", frame.len())),
-        })
-    }
 }
 
 /// First frame on every stream, from the opener (the sender of factors).
@@ -309,44 +240,5 @@ mod control_tests {
             m(&ours, &short).unwrap(),
             "lr differs: peer 2 has 0.05, peer 0 has none stated"
         );
-    }
-
-    #[test]
-    fn control_frames_round_trip_and_never_look_like_engine_messages() {
-        for c in [
-            Control::Lost(3),
-            Control::Joined(u32::MAX),
-            Control::Left(0),
-        ] {
-            let b = c.encode();
-            assert_eq!(Control::decode(&b), Some(Ok(c)));
-            // An engine message's first byte is its variant index, below 0x80.
-            assert!(b[0] >= 0x80);
-        }
-        assert_eq!(Control::decode(&[0x01, 2, 3]), None);
-        assert!(matches!(Control::decode(&[CONTROL, 1, 0]), Some(Err(_))));
-        assert!(matches!(
-            Control::decode(&[CONTROL, 9, 0, 0, 0, 0]),
-            Some(Err(_))
-        ));
-        let state = sfb_core::NodeState {
-            role: sfb_core::Role::Peer,
-            id: sfb_core::PeerId(1),
-            clock: 7,
-            w: Some(ndarray::Array2::from_elem((2, 3), 0.5)),
-            optimizer: vec![1, 2],
-            model: Vec::new(),
-            compressor: Vec::new(),
-            mixer: Vec::new(),
-            sampler: None,
-            awaited: Vec::new(),
-            metrics: Default::default(),
-            wall_s: 0.0,
-            first_objective: None,
-        };
-        let f = state_frame(&state);
-        assert_eq!(decode_state(&f), Some(Ok(state)));
-        assert!(matches!(decode_state(&f[..f.len() - 1]), Some(Err(_))));
-        assert_eq!(decode_state(&Control::Lost(1).encode()), None);
     }
 }

@@ -467,6 +467,18 @@ fn matrix(seed: u64) -> Array2<f32> {
 /// Any message: factors, a full W (server → client) or a dense ΔW (client → server).
 fn arb_message() -> impl Strategy<Value = Message> {
     prop_oneof![
+        (0u32..4, 0u32..4, 0u8..3).prop_map(|(origin, about, kind)| Message::Notice {
+            origin: PeerId(origin),
+            notice: match kind {
+                0 => wire::Notice::Lost(about),
+                1 => wire::Notice::Joined(about),
+                _ => wire::Notice::Left(about),
+            },
+        }),
+        (0u32..4, 0u64..1000, any::<u64>()).prop_map(|(origin, clock, seed)| Message::State {
+            origin: PeerId(origin),
+            state: Arc::new(node_state(clock, matrix(seed))),
+        }),
         (arb_batch(), any::<u32>()).prop_map(|(b, us)| Message::Factors {
             batch: Arc::new(b),
             mean_iter_us: us,
@@ -510,6 +522,61 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 },
             }),
     ]
+}
+
+/// A peer's state at `clock` holding `w` and nothing else.
+fn node_state(clock: u64, w: Array2<f32>) -> sfb_core::NodeState {
+    sfb_core::NodeState {
+        role: sfb_core::checkpoint::Role::Peer,
+        id: PeerId(2),
+        clock,
+        w: Some(w),
+        optimizer: Vec::new(),
+        model: Vec::new(),
+        compressor: Vec::new(),
+        mixer: Vec::new(),
+        sampler: None,
+        awaited: Vec::new(),
+        metrics: sfb_core::metrics::PeerMetrics::default(),
+        wall_s: 0.0,
+        first_objective: None,
+    }
+}
+
+/// Membership notices and rejoin states go in the one codec: news about a node outside
+/// the run, a state of another shape or with a NaN, and a cut frame are refused.
+#[test]
+fn wire_refuses_bad_notices_and_states() {
+    let notice = |about| {
+        wire::encode(&Message::Notice {
+            origin: PeerId(1),
+            notice: wire::Notice::Lost(about),
+        })
+    };
+    assert!(wire::decode(&notice(3), &EXPECT).is_ok());
+    let e = wire::decode(&notice(7), &EXPECT).unwrap_err().to_string();
+    assert!(e.contains("news about node p7 of 4"), "{e}");
+    let state = |w: Array2<f32>| {
+        wire::encode(&Message::State {
+            origin: PeerId(2),
+            state: Arc::new(node_state(9, w)),
+        })
+    };
+    let good = state(matrix(1));
+    assert!(matches!(
+        wire::decode(&good, &EXPECT),
+        Ok(Message::State { state, .. }) if state.clock == 9
+    ));
+    let e = wire::decode(&state(Array2::zeros((3, 6))), &EXPECT).unwrap_err();
+    assert!(matches!(e, Error::DimensionMismatch { got: 6, .. }), "{e}");
+    let mut nan = matrix(1);
+    nan[[2, 4]] = f32::NAN;
+    let e = wire::decode(&state(nan), &EXPECT).unwrap_err().to_string();
+    assert!(e.contains("non-finite"), "{e}");
+    let e = wire::decode(&good[..good.len() - 3], &EXPECT)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a rejoin state"), "{e}");
 }
 
 /// A stop proposal decodes only when it names a known proposer, ends after the clock it
@@ -666,6 +733,16 @@ proptest! {
             Ok(Message::Stop { origin, stop }) => {
                 prop_assert!(origin.index() < 4 || origin == PeerId::SERVER);
                 prop_assert!(stop.by < 4 && stop.at > stop.clock && stop.value.is_finite());
+            }
+            Ok(Message::Notice { origin, notice }) => {
+                prop_assert!(origin.index() < 4 || origin == PeerId::SERVER);
+                prop_assert!(notice.about().index() < 4);
+            }
+            Ok(Message::State { origin, state }) => {
+                prop_assert!(origin.index() < 4 || origin == PeerId::SERVER);
+                let w = state.w.as_ref().unwrap();
+                prop_assert_eq!(w.dim(), (3, 5));
+                prop_assert!(w.iter().all(|x| x.is_finite()));
             }
             Ok(other) => prop_assert!(false, "unknown kind {:?}", other),
             Err(_) => {}

@@ -61,10 +61,10 @@ impl QueueLinks {
         }
     }
 
-    /// Queues the control frame `c` for every out-neighbour, off the engine thread: a full
+    /// Queues the notice `notice` for every out-neighbour, off the engine thread: a full
     /// queue must not hold the engine, and a notice may overtake frames.
-    fn notify_all(&self, c: crate::frame::Control) {
-        let frame = Arc::new(c.encode());
+    fn notify_all(&self, notice: wire::Notice) {
+        let frame = Arc::new(self.notice(notice));
         for q in self.queues.iter().flatten() {
             let (q, f) = (q.clone(), Arc::clone(&frame));
             self.handle.spawn(async move {
@@ -106,6 +106,14 @@ impl QueueLinks {
         let b = Arc::new(wire::encode_with(msg, self.dtype));
         self.cache = Some((msg.clone(), Arc::clone(&b)));
         b
+    }
+
+    /// A frame of membership news from this node.
+    fn notice(&self, notice: wire::Notice) -> Vec<u8> {
+        wire::encode(&Message::Notice {
+            origin: self.me,
+            notice,
+        })
     }
 
     fn open(&self, x: Inbound) -> Result<(PeerId, Message)> {
@@ -234,15 +242,15 @@ impl Links for QueueLinks {
 
     fn announce_lost(&mut self, peer: PeerId, left: bool) {
         self.notify_all(if left {
-            crate::frame::Control::Left(peer.0)
+            wire::Notice::Left(peer.0)
         } else {
-            crate::frame::Control::Lost(peer.0)
+            wire::Notice::Lost(peer.0)
         });
     }
 
     fn announce_leaving(&mut self) {
         // Not `notify_all`: in order after this node's last frames, and before it exits.
-        let frame = Arc::new(crate::frame::Control::Left(self.me.0).encode());
+        let frame = Arc::new(self.notice(wire::Notice::Left(self.me.0)));
         for q in self.queues.iter().flatten() {
             // In order after this node's last frames: the queue is FIFO.
             let _ = self.handle.block_on(q.send(Arc::clone(&frame)));
@@ -250,7 +258,7 @@ impl Links for QueueLinks {
     }
 
     fn announce_joined(&mut self, peer: PeerId) {
-        self.notify_all(crate::frame::Control::Joined(peer.0));
+        self.notify_all(wire::Notice::Joined(peer.0));
     }
 
     fn send_state(&mut self, to: PeerId, state: &sfb_core::NodeState) {
@@ -260,7 +268,10 @@ impl Links for QueueLinks {
         if let Some(q) = &self.queues[i] {
             // Queued now, ahead of any frame the node sends it next: it takes the state
             // before it accepts frames.
-            let f = Arc::new(crate::frame::state_frame(state));
+            let f = Arc::new(wire::encode(&Message::State {
+                origin: self.me,
+                state: Arc::new(state.clone()),
+            }));
             let _ = self.handle.block_on(q.send(f));
         }
     }

@@ -290,14 +290,14 @@ enum Inbound {
     Fatal(Error),
     /// The writer to this node index failed; its task holds the error.
     WriterFailed(usize),
-    /// A neighbour says this node (sfb-core id) is lost ([`frame::Control::Lost`]).
+    /// A neighbour says this node (sfb-core id) is lost ([`sfb_core::wire::Notice::Lost`]).
     Lost(PeerId),
     /// A node opened a stream to this one, or a neighbour says it is back
-    /// ([`frame::Control::Joined`]).
+    /// ([`sfb_core::wire::Notice::Joined`]).
     Joined(PeerId),
     /// A neighbour's state, for a rejoining node.
     State(Box<sfb_core::NodeState>),
-    /// An in-neighbour says it is leaving ([`frame::Control::Left`]).
+    /// An in-neighbour says it is leaving ([`sfb_core::wire::Notice::Left`]).
     Left(PeerId),
 }
 

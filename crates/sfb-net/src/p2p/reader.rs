@@ -205,58 +205,37 @@ impl Readers {
                         .heartbeats_received
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                Ok(Some(buf)) if buf.first() == Some(&frame::CONTROL) => {
-                    if let Some(state) = frame::decode_state(&buf) {
-                        match state {
-                            Ok(s) => {
-                                if self.inbox.send(Inbound::State(Box::new(s))).await.is_err() {
-                                    return None;
-                                }
-                            }
-                            Err(why) => {
-                                self.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
-                                let _ = stream.close().await;
-                                return Some(Error::BadFrame {
-                                    peer: self.core_ids[from],
-                                    reason: format!("a rejoin state: {why}"),
-                                });
-                            }
-                        }
-                        continue;
-                    }
-                    match frame::Control::decode(&buf) {
-                        Some(Ok(frame::Control::Lost(p))) => {
-                            let about = PeerId(p);
-                            if self.inbox.send(Inbound::Lost(about)).await.is_err() {
-                                return None;
-                            }
-                        }
-                        Some(Ok(frame::Control::Joined(p)))
-                            if self.inbox.send(Inbound::Joined(PeerId(p))).await.is_err() =>
-                        {
-                            return None;
-                        }
-                        Some(Ok(frame::Control::Joined(_))) => {}
-                        Some(Ok(frame::Control::Left(p)))
-                            if self.inbox.send(Inbound::Left(PeerId(p))).await.is_err() =>
-                        {
-                            return None;
-                        }
-                        Some(Ok(frame::Control::Left(_))) => {}
-                        Some(Err(why)) => {
-                            self.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
-                            let _ = stream.close().await;
-                            return Some(Error::BadFrame {
-                                peer: self.core_ids[from],
-                                reason: why,
-                            });
-                        }
-                        None => {}
-                    }
-                }
                 Ok(Some(buf)) => {
                     let n = buf.len() as u64 + 4;
                     match wire::decode(&buf, &self.expect) {
+                        // Membership news and rejoin states are the sender's own; they
+                        // are not counted as the stream's frames (of clocks).
+                        Ok(wire::Message::Notice { origin, notice })
+                            if origin == self.core_ids[from] =>
+                        {
+                            let about = notice.about();
+                            let x = match notice {
+                                wire::Notice::Lost(_) => Inbound::Lost(about),
+                                wire::Notice::Joined(_) => Inbound::Joined(about),
+                                wire::Notice::Left(_) => Inbound::Left(about),
+                            };
+                            if self.inbox.send(x).await.is_err() {
+                                return None;
+                            }
+                        }
+                        Ok(wire::Message::State { origin, state })
+                            if origin == self.core_ids[from] =>
+                        {
+                            let state = Arc::unwrap_or_clone(state);
+                            if self
+                                .inbox
+                                .send(Inbound::State(Box::new(state)))
+                                .await
+                                .is_err()
+                            {
+                                return None;
+                            }
+                        }
                         // A relayed batch is another origin's, forwarded by the sender (the
                         // engine checks it against the relay trees).
                         Ok(msg)
