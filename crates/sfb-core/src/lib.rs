@@ -65,6 +65,7 @@ mod factor;
 pub mod fms;
 pub mod gossip;
 mod ids;
+pub mod membership;
 pub mod metrics;
 mod model;
 mod node;
@@ -87,6 +88,7 @@ pub use engine::{Config, DEFAULT_MAX_DRIFT, Engine, Event, Output, PeerLoss, Pro
 pub use error::{ConfigError, Error, ModelError, Result};
 pub use factor::{FactorBatch, SvList, VFactors, VRow};
 pub use ids::PeerId;
+pub use membership::{Action, Membership, News};
 pub use model::{Evaluation, Evaluator, Extras, Model};
 pub use node::StateMachine;
 pub use optim::{Method, Optimizer, Schedule, Stepper};

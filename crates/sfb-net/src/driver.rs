@@ -30,8 +30,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sfb_core::metrics::ClockRecord;
-use sfb_core::wire::Message;
-use sfb_core::{Event, NodeState, Output, PeerId, Progress, StateMachine, TimeSource};
+use sfb_core::wire::{Message, Notice};
+use sfb_core::{
+    Action, Event, Membership, News, NodeState, Output, PeerId, Progress, StateMachine, TimeSource,
+};
 
 use crate::error::Awaiting;
 use crate::{Error, Result};
@@ -39,11 +41,7 @@ use crate::{Error, Result};
 /// A per-clock progress callback.
 pub type ProgressFn = Arc<dyn Fn(&ClockRecord) + Send + Sync>;
 
-/// A node's neighbours after the topology is repaired for a set of lost nodes: `(out,
-/// in, identifier of the repaired graph)`, or `None` when there is nothing to repair
-/// (e.g. FMS). Must give every survivor the same graph for the same set.
-pub type RepairFn =
-    Arc<dyn Fn(&[PeerId]) -> Option<(Vec<PeerId>, Vec<PeerId>, String)> + Send + Sync>;
+pub use sfb_core::membership::RepairFn;
 
 /// Where a node's checkpoint states go (the harness writes them to disk); `Err` names
 /// why one could not be kept.
@@ -112,22 +110,16 @@ pub trait Links {
         let _ = peer;
     }
 
-    /// Tells every out-neighbour that `peer` is lost, or (`left`) left on request; they
+    /// Tells every out-neighbour `notice` (a node lost, left on request, or back); they
     /// forward it once, so every survivor learns the same set of lost nodes. Default:
     /// nothing to do.
-    fn announce_lost(&mut self, peer: PeerId, left: bool) {
-        let _ = (peer, left);
+    fn announce(&mut self, notice: Notice) {
+        let _ = notice;
     }
 
     /// Tells every out-neighbour, after this node's last frames, that it leaves the run on
     /// request (a planned leave). Default: nothing to do.
     fn announce_leaving(&mut self) {}
-
-    /// Tells every out-neighbour that `peer` is back (they forward it once). Default:
-    /// nothing to do.
-    fn announce_joined(&mut self, peer: PeerId) {
-        let _ = peer;
-    }
 
     /// Sends this node's `state` to `to`, a node rejoining the run. Default: nothing to do.
     fn send_state(&mut self, to: PeerId, state: &NodeState) {
@@ -154,14 +146,11 @@ impl<L: Links + ?Sized> Links for &mut L {
     fn forget(&mut self, peer: PeerId) {
         (**self).forget(peer);
     }
-    fn announce_lost(&mut self, peer: PeerId, left: bool) {
-        (**self).announce_lost(peer, left);
+    fn announce(&mut self, notice: Notice) {
+        (**self).announce(notice);
     }
     fn connect(&mut self, to: PeerId) {
         (**self).connect(to);
-    }
-    fn announce_joined(&mut self, peer: PeerId) {
-        (**self).announce_joined(peer);
     }
     fn announce_leaving(&mut self) {
         (**self).announce_leaving();
@@ -294,8 +283,8 @@ where
     let mut last_step = last_progress;
     let mut next_report = opts.stall_report.map(|every| last_step + every);
     let mut reported = None;
-    // Nodes the links reported lost and this node went on without.
-    let mut lost: Vec<PeerId> = Vec::new();
+    // Who is in the run, as this node sees it.
+    let mut membership = Membership::new(opts.repair.clone());
     let mut stopping = false;
     // Stopped alone (`stop_at` 0: now), not with the whole run: a planned leave.
     let mut leaving = false;
@@ -335,13 +324,13 @@ where
             match links.try_recv() {
                 // A frame of a node already lost was in flight when a neighbour's notice
                 // overtook it: the node went on without it.
-                Ok(Some((from, _))) if lost.contains(&from) => {}
+                Ok(Some((from, _))) if membership.is_lost(from) => {}
                 Ok(Some((from, msg))) => {
                     node.on_message(from, msg, time).map_err(peer_err)?;
                     last_progress = Instant::now();
                 }
                 Ok(None) => break,
-                Err(e) => go_on_without(node, links, &mut outbox, &mut lost, e, opts)?,
+                Err(e) => go_on_without(node, links, &mut outbox, &mut membership, e)?,
             }
         }
         while let Some(out) = outbox.front() {
@@ -351,7 +340,7 @@ where
                     last_progress = Instant::now();
                 }
                 Ok(Sent::Full) => break,
-                Err(e) => go_on_without(node, links, &mut outbox, &mut lost, e, opts)?,
+                Err(e) => go_on_without(node, links, &mut outbox, &mut membership, e)?,
             }
         }
         let room_on = outbox.front().map(|o| o.to);
@@ -417,12 +406,12 @@ where
         let woke = match links.wait(room_on, wake_at) {
             Ok(w) => w,
             Err(e) => {
-                go_on_without(node, links, &mut outbox, &mut lost, e, opts)?;
+                go_on_without(node, links, &mut outbox, &mut membership, e)?;
                 continue;
             }
         };
         match woke {
-            Wake::Frame(from, _) if lost.contains(&from) => {}
+            Wake::Frame(from, _) if membership.is_lost(from) => {}
             Wake::Frame(from, msg) => {
                 node.on_message(from, msg, time).map_err(peer_err)?;
                 last_progress = Instant::now();
@@ -472,144 +461,66 @@ where
     }
 }
 
-/// Handles an error of the links: when it says a node is lost ([`Error::lost_peer`]) and
-/// `node` goes on without it ([`StateMachine::peer_lost`]), drops what is queued for it,
-/// tells the links to forget it, logs it and returns `Ok`; a second error about a node
-/// already lost is ignored. Otherwise returns the error.
+/// Handles an error of the links: news of membership ([`Error::lost_peer`], a neighbour's
+/// notice or state) goes to the node's [`Membership`], which decides; this carries out
+/// what it says on the links and the outbox and returns `Ok`. Any other error, or the
+/// node's refusal to go on, is returned.
 fn go_on_without<N, L>(
     node: &mut N,
     links: &mut L,
     outbox: &mut VecDeque<Output>,
-    lost: &mut Vec<PeerId>,
+    membership: &mut Membership,
     e: Error,
-    opts: &DriveOptions,
 ) -> Result<()>
 where
     N: StateMachine + ?Sized,
     L: Links + ?Sized,
 {
-    let e = match e {
-        Error::RejoinState { state, .. } => {
-            // The losses the neighbour knows of, some of them while this node was away:
-            // this node learns of them with the state, not by waiting for the lost nodes
-            // until its own timeout.
-            let gone = state.metrics.gone();
-            if node.adopt(*state).map_err(|source| Error::Peer {
-                peer: node.id(),
-                source,
-            })? {
-                tracing::warn!("{} rejoined the run at clock {}", node.id(), node.clock());
-                let me = node.id();
-                let news: Vec<PeerId> = gone
-                    .into_iter()
-                    .filter(|p| *p != me && !lost.contains(p))
-                    .collect();
-                if !news.is_empty() {
-                    let names: Vec<String> = news.iter().map(ToString::to_string).collect();
-                    tracing::warn!("{me}: the run lost {} while it was away", names.join(", "));
-                }
-                for peer in news {
-                    let notice = Error::LostNotice {
-                        peer: me,
-                        lost: peer,
-                    };
-                    go_on_without(node, links, outbox, lost, notice, opts)?;
+    // The links' error, kept to be returned if the node refuses to go on (it says best
+    // what happened); none for a state or a return.
+    let (news, e) = match e {
+        Error::RejoinState { state, .. } => (News::State(state), None),
+        Error::Joined { joined, .. } => (News::Notice(Notice::Joined(joined.0)), None),
+        e => {
+            let news = match &e {
+                Error::LostNotice { lost, .. } => News::Notice(Notice::Lost(lost.0)),
+                Error::Left { left, .. } => News::Notice(Notice::Left(left.0)),
+                other => match other.lost_peer() {
+                    Some(peer) => News::Down {
+                        peer,
+                        why: other.to_string(),
+                    },
+                    None => return Err(e),
+                },
+            };
+            (news, Some(e))
+        }
+    };
+    let mut actions = Vec::new();
+    let r = membership.on_news(node, news, &mut actions);
+    for a in actions {
+        match a {
+            Action::Forget(peer) => {
+                outbox.retain(|o| o.to != peer);
+                links.forget(peer);
+            }
+            Action::Announce(notice) => links.announce(notice),
+            Action::Rewired { out, .. } => {
+                for to in out {
+                    links.connect(to);
                 }
             }
-            return Ok(());
+            Action::Connect(peer) => links.connect(peer),
+            Action::SendState(to, state) => links.send_state(to, &state),
+            Action::Warn(line) => tracing::warn!("{line}"),
+            Action::Info(line) => tracing::info!("{line}"),
+            Action::Debug(line) => tracing::debug!("{line}"),
         }
-        Error::Joined { joined, .. } => {
-            if let Some(i) = lost.iter().position(|&p| p == joined) {
-                lost.remove(i);
-                links.announce_joined(joined);
-                node.peer_rejoined(joined);
-                // Only the nodes that send to it again (the topology as it was without the
-                // loss) open a stream to it: it dialed those (it may listen elsewhere now),
-                // and any of them can hand it the state.
-                let mut sends_to_it = true;
-                if let Some(repair) = &opts.repair
-                    && let Some((out, inn, topology)) = repair(lost)
-                {
-                    sends_to_it = out.contains(&joined);
-                    for &to in &out {
-                        links.connect(to);
-                    }
-                    node.set_neighbors(out, inn, topology);
-                }
-                if sends_to_it {
-                    links.connect(joined);
-                    if let Some(state) = node.rejoin_state() {
-                        links.send_state(joined, &state);
-                    }
-                }
-                tracing::warn!("{} at clock {}: {joined} is back", node.id(), node.clock());
-            }
-            return Ok(());
-        }
-        e => e,
-    };
-    let Some(peer) = e.lost_peer() else {
-        return Err(e);
-    };
-    let notice = matches!(e, Error::LostNotice { .. } | Error::Left { .. });
-    if lost.contains(&peer) || peer == node.id() {
-        // Known already; or a notice about this node itself, gone round while it was
-        // away (it rejoined): it is here.
-        return Ok(());
     }
-    let news = if notice {
-        node.loss_reported(peer)
-    } else {
-        node.peer_lost(peer)
-    };
-    match news {
-        Ok(false) if !notice => {
-            // A stream of a node this one neither waits for nor sends to ended (it
-            // finished, or a topology change dropped the arc): its own neighbours report
-            // a real loss.
-            tracing::debug!("{}: {peer}'s stream ended ({e})", node.id());
-            Ok(())
-        }
-        Ok(was_needed) => {
-            lost.push(peer);
-            outbox.retain(|o| o.to != peer);
-            links.forget(peer);
-            if was_needed && matches!(e, Error::Left { .. }) {
-                tracing::warn!(
-                    "{} at clock {}: {peer} left the run; training on without it",
-                    node.id(),
-                    node.clock()
-                );
-            } else if was_needed {
-                tracing::warn!(
-                    "{} at clock {} lost {peer} ({e}); training on without it",
-                    node.id(),
-                    node.clock()
-                );
-            } else {
-                // It had delivered everything this node needs (a run stopped early), or it
-                // was not a neighbour (a notice).
-                tracing::debug!("{}: {peer} is gone ({e})", node.id());
-            }
-            if was_needed || notice {
-                // Pass it on, then rewire: every survivor gets the same set of lost nodes
-                // and so the same repaired topology.
-                links.announce_lost(peer, matches!(e, Error::Left { .. }));
-                if let Some(repair) = &opts.repair
-                    && let Some((out, inn, topology)) = repair(lost)
-                {
-                    let me = node.id();
-                    tracing::info!("{me}: topology repaired for lost {lost:?}: sends to {out:?}");
-                    for &to in &out {
-                        links.connect(to);
-                    }
-                    node.set_neighbors(out, inn, topology);
-                }
-            }
-            Ok(())
-        }
-        // Cut off from a majority, or from everyone from the start: the engine's error
-        // says what happened and what the rest of the run does.
+    match r {
+        Ok(()) => Ok(()),
+        // Cut off from a majority, or from everyone from the start, or a state that does
+        // not fit: the engine's error says what happened.
         Err(source @ (sfb_core::Error::Minority { .. } | sfb_core::Error::Isolated { .. })) => {
             Err(Error::Peer {
                 peer: node.id(),
@@ -617,7 +528,10 @@ where
             })
         }
         // The node's policy is to stop: the transport's error says best what happened.
-        Err(_) => Err(e),
+        Err(source) => Err(e.unwrap_or(Error::Peer {
+            peer: node.id(),
+            source,
+        })),
     }
 }
 

@@ -240,12 +240,8 @@ impl Links for QueueLinks {
         }
     }
 
-    fn announce_lost(&mut self, peer: PeerId, left: bool) {
-        self.notify_all(if left {
-            wire::Notice::Left(peer.0)
-        } else {
-            wire::Notice::Lost(peer.0)
-        });
+    fn announce(&mut self, notice: wire::Notice) {
+        self.notify_all(notice);
     }
 
     fn announce_leaving(&mut self) {
@@ -255,10 +251,6 @@ impl Links for QueueLinks {
             // In order after this node's last frames: the queue is FIFO.
             let _ = self.handle.block_on(q.send(Arc::clone(&frame)));
         }
-    }
-
-    fn announce_joined(&mut self, peer: PeerId) {
-        self.notify_all(wire::Notice::Joined(peer.0));
     }
 
     fn send_state(&mut self, to: PeerId, state: &sfb_core::NodeState) {

@@ -253,8 +253,11 @@ pub struct NodeRun<N> {
 /// How a node's neighbours change when nodes are lost: for the node at `index` and the
 /// lost nodes so far, its out- and in-neighbours and an identifier of the repaired
 /// topology (every survivor computes the same graph); `None` keeps its neighbours.
-pub type RepairFn =
-    Box<dyn Fn(usize, &[PeerId]) -> Option<(Vec<PeerId>, Vec<PeerId>, String)> + Send + Sync>;
+pub type RepairFn = Box<RepairOf>;
+
+/// The function a [`RepairFn`] holds.
+pub type RepairOf =
+    dyn Fn(usize, &[PeerId]) -> Option<(Vec<PeerId>, Vec<PeerId>, String)> + Send + Sync;
 
 /// Counts of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -434,7 +437,16 @@ impl<N: StateMachine> Network<N> {
     /// O(E log E) for E events (about one per frame and one per step).
     pub fn run_with<O: Observer<N>>(self, observer: &mut O) -> Result<Outcome<N>> {
         let mut sim = Sim::new(self.nodes, self.cfg, observer)?;
-        sim.repair = self.repair;
+        let repair: Option<std::sync::Arc<RepairOf>> = self.repair.map(std::sync::Arc::from);
+        sim.members = (0..sim.nodes.len())
+            .map(|k| {
+                sfb_core::Membership::new(repair.clone().map(|r| {
+                    let f: sfb_core::membership::RepairFn =
+                        std::sync::Arc::new(move |lost: &[PeerId]| r(k, lost));
+                    f
+                }))
+            })
+            .collect();
         sim.run()
     }
 }
@@ -594,7 +606,8 @@ struct Sim<'o, N, O> {
     observer: &'o mut O,
     /// A stop the observer asked for, once set ([`Observer::stop_requested`]).
     stopped: bool,
-    repair: Option<RepairFn>,
+    /// Each node's view of who is in the run (the decisions of every transport).
+    members: Vec<sfb_core::Membership>,
     /// Crashed nodes the others were told of, in that order.
     lost: Vec<PeerId>,
     /// Nodes that crash right after completing a clock ([`CrashAt::Clock`]).
@@ -698,7 +711,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             stats: Stats::default(),
             observer,
             stopped: false,
-            repair: None,
+            members: Vec::new(),
             lost: Vec::new(),
             crash_clocks,
         };
@@ -949,16 +962,26 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
     /// what it has been told (each node's own view) and woken.
     fn tell(&mut self, k: usize, gone: &[PeerId], at: Duration) {
         self.slots[k].clock.advance_to(at);
-        for &g in gone {
-            self.slots[k].told.push(g);
-            if let Err(e) = self.nodes[k].loss_reported(g) {
-                self.stop_failed(k, &e);
-                return;
-            }
+        // The node's membership decides, as on every transport; the news reaches every
+        // node directly here, so announcements are not passed on.
+        let mut actions = Vec::new();
+        let r = self.members[k].told_lost(&mut self.nodes[k], gone, &mut actions);
+        if let Err(e) = r {
+            // Told up to the loss it refused.
+            let me = self.slots[k].id;
+            let upto = gone
+                .iter()
+                .position(|&g| g != me && !self.members[k].is_lost(g))
+                .map_or(gone.len(), |i| i + 1);
+            self.slots[k].told.extend_from_slice(&gone[..upto]);
+            self.stop_failed(k, &e);
+            return;
         }
-        if let Some(repair) = &self.repair
-            && let Some((out, inn, topology)) = repair(k, &self.slots[k].told)
-        {
+        self.slots[k].told.extend_from_slice(gone);
+        for a in actions {
+            let sfb_core::Action::Rewired { inn, .. } = a else {
+                continue;
+            };
             // A new in-neighbour that has finished sends nothing more: its streams have
             // ended, as a transport would report (the engine counts it finished if it
             // delivered every clock, else lost).
@@ -971,7 +994,6 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                         .is_some_and(|&j| self.slots[j].done && !self.slots[j].crashed)
                 })
                 .collect();
-            self.nodes[k].set_neighbors(out, inn, topology);
             for p in ended {
                 if let Err(e) = self.nodes[k].peer_lost(p) {
                     self.stop_failed(k, &e);
