@@ -62,6 +62,14 @@ pub enum Error {
         /// `pause` or `loss`.
         what: &'static str,
     },
+    /// A restart that cannot happen as given.
+    #[error("the restart of {node} {why}")]
+    BadRestart {
+        /// The node.
+        node: PeerId,
+        /// What is wrong.
+        why: String,
+    },
     /// The latency range is empty.
     #[error("latency range is empty: min {min:?} > max {max:?}")]
     InvalidLatency {

@@ -32,6 +32,12 @@
 //!   [`repair`](Network::repair) function if one is given. A node that the loss leaves
 //!   without a majority (or whose policy is to fail) stops there: its
 //!   [`NodeRun::failed`] says why, and the others go on.
+//! - **Restarts** ([`Network::restart`]): a crashed node comes back a while after its crash
+//!   as a fresh node waiting to rejoin ([`StateMachine::rejoining`]). Every running node
+//!   learns it is back ([`sfb_core::wire::Notice::Joined`]); those that send to it again
+//!   hand it their state over their link ([`sfb_core::wire::Message::State`], its bytes
+//!   costed like any frame); it adopts the first ([`NodeRun::rejoined`]). Frames of its
+//!   former life still on the way, to it or from it, are dropped.
 //! - **No hang.** When no event is pending and some node is not done, every such node is
 //!   blocked and nothing can change: the run fails with [`Error::Stalled`], naming each
 //!   blocked node and whom it waits on. The number of events is capped
@@ -92,8 +98,8 @@
 //!   [`Config::keep_records`] off); each event costs O(log events in flight).
 //! - *Cost model*: [`Costs::of`] maps each [`Work`] to a duration; `sfb sim` fills it from
 //!   flop and byte counts at given machine rates, or from a calibration on this machine.
-//! - *Faults*: pauses, losses and crashes are data in [`Config`]; restarts, scheduled
-//!   link cuts or seeded random loss are more of the same.
+//! - *Faults*: pauses, losses, crashes and partitions are data in [`Config`], restarts
+//!   nodes given to [`Network::restart`].
 //! - *Observation*: an [`Observer`] sees every delivery, tick and record (for streaming
 //!   metrics or checking invariants) without the driver keeping anything.
 
@@ -110,7 +116,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
-use sfb_core::{Event, PeerId, Progress, StateMachine, Stragglers, TimeSource, Work};
+use sfb_core::{Event, NodeState, PeerId, Progress, StateMachine, Stragglers, TimeSource, Work};
 
 pub use config::{Config, Costs, Crash, CrashAt, Latency, Loss, Nic, Partition, Pause};
 pub use error::{Blocked, Error};
@@ -246,8 +252,25 @@ pub struct NodeRun<N> {
     /// the run's ([`sfb_core::Error::Minority`]: the minority side of a partition), or it
     /// never reached any ([`sfb_core::Error::Isolated`]).
     pub cut_off: Option<CutOff>,
-    /// The crashed nodes it was told of while it ran, in order.
+    /// The crashed nodes it was told of while it ran, in order (a node back is taken off).
     pub told: Vec<PeerId>,
+    /// When it came back after a crash ([`Network::restart`]), if it did.
+    pub restarted_at: Option<Duration>,
+    /// The state it rejoined with, if it restarted and was taken back.
+    pub rejoined: Option<Rejoined>,
+}
+
+/// How a restarted node was taken back ([`NodeRun::rejoined`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejoined {
+    /// The neighbour whose state it adopted.
+    pub from: PeerId,
+    /// The clock of that state: the node went on from it.
+    pub clock: u64,
+    /// When it adopted it.
+    pub at: Duration,
+    /// Whether its state right after adopting equals the one it was sent (its W bitwise).
+    pub equal: bool,
 }
 
 /// How a node's neighbours change when nodes are lost: for the node at `index` and the
@@ -289,6 +312,8 @@ pub struct Network<N> {
     nodes: Vec<N>,
     cfg: Config,
     repair: Option<RepairFn>,
+    /// Nodes that come back a while after their crash, as `(id, after, node)`.
+    restarts: Vec<(PeerId, Duration, N)>,
 }
 
 impl<N> std::fmt::Debug for Network<N> {
@@ -312,7 +337,16 @@ impl<N: StateMachine> Network<N> {
             nodes,
             cfg,
             repair: None,
+            restarts: Vec::new(),
         }
+    }
+
+    /// The crashed node `node` comes back `after` its crash as `fresh`, a node of the same
+    /// id waiting to rejoin (see the [module docs](self)). `after` must exceed
+    /// [`Config::detect_after`] (the others count it lost first), and `node` must crash.
+    pub fn restart(mut self, node: PeerId, after: Duration, fresh: N) -> Self {
+        self.restarts.push((node, after, fresh));
+        self
     }
 
     /// How the survivors of a [`Crash`] are rewired ([`RepairFn`]).
@@ -437,16 +471,38 @@ impl<N: StateMachine> Network<N> {
     /// O(E log E) for E events (about one per frame and one per step).
     pub fn run_with<O: Observer<N>>(self, observer: &mut O) -> Result<Outcome<N>> {
         let mut sim = Sim::new(self.nodes, self.cfg, observer)?;
-        let repair: Option<std::sync::Arc<RepairOf>> = self.repair.map(std::sync::Arc::from);
-        sim.members = (0..sim.nodes.len())
-            .map(|k| {
-                sfb_core::Membership::new(repair.clone().map(|r| {
-                    let f: sfb_core::membership::RepairFn =
-                        std::sync::Arc::new(move |lost: &[PeerId]| r(k, lost));
-                    f
-                }))
-            })
-            .collect();
+        sim.repair = self.repair.map(std::sync::Arc::from);
+        sim.members = (0..sim.nodes.len()).map(|k| sim.membership(k)).collect();
+        for (node, after, fresh) in self.restarts {
+            let bad = |why: &str| Error::BadRestart {
+                node,
+                why: why.into(),
+            };
+            let Some(&i) = sim.index.get(&node) else {
+                return Err(Error::UnknownNode {
+                    node,
+                    what: "restart",
+                });
+            };
+            if fresh.id() != node {
+                return Err(bad(&format!("is given a node of id {}", fresh.id())));
+            }
+            if !fresh.rejoining() {
+                return Err(bad("is given a node that is not waiting to rejoin"));
+            }
+            if !sim.cfg.crashes.iter().any(|c| c.node == node) {
+                return Err(bad("comes after no crash of it"));
+            }
+            if after <= sim.cfg.detect_after {
+                return Err(bad(&format!(
+                    "after {after:?} comes before the others count it lost ({:?})",
+                    sim.cfg.detect_after
+                )));
+            }
+            if sim.spares.insert(i, (after, fresh)).is_some() {
+                return Err(bad("is given twice"));
+            }
+        }
         sim.run()
     }
 }
@@ -468,7 +524,11 @@ enum Kind {
     },
     /// The receiver's transport has done its CPU work on a frame from `from`
     /// ([`Nic::cpu`]): the node may take it.
-    Taken { from: usize, msg: Message },
+    Taken {
+        from: usize,
+        msg: Message,
+        lives: Lives,
+    },
     /// This node crashes ([`Crash`]).
     Crash,
     /// The others learn that this crashed node is lost.
@@ -476,6 +536,8 @@ enum Kind {
     /// Partition `k` ([`Config::partitions`]) has lasted `detect_after`: each side learns
     /// that the other is lost.
     Cut(usize),
+    /// This crashed node comes back ([`Network::restart`]).
+    Restart,
 }
 
 #[derive(Debug)]
@@ -503,6 +565,10 @@ impl Ord for Scheduled {
     }
 }
 
+/// The lives (restarts so far) of a frame's sender and receiver when it was sent: a frame
+/// between lives that have ended is dropped.
+type Lives = (u32, u32);
+
 /// One directed link.
 struct Link {
     rng: ChaCha8Rng,
@@ -510,8 +576,8 @@ struct Link {
     sent: u64,
     /// Arrival time of the latest frame put on the link.
     last_arrival: Duration,
-    /// Frames in flight, in order.
-    queue: VecDeque<Message>,
+    /// Frames in flight, in order, with the lives they were sent between.
+    queue: VecDeque<(Lives, Message)>,
     /// Frame numbers to lose.
     lost: Vec<std::ops::Range<u64>>,
 }
@@ -578,6 +644,10 @@ struct Slot {
     ingress_free: Duration,
     /// When its transport has done the CPU work of every frame given to it ([`Nic::cpu`]).
     transport_free: Duration,
+    /// Restarts so far.
+    life: u32,
+    restarted_at: Option<Duration>,
+    rejoined: Option<Rejoined>,
 }
 
 impl Slot {
@@ -608,6 +678,9 @@ struct Sim<'o, N, O> {
     stopped: bool,
     /// Each node's view of who is in the run (the decisions of every transport).
     members: Vec<sfb_core::Membership>,
+    repair: Option<std::sync::Arc<RepairOf>>,
+    /// Nodes to bring back after their crash, by index: `(after, node)`.
+    spares: BTreeMap<usize, (Duration, N)>,
     /// Crashed nodes the others were told of, in that order.
     lost: Vec<PeerId>,
     /// Nodes that crash right after completing a clock ([`CrashAt::Clock`]).
@@ -667,6 +740,9 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 egress_free: Duration::ZERO,
                 ingress_free: Duration::ZERO,
                 transport_free: Duration::ZERO,
+                life: 0,
+                restarted_at: None,
+                rejoined: None,
             })
             .collect();
         for p in &cfg.pauses {
@@ -712,6 +788,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             observer,
             stopped: false,
             members: Vec::new(),
+            repair: None,
+            spares: BTreeMap::new(),
             lost: Vec::new(),
             crash_clocks,
         };
@@ -748,14 +826,25 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         }));
     }
 
-    /// Puts a frame from the node at index `from` in node `j`'s inbox at `at`.
-    fn hand_over(&mut self, from: usize, j: usize, msg: Message, at: Duration) {
+    /// Node `k`'s view of who is in the run, fresh.
+    fn membership(&self, k: usize) -> sfb_core::Membership {
+        sfb_core::Membership::new(self.repair.clone().map(|r| {
+            let f: sfb_core::membership::RepairFn =
+                std::sync::Arc::new(move |lost: &[PeerId]| r(k, lost));
+            f
+        }))
+    }
+
+    /// Puts a frame from the node at index `from`, sent between `lives`, in node `j`'s
+    /// inbox at `at`.
+    fn hand_over(&mut self, from: usize, j: usize, msg: Message, at: Duration, lives: Lives) {
         // A crashed node takes nothing; a lost one's frames still on the way are dropped
-        // with its links.
+        // with its links, as are those of or to a life that has ended.
         let sender = self.slots[from].id;
         if self.slots[j].crashed
             || self.slots[from].detected
             || self.slots[j].told.contains(&sender)
+            || lives != (self.slots[from].life, self.slots[j].life)
         {
             self.stats.dropped += 1;
             return;
@@ -764,7 +853,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             // Held on the cut link, as a transport holds what it cannot deliver yet, and
             // handed over when it heals (unless the receiver has counted the sender lost
             // by then).
-            self.schedule(heals, j, Kind::Taken { from, msg });
+            self.schedule(heals, j, Kind::Taken { from, msg, lives });
             return;
         }
         self.slots[j].inbox.push_back((sender, msg));
@@ -814,7 +903,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             }
             match ev.kind {
                 Kind::Arrive { from } => {
-                    let msg = self
+                    let (lives, msg) = self
                         .links
                         .get_mut(&(from, ev.node))
                         .and_then(|l| l.queue.pop_front())
@@ -824,12 +913,14 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                         // The receiver's transport decodes it before the node sees it.
                         let bytes = sfb_core::wire::encoded_len_with(&msg, nic.dtype);
                         let ready = self.transport(ev.node, ev.at, bytes);
-                        self.schedule(ready, ev.node, Kind::Taken { from, msg });
+                        self.schedule(ready, ev.node, Kind::Taken { from, msg, lives });
                     } else {
-                        self.hand_over(from, ev.node, msg, ev.at);
+                        self.hand_over(from, ev.node, msg, ev.at, lives);
                     }
                 }
-                Kind::Taken { from, msg } => self.hand_over(from, ev.node, msg, ev.at),
+                Kind::Taken { from, msg, lives } => {
+                    self.hand_over(from, ev.node, msg, ev.at, lives);
+                }
                 Kind::Head { from, bytes, tail } => {
                     let j = ev.node;
                     let nic = self.cfg.nic;
@@ -852,6 +943,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 Kind::Crash => self.crash(ev.node, ev.at),
                 Kind::Detect => self.detect(ev.node, ev.at),
                 Kind::Cut(k) => self.detect_cut(k, ev.at),
+                Kind::Restart => self.restart(ev.node, ev.at)?,
             }
         }
         if self.slots.iter().any(|s| !s.done) {
@@ -889,6 +981,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 failed: s.failed,
                 cut_off: s.cut_off,
                 told: s.told,
+                restarted_at: s.restarted_at,
+                rejoined: s.rejoined,
             })
             .collect();
         Ok(Outcome {
@@ -911,6 +1005,93 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         slot.inbox.clear();
         let detect = at + self.cfg.detect_after;
         self.schedule(detect, i, Kind::Detect);
+        if let Some(&(after, _)) = self.spares.get(&i) {
+            self.schedule(at + after, i, Kind::Restart);
+        }
+    }
+
+    /// Crashed node `i` comes back at `at` as its spare, waiting to rejoin; every running
+    /// node learns it is back, and those that send to it again hand it their state.
+    fn restart(&mut self, i: usize, at: Duration) -> Result<()> {
+        let Some((_, fresh)) = self.spares.remove(&i) else {
+            return Ok(());
+        };
+        self.nodes[i] = fresh;
+        self.members[i] = self.membership(i);
+        let slot = &mut self.slots[i];
+        slot.life += 1;
+        slot.clock.advance_to(at);
+        slot.done = false;
+        slot.crashed = false;
+        slot.detected = false;
+        slot.failed = None;
+        slot.cut_off = None;
+        slot.told.clear();
+        slot.inbox.clear();
+        slot.restarted_at = Some(at);
+        let id = slot.id;
+        for k in 0..self.nodes.len() {
+            if k == i || self.slots[k].done {
+                continue;
+            }
+            self.slots[k].clock.advance_to(at);
+            self.slots[k].told.retain(|&p| p != id);
+            let mut actions = Vec::new();
+            let news = sfb_core::News::Notice(sfb_core::wire::Notice::Joined(id.0));
+            if let Err(e) = self.members[k].on_news(&mut self.nodes[k], news, &mut actions) {
+                self.stop_failed(k, &e);
+                continue;
+            }
+            if !self.carry_out(k, actions)? {
+                continue;
+            }
+            let now = self.slots[k].clock.time();
+            self.wake(k, now);
+        }
+        self.wake(i, at);
+        Ok(())
+    }
+
+    /// Carries out what node `k`'s membership decided (news reaches every node directly
+    /// here, so announcements are not passed on); whether `k` still runs.
+    fn carry_out(&mut self, k: usize, actions: Vec<sfb_core::Action>) -> Result<bool> {
+        for a in actions {
+            match a {
+                sfb_core::Action::Rewired { inn, .. } => {
+                    // A new in-neighbour that has finished sends nothing more: its streams
+                    // have ended, as a transport would report (the engine counts it
+                    // finished if it delivered every clock, else lost).
+                    let ended: Vec<PeerId> = inn
+                        .iter()
+                        .copied()
+                        .filter(|p| {
+                            self.index
+                                .get(p)
+                                .is_some_and(|&j| self.slots[j].done && !self.slots[j].crashed)
+                        })
+                        .collect();
+                    for p in ended {
+                        if let Err(e) = self.nodes[k].peer_lost(p) {
+                            self.stop_failed(k, &e);
+                            return Ok(false);
+                        }
+                    }
+                }
+                sfb_core::Action::SendState(to, state) => {
+                    let msg = Message::State {
+                        origin: self.slots[k].id,
+                        state: std::sync::Arc::new(*state),
+                    };
+                    let at = self.slots[k].clock.time();
+                    self.send(k, to, msg, at)?;
+                }
+                sfb_core::Action::Forget(p) if !self.slots[k].told.contains(&p) => {
+                    self.slots[k].told.push(p);
+                }
+                _ => {}
+            }
+        }
+        Ok(true)
     }
 
     /// Every running node learns that the crashed node `c` is lost, at `at`
@@ -978,31 +1159,41 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             return;
         }
         self.slots[k].told.extend_from_slice(gone);
-        for a in actions {
-            let sfb_core::Action::Rewired { inn, .. } = a else {
-                continue;
-            };
-            // A new in-neighbour that has finished sends nothing more: its streams have
-            // ended, as a transport would report (the engine counts it finished if it
-            // delivered every clock, else lost).
-            let ended: Vec<PeerId> = inn
-                .iter()
-                .copied()
-                .filter(|p| {
-                    self.index
-                        .get(p)
-                        .is_some_and(|&j| self.slots[j].done && !self.slots[j].crashed)
-                })
-                .collect();
-            for p in ended {
-                if let Err(e) = self.nodes[k].peer_lost(p) {
-                    self.stop_failed(k, &e);
-                    return;
-                }
-            }
+        match self.carry_out(k, actions) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(_) => unreachable!("a loss sends no state"),
         }
         let now = self.slots[k].clock.time();
         self.wake(k, now);
+    }
+
+    /// Node `i` takes a state from `from` (a neighbour's, while it rejoins); whether it
+    /// still runs.
+    fn take_state(
+        &mut self,
+        i: usize,
+        from: PeerId,
+        state: std::sync::Arc<NodeState>,
+    ) -> Result<bool> {
+        let waiting = self.nodes[i].rejoining();
+        let (clock, w) = (state.clock, state.w.clone());
+        let mut actions = Vec::new();
+        let news = sfb_core::News::State(Box::new(std::sync::Arc::unwrap_or_clone(state)));
+        if let Err(e) = self.members[i].on_news(&mut self.nodes[i], news, &mut actions) {
+            self.stop_failed(i, &e);
+            return Ok(false);
+        }
+        if waiting && !self.nodes[i].rejoining() {
+            let now = self.nodes[i].rejoin_state().and_then(|s| s.w);
+            self.slots[i].rejoined = Some(Rejoined {
+                from,
+                clock,
+                at: self.slots[i].clock.time(),
+                equal: now.is_some() && now == w,
+            });
+        }
+        self.carry_out(i, actions)
     }
 
     /// Node `k` stops where it is, having refused to go on (`why`).
@@ -1037,6 +1228,12 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             let slot = &mut self.slots[i];
             self.observer.on_deliver(slot.clock.time(), from, id, &msg);
             self.stats.delivered += 1;
+            if let Message::State { state, .. } = msg {
+                if !self.take_state(i, from, state)? {
+                    return Ok(());
+                }
+                continue;
+            }
             self.nodes[i]
                 .on_message(from, msg, &mut slot.clock)
                 .map_err(|e| node_err(slot.clock.time(), e))?;
@@ -1140,8 +1337,9 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         let start = at.max(self.slots[i].egress_free);
         let out = start + Nic::serialize(bytes, nic.egress);
         self.slots[i].egress_free = out;
+        let lives = (self.slots[i].life, self.slots[j].life);
         let link = self.links.get_mut(&(i, j)).expect("made above");
-        link.queue.push_back(msg);
+        link.queue.push_back((lives, msg));
         if nic.ingress.is_some() {
             // The receiver's ingress is reserved when the head gets there, in the order
             // heads arrive (not the order frames were sent).

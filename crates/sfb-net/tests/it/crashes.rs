@@ -458,3 +458,106 @@ proptest! {
         }
     }
 }
+
+/// Restarts as data (issue 31, item 5): p2 of 6 crashes after clock 20 and comes back 5 ms
+/// later (the others count it lost after 0.7 ms) as a fresh engine waiting to rejoin. The
+/// others learn it is back; those that send to it hand it their state over the simulated
+/// link; it adopts the first, equal bitwise to what was sent, and every node finishes
+/// every clock, on full broadcast and on a Q = 2 topology under SSP(2) and BSP. A restart
+/// that cannot happen (too early, of a node that never crashes, of a node not waiting to
+/// rejoin) is refused by name.
+#[test]
+fn a_crashed_node_restarts_rejoins_from_a_neighbour_and_everyone_finishes() {
+    for (topo, model) in [
+        (crate::consistency::Topo::Full, Model::Ssp(2)),
+        (crate::consistency::Topo::Kautz { q: 2 }, Model::Bsp),
+    ] {
+        let base = Case {
+            peers: 6,
+            topo,
+            model,
+            clocks: 60,
+            net_seed: 3,
+            data_seed: 4,
+            latency_us: (100, 300),
+            straggler: None,
+        };
+        let t = base.topo.build(6);
+        let build = || {
+            engines_with(&t, &base.model.consistency(), base.clocks, 4, |cfg| {
+                cfg.on_peer_loss = PeerLoss::Continue;
+            })
+        };
+        let fresh = build().swap_remove(2).rejoining();
+        let out = network(build(), &base)
+            .repair(repair_of(&t))
+            .detect_after(DETECT)
+            .crash_after_clock(PeerId(2), 20)
+            .restart(PeerId(2), Duration::from_millis(5), fresh)
+            .run()
+            .unwrap();
+        for n in &out.nodes {
+            let id = n.node.id();
+            assert!(n.failed.is_none() && !n.crashed, "{id}: {:?}", n.failed);
+            assert_eq!(n.node.clock(), 60, "{id}");
+        }
+        let p2 = &out.nodes[2];
+        let back = p2.restarted_at.expect("p2 restarted");
+        let r = p2.rejoined.as_ref().expect("p2 was taken back");
+        assert!(
+            r.equal,
+            "the rejoined replica equals its donor's state: {r:?}"
+        );
+        assert!(r.at > back && r.clock > 20, "{r:?} after {back:?}");
+        assert!(
+            t.out(r.from.index()).contains(&2),
+            "{r:?}: a node that sends to p2"
+        );
+        for n in out.nodes.iter().filter(|n| n.node.id() != PeerId(2)) {
+            let m = n.node.metrics();
+            assert_eq!(m.gone(), [], "{}: {:?}", n.node.id(), m.lost_peers);
+            assert!(m.rejoined_peers.iter().any(|&(p, _)| p == 2), "{m:?}");
+        }
+        eprintln!(
+            "{topo:?} {model:?}: p2 back at {back:?}, took {}'s state of clock {} at {:?}; \
+             all finished by {:?}",
+            r.from, r.clock, r.at, out.end
+        );
+    }
+    // Refused by name.
+    let base = Case {
+        peers: 4,
+        topo: crate::consistency::Topo::Full,
+        model: Model::Bsp,
+        clocks: 10,
+        net_seed: 1,
+        data_seed: 1,
+        latency_us: (100, 100),
+        straggler: None,
+    };
+    let t = base.topo.build(4);
+    let build = || engines_with(&t, &base.model.consistency(), 10, 1, |_| {});
+    let refused = |net: sfb_net::virtual_time::Network<_>| net.run().unwrap_err().to_string();
+    let e = refused(
+        network(build(), &base)
+            .detect_after(DETECT)
+            .crash_after_clock(PeerId(1), 3)
+            .restart(PeerId(1), DETECT / 2, build().swap_remove(1).rejoining()),
+    );
+    assert!(e.contains("comes before the others count it lost"), "{e}");
+    let e = refused(network(build(), &base).restart(
+        PeerId(1),
+        DETECT * 2,
+        build().swap_remove(1).rejoining(),
+    ));
+    assert!(
+        e.contains("the restart of p1 comes after no crash of it"),
+        "{e}"
+    );
+    let e = refused(
+        network(build(), &base)
+            .crash_after_clock(PeerId(1), 3)
+            .restart(PeerId(1), Duration::from_secs(2), build().swap_remove(1)),
+    );
+    assert!(e.contains("not waiting to rejoin"), "{e}");
+}
