@@ -452,8 +452,9 @@ fn a_killed_peer_restarted_with_rejoin_finishes_with_the_others() {
     rejoin(4, 3, "rejoin");
 }
 
-/// Partial broadcast: the peers that send to the rejoined one are not all among those it
-/// sends to, and know only its old address (it listens on a new port).
+/// Partial broadcast in its default (gossip) mode: the peers that send to the rejoined one
+/// are not all among those it sends to, and know only its old address (it listens on a new
+/// port); it gets their public copies and they its own.
 #[test]
 fn a_peer_rejoins_a_partial_broadcast_run() {
     rejoin(8, 3, "rejoin-q3");
@@ -503,12 +504,9 @@ fn rejoin(p: usize, q: usize, tag: &str) {
             "--dump-w".into(),
             dir.join(format!("w{tag}-{i}.bin")).display().to_string(),
         ]);
+        // The default partial-broadcast mode (gossip): the rejoining peer gets its
+        // neighbours' public copies, and they its own.
         a.extend(run_args("ssp:2"));
-        if q + 1 < p {
-            // The gossip mode's copies of neighbours' replicas are not transferred to a
-            // rejoining peer yet: a run that takes peers back uses the paper's mode.
-            a.extend(["--partial".into(), "paper".into()]);
-        }
         a
     };
     let nodes: Vec<(String, Vec<String>)> = (0..p)

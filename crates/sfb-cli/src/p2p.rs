@@ -219,8 +219,7 @@ pub struct NetArgs {
     /// their mean moves as full broadcast's, and moves toward its in-neighbours by
     /// compressed consensus messages (--gossip-rank pairs a clock per out-link). paper: the
     /// SFB paper's literal mode, no consensus; it diverges or stalls on most topologies
-    /// (`sfb topology` says which). Without a mode named, runs with --relay use paper; a
-    /// peer cannot --rejoin a gossip run yet.
+    /// (`sfb topology` says which). Without a mode named, runs with --relay use paper.
     #[arg(long, value_name = "gossip|paper")]
     pub partial: Option<sfb_harness::PartialSpec>,
     /// Pairs per consensus message of the gossip mode (default max(1, ⌊3K/16⌋) for mini-batches

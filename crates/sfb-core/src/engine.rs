@@ -503,6 +503,9 @@ struct PeerSide {
     /// The clock of the last consensus step (it changes W and the public copy after that
     /// clock's cut).
     last_gossip: Option<u64>,
+    /// Gossip mode: out-neighbours that have no copy of this peer's public copy (gained by
+    /// a repair, or all of them after a rejoin); sent it ahead of the next clock's factors.
+    copy_due: BTreeSet<PeerId>,
 }
 
 /// A relaying peer's view of the trees ([`crate::relay`]).
@@ -709,6 +712,35 @@ impl PeerSide {
     }
 }
 
+impl PeerSide {
+    /// Gossip mode: this peer's public copy to every out-neighbour that lacks one, ahead of
+    /// the factors of clock `clock` (and so of every consensus message it lacks).
+    fn send_copies<M: Model>(&mut self, worker: &mut Worker<M>, clock: u64) {
+        if self.copy_due.is_empty() {
+            return;
+        }
+        let due = std::mem::take(&mut self.copy_due);
+        let (next, w) = match &self.mixer {
+            Some(m) => m.public_copy(),
+            // Timing only: a copy of the right size.
+            None => (clock, Array2::zeros(self.replica.dim())),
+        };
+        let msg = Message::Copy {
+            origin: worker.id,
+            clock: next,
+            w: Arc::new(w),
+        };
+        let len = wire::encoded_len(&msg) as u64;
+        for to in due.into_iter().filter(|p| self.out_neighbors.contains(p)) {
+            worker.metrics.bytes_sent += len;
+            worker.outputs.push_back(Output {
+                to,
+                msg: msg.clone(),
+            });
+        }
+    }
+}
+
 impl<M: Model> Side<M> for PeerSide {
     fn w(&self) -> ArrayView2<'_, f32> {
         self.replica.w()
@@ -790,6 +822,7 @@ impl<M: Model> Side<M> for PeerSide {
         mut fb: FactorBatch,
         time: &mut dyn TimeSource,
     ) -> Result<()> {
+        self.send_copies(worker, fb.clock);
         if let Some(c) = &mut self.compressor {
             let t0 = time.now();
             let (out, _) = c.compress(fb);
@@ -1021,6 +1054,7 @@ impl<M: Model> Engine<M> {
                 timing_folds: 0,
                 gossip_due: None,
                 last_gossip: None,
+                copy_due: BTreeSet::new(),
             },
             worker,
             cfg,
@@ -1072,6 +1106,15 @@ impl<M: Model> Engine<M> {
         self
     }
 
+    /// Gossip mode: the in-neighbours whose public copy this peer holds and mixes with
+    /// (empty outside the gossip mode).
+    pub fn mixed_with(&self) -> Vec<PeerId> {
+        self.side
+            .mixer
+            .as_ref()
+            .map_or_else(Vec::new, |m| m.mixed_with().collect())
+    }
+
     /// Whether the engine waits for a neighbour's state ([`rejoining`](Self::rejoining)).
     pub fn is_rejoining(&self) -> bool {
         self.rejoining
@@ -1090,13 +1133,6 @@ impl<M: Model> Engine<M> {
         if !self.rejoining {
             return Ok(false);
         }
-        if self.cfg.gossip.is_some() {
-            return Err(Error::Checkpoint {
-                reason: "the gossip mode's copies of the neighbours' replicas cannot be \
-                         transferred yet: a peer cannot rejoin a gossip run"
-                    .into(),
-            });
-        }
         let w = state.w.take().ok_or_else(|| Error::Checkpoint {
             reason: "a rejoin state without W".into(),
         })?;
@@ -1111,6 +1147,15 @@ impl<M: Model> Engine<M> {
         }
         let replica = Replica::new(w)?;
         self.side.stepper.restore_state(&state.optimizer)?;
+        if let Some(m) = &mut self.side.mixer {
+            // Its copies of the neighbours' public copies come from them; its own public
+            // copy starts over from the adopted W, sent whole to its out-neighbours.
+            m.reset(&replica.w().to_owned())?;
+        }
+        if self.side.gossip_rank > 0 {
+            self.side.copy_due = self.side.out_neighbors.iter().copied().collect();
+            self.side.gossip_due = None;
+        }
         self.side.replica = replica;
         self.side.pending.clear();
         self.worker.rejoin_at(state.clock);
@@ -1450,10 +1495,18 @@ impl<M: Model> Engine<M> {
         for p in gone {
             self.worker.inbound.remove(p);
             self.former.insert(p);
+            if let Some(m) = &mut self.side.mixer {
+                // Its copy would get no more consensus messages.
+                m.forget(p);
+            }
         }
         for &p in &inn {
             self.worker.inbound.add_fresh(p, self.worker.clock);
             self.former.remove(&p);
+        }
+        if self.side.gossip_rank > 0 {
+            let new = out.iter().filter(|p| !self.side.out_neighbors.contains(p));
+            self.side.copy_due.extend(new);
         }
         self.side.out_neighbors.clone_from(&out);
         self.cfg.out_neighbors = out;
@@ -1499,7 +1552,11 @@ impl<M: Model> Engine<M> {
         if !self.worker.inbound.awaits(from)
             && from != self.cfg.id
             && from.index() < self.cfg.peers
-            && matches!(&msg, Message::Factors { batch, .. } if batch.origin == from)
+            && match &msg {
+                Message::Factors { batch, .. } => batch.origin == from,
+                Message::Copy { origin, .. } => *origin == from,
+                _ => false,
+            }
         {
             // Not an in-neighbour (yet): a sender that repaired the topology after a loss
             // before this peer heard of it. Held until this peer's repair says whether
@@ -1528,6 +1585,24 @@ impl<M: Model> Engine<M> {
         }
         if let Message::Relayed { carrier, batch } = &msg {
             return self.receive_relayed(from, *carrier, batch, &msg);
+        }
+        if let Message::Copy { origin, clock, w } = &msg {
+            if self.side.gossip_rank == 0 || *origin != from {
+                return Err(Error::UnexpectedMessage {
+                    from,
+                    kind: msg.kind(),
+                    role: "SFB peer outside the gossip mode, or not from the copy's owner",
+                });
+            }
+            if !self.worker.inbound.awaits(from) {
+                // Not an in-neighbour any more: nothing to mix with.
+                return Ok(());
+            }
+            if let Some(m) = &mut self.side.mixer {
+                m.install(from, *clock, w.as_ref().clone())?;
+            }
+            self.worker.metrics.bytes_received += wire::encoded_len(&msg) as u64;
+            return Ok(());
         }
         if let Message::Mix { batch } = &msg {
             if self.side.gossip_rank == 0 {

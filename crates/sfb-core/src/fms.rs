@@ -519,7 +519,8 @@ impl<M: Model> Server<M> {
             | Message::Mix { .. }
             | Message::Stop { .. }
             | Message::Notice { .. }
-            | Message::State { .. } => {
+            | Message::State { .. }
+            | Message::Copy { .. } => {
                 unreachable!("refused above")
             }
         };

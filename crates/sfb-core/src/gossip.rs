@@ -587,6 +587,41 @@ impl Mixer {
         Ok(())
     }
 
+    /// This peer's public copy and the first clock whose consensus message it lacks: what
+    /// a new out-neighbour takes as its copy ([`install`](Self::install)).
+    pub fn public_copy(&self) -> (u64, Array2<f32>) {
+        let next = self.last_sent.as_ref().map_or(0, |q| q.clock + 1);
+        (next, self.public.w().to_owned())
+    }
+
+    /// Takes `w` as the copy of in-neighbour `from`'s public copy, lacking its consensus
+    /// messages of clock `clock` on (which are folded into it as they come): `from` is mixed
+    /// with from now on. Held messages of `from` of earlier clocks are dropped.
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] or a shape error for a bad `w` (nothing changes).
+    pub fn install(&mut self, from: PeerId, clock: u64, w: Array2<f32>) -> Result<()> {
+        let (j, d) = self.public.dim();
+        crate::replica::validate_dense(w.view(), j, d, from, "public copy")?;
+        self.copies.insert(from, Replica::new(w)?);
+        self.pending.retain(|k, _| k.1 != from || k.0 >= clock);
+        Ok(())
+    }
+
+    /// Starts over from `w` (a rejoining peer's adopted replica): the public copy is `w`
+    /// (its out-neighbours get it whole, [`public_copy`](Self::public_copy)) and no
+    /// in-neighbour is mixed with until its copy comes ([`install`](Self::install)).
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`] for a bad `w` (nothing changes).
+    pub fn reset(&mut self, w: &Array2<f32>) -> Result<()> {
+        self.public = Replica::new(w.clone())?;
+        self.copies.clear();
+        self.pending.clear();
+        self.last_sent = None;
+        Ok(())
+    }
+
     /// `peer` is gone: its copy is dropped, the mean taken over the others.
     pub fn forget(&mut self, peer: PeerId) {
         self.copies.remove(&peer);

@@ -9,7 +9,9 @@
 //!   row-major;
 //! - [`Message::Notice`] (membership news: a node lost, back, or leaving): none;
 //! - [`Message::State`] (a node's state for a rejoining node): [`NodeState::encode`]'s
-//!   bytes.
+//!   bytes;
+//! - [`Message::Copy`] (a gossip peer's public copy, for a new out-neighbour): J·D f32
+//!   row-major.
 //!
 //! [`decode`] validates everything before a message exists: version, header, sizes (with
 //! overflow checks), exact payload length, known origin, shape, sparse structure and finite
@@ -28,8 +30,8 @@ use crate::{Error, FactorBatch, NodeState, PeerId, Result, VFactors};
 #[cfg(target_endian = "big")]
 compile_error!("sfb's wire format copies f32 arrays as little-endian bytes");
 
-/// Version written at the start of every frame (4: membership notices and rejoin states
-/// in the one codec; 3: stop proposals; 2: relayed batches).
+/// Version written at the start of every frame (4: membership notices, rejoin states and
+/// gossip public copies in the one codec; 3: stop proposals; 2: relayed batches).
 pub const WIRE_VERSION: u16 = 4;
 
 /// Membership news between nodes ([`Message::Notice`]): what a node learned about
@@ -117,6 +119,18 @@ pub enum Message {
         /// The state (its W checked against the run's shape and for finite values).
         state: Arc<NodeState>,
     },
+    /// A gossip peer's public copy ([`crate::gossip`]) for an out-neighbour that has none
+    /// (one gained by a repair, or the peer itself back in the run): the receiver takes it
+    /// as its copy of the sender's and folds the sender's consensus messages of clock
+    /// `clock` on into it.
+    Copy {
+        /// The sender.
+        origin: PeerId,
+        /// The first clock whose consensus message the copy lacks.
+        clock: u64,
+        /// The public copy, `J × D`.
+        w: Arc<Array2<f32>>,
+    },
     /// A stop agreed by the stop rules ([`crate::stop`]): sent by the node whose evaluation
     /// met a rule, and forwarded by every node that adopts it, ahead of its next batch (an
     /// FMS server: to every client, ahead of its next W).
@@ -139,7 +153,8 @@ impl Message {
             Message::Delta { origin, .. }
             | Message::Stop { origin, .. }
             | Message::Notice { origin, .. }
-            | Message::State { origin, .. } => *origin,
+            | Message::State { origin, .. }
+            | Message::Copy { origin, .. } => *origin,
         }
     }
 
@@ -150,7 +165,9 @@ impl Message {
             Message::Factors { batch, .. }
             | Message::Relayed { batch, .. }
             | Message::Mix { batch } => batch.clock,
-            Message::Params { clock, .. } | Message::Delta { clock, .. } => *clock,
+            Message::Params { clock, .. }
+            | Message::Delta { clock, .. }
+            | Message::Copy { clock, .. } => *clock,
             Message::Stop { stop, .. } => stop.clock,
             Message::Notice { .. } => 0,
             Message::State { state, .. } => state.clock,
@@ -158,7 +175,7 @@ impl Message {
     }
 
     /// The kind's name, for errors and logs: `factors`, `relayed`, `mix`, `params`,
-    /// `delta`, `stop`, `notice` or `state`.
+    /// `delta`, `stop`, `notice`, `state` or `copy`.
     pub fn kind(&self) -> &'static str {
         match self {
             Message::Factors { .. } => "factors",
@@ -169,6 +186,7 @@ impl Message {
             Message::Stop { .. } => "stop",
             Message::Notice { .. } => "notice",
             Message::State { .. } => "state",
+            Message::Copy { .. } => "copy",
         }
     }
 }
@@ -231,6 +249,13 @@ enum Header {
     /// A rejoin state; the payload is [`NodeState::encode`]'s bytes.
     State {
         origin: u32,
+    },
+    /// A public copy, J·D f32.
+    Copy {
+        origin: u32,
+        clock: u64,
+        j: u32,
+        d: u32,
     },
 }
 
@@ -319,7 +344,8 @@ fn batch_of(msg: &Message) -> Option<&FactorBatch> {
         | Message::Mix { .. }
         | Message::Stop { .. }
         | Message::Notice { .. }
-        | Message::State { .. } => None,
+        | Message::State { .. }
+        | Message::Copy { .. } => None,
     }
 }
 
@@ -429,6 +455,12 @@ fn header_of(msg: &Message) -> Header {
             notice: *notice,
         },
         Message::State { origin, .. } => Header::State { origin: origin.0 },
+        Message::Copy { origin, clock, w } => Header::Copy {
+            origin: origin.0,
+            clock: *clock,
+            j: w.nrows() as u32,
+            d: w.ncols() as u32,
+        },
     }
 }
 
@@ -462,7 +494,9 @@ pub fn encoded_len_with(msg: &Message, dtype: Dtype) -> usize {
                     } => 4 * (indptr.len() + indices.len()),
                 }
         }
-        Message::Params { w: m, .. } | Message::Delta { delta: m, .. } => 4 * m.len(),
+        Message::Params { w: m, .. }
+        | Message::Delta { delta: m, .. }
+        | Message::Copy { w: m, .. } => 4 * m.len(),
         Message::Stop { .. } | Message::Notice { .. } => 0,
         Message::State { state, .. } => state.encode().len(),
     };
@@ -528,7 +562,9 @@ pub fn encode_into_with(msg: &Message, dtype: Dtype, out: &mut Vec<u8>) {
                 }
             }
         }
-        Message::Params { w: m, .. } | Message::Delta { delta: m, .. } => {
+        Message::Params { w: m, .. }
+        | Message::Delta { delta: m, .. }
+        | Message::Copy { w: m, .. } => {
             out.extend_from_slice(bytemuck::cast_slice(&row_major(m)));
         }
         Message::Stop { .. } | Message::Notice { .. } => {}
@@ -824,6 +860,20 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
             Message::State {
                 origin,
                 state: Arc::new(state),
+            }
+        }
+        Header::Copy {
+            origin,
+            clock,
+            j,
+            d,
+        } => {
+            let origin = known(origin, expect)?;
+            let w = r.matrix(j, d, expect, origin, "public copy")?;
+            Message::Copy {
+                origin,
+                clock,
+                w: Arc::new(w),
             }
         }
     };

@@ -313,16 +313,6 @@ where
         (false, _) => {
             let mut engine = builder.build_peer(id as u32)?;
             if run.fault.rejoin {
-                if engine.config().gossip.is_some() {
-                    // Refused before anything starts: its copies of the neighbours'
-                    // replicas cannot be taken over from a neighbour yet.
-                    return Err(crate::Error::Requires {
-                        field: "fault.rejoin",
-                        requires: "--partial paper (on every peer of the run) or full broadcast",
-                        why: "a rejoining peer cannot get the gossip mode's copies of its \
-                              neighbours' replicas yet",
-                    });
-                }
                 engine = engine.rejoining();
             }
             let jd = engine.replica().dim();

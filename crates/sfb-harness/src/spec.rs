@@ -1003,8 +1003,7 @@ pub struct NetOptions {
     /// default; [`sfb_core::gossip`]: weighted neighbourhood updates plus compressed
     /// consensus, converges at `O(Q)` bytes) or `paper` (the paper's literal mode: no
     /// forwarding, no consensus; diverges or stalls on most topologies, see
-    /// `sfb_topology::Learning`). `None`: gossip, or paper with `--relay`. A peer cannot
-    /// rejoin a gossip run yet.
+    /// `sfb_topology::Learning`). `None`: gossip, or paper with `--relay`.
     pub partial: Option<PartialSpec>,
     /// Pairs per consensus message in the gossip mode (`--gossip-rank R`). Default
     /// `max(1, ⌊3K/16⌋)`, fewer where that would send more than full broadcast

@@ -475,6 +475,11 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 _ => wire::Notice::Left(about),
             },
         }),
+        (0u32..4, 0u64..1000, any::<u64>()).prop_map(|(origin, clock, seed)| Message::Copy {
+            origin: PeerId(origin),
+            clock,
+            w: Arc::new(matrix(seed)),
+        }),
         (0u32..4, 0u64..1000, any::<u64>()).prop_map(|(origin, clock, seed)| Message::State {
             origin: PeerId(origin),
             state: Arc::new(node_state(clock, matrix(seed))),
@@ -737,6 +742,11 @@ proptest! {
             Ok(Message::Notice { origin, notice }) => {
                 prop_assert!(origin.index() < 4 || origin == PeerId::SERVER);
                 prop_assert!(notice.about().index() < 4);
+            }
+            Ok(Message::Copy { origin, w, .. }) => {
+                prop_assert!(origin.index() < 4 || origin == PeerId::SERVER);
+                prop_assert_eq!(w.dim(), (3, 5));
+                prop_assert!(w.iter().all(|x| x.is_finite()));
             }
             Ok(Message::State { origin, state }) => {
                 prop_assert!(origin.index() < 4 || origin == PeerId::SERVER);

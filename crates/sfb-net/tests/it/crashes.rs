@@ -561,3 +561,75 @@ fn a_crashed_node_restarts_rejoins_from_a_neighbour_and_everyone_finishes() {
     );
     assert!(e.contains("not waiting to rejoin"), "{e}");
 }
+
+/// A restart into a gossip run (the default partial-broadcast mode): the node comes back
+/// with no copy of its neighbours' public copies, and its out-neighbours dropped theirs of
+/// its own when they lost it. Each in-neighbour sends it its public copy whole
+/// (`Message::Copy`) and it sends its out-neighbours its own (the adopted W), so after the
+/// run every node mixes with every live in-neighbour, the restarted one included; its
+/// replica ends as close to the others' as theirs are to each other.
+#[test]
+fn a_restart_into_a_gossip_run_mixes_again_both_ways() {
+    let base = Case {
+        peers: 6,
+        topo: crate::consistency::Topo::Kautz { q: 2 },
+        model: Model::Ssp(1),
+        clocks: 80,
+        net_seed: 5,
+        data_seed: 6,
+        latency_us: (100, 300),
+        straggler: None,
+    };
+    let t = base.topo.build(6);
+    let build = || {
+        engines_with(&t, &base.model.consistency(), base.clocks, 6, |cfg| {
+            cfg.on_peer_loss = PeerLoss::Continue;
+            let mut g = sfb_core::gossip::Config::new(vec![1.0; 6].into());
+            g.rank = 2;
+            cfg.gossip = Some(g);
+        })
+    };
+    let fresh = build().swap_remove(2).rejoining();
+    let out = network(build(), &base)
+        .repair(repair_of(&t))
+        .detect_after(DETECT)
+        .crash_after_clock(PeerId(2), 20)
+        .restart(PeerId(2), Duration::from_millis(5), fresh)
+        .run()
+        .unwrap();
+    let r = out.nodes[2].rejoined.as_ref().expect("p2 was taken back");
+    assert!(r.equal, "{r:?}");
+    for n in &out.nodes {
+        let id = n.node.id();
+        assert!(n.failed.is_none(), "{id}: {:?}", n.failed);
+        assert_eq!(n.node.clock(), 80, "{id}");
+        let mut inn = n.node.config().in_neighbors.clone();
+        let mut mixed = n.node.mixed_with();
+        inn.sort();
+        mixed.sort();
+        assert_eq!(mixed, inn, "{id} mixes with every in-neighbour");
+    }
+    assert!(
+        out.nodes
+            .iter()
+            .any(|n| n.node.config().in_neighbors.contains(&PeerId(2))),
+        "p2 sends to someone"
+    );
+    let w = |i: usize| out.nodes[i].node.replica().w().to_owned();
+    let gap = |a: usize, b: usize| (&w(a) - &w(b)).mapv(f32::abs).sum();
+    let others = (0..6)
+        .filter(|&i| i != 2)
+        .flat_map(|a| {
+            (0..6)
+                .filter(move |&b| b != 2 && b > a)
+                .map(move |b| (a, b))
+        })
+        .map(|(a, b)| gap(a, b))
+        .fold(0.0f32, f32::max);
+    let p2 = (0..6)
+        .filter(|&i| i != 2)
+        .map(|i| gap(2, i))
+        .fold(0.0f32, f32::max);
+    eprintln!("largest Σ|ΔW|: p2 to another {p2:.4}, between the others {others:.4}");
+    assert!(p2 <= 2.0 * others, "p2 {p2} against {others}");
+}
