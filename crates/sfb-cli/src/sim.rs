@@ -89,6 +89,15 @@ pub struct SimFlags {
     /// run, e.g. 0.05.
     #[arg(long, value_name = "FRACTION")]
     pub crash_fraction: Option<f64>,
+    /// This share of the crashed peers (drawn with --seed) come back --restart-after their
+    /// crash as a fresh process that rejoins the run: a neighbour hands it its state and it
+    /// trains on. The summary's sim block lists each restart and whom it rejoined from.
+    #[arg(long, value_name = "FRACTION")]
+    pub restart_fraction: Option<f64>,
+    /// Simulated seconds from a crash to its restart (more than --peer-timeout; default
+    /// twice it).
+    #[arg(long, value_name = "SECONDS")]
+    pub restart_after: Option<f64>,
     /// PEERS@FROM..UNTIL: a network partition cuts PEERS (comma-separated) off from the
     /// others from FROM until UNTIL simulated seconds (repeatable; e.g. 3@1..71). A cut
     /// that lasts --peer-timeout makes each side count the other lost: then only a side
@@ -124,6 +133,8 @@ impl SimFlags {
             timing_only: self.timing_only,
             crashes: self.crashes.clone(),
             crash_fraction: self.crash_fraction,
+            restart_fraction: self.restart_fraction,
+            restart_after_s: self.restart_after,
             partitions: self.partitions.clone(),
             pauses: self.pauses.clone(),
         }

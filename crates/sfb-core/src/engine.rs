@@ -1168,6 +1168,10 @@ impl<M: Model> Engine<M> {
     /// records the return in the metrics.
     pub fn peer_rejoined(&mut self, peer: PeerId) {
         self.gone.remove(&peer);
+        if self.side.gossip_rank > 0 {
+            // It came back with nothing: whatever copy it was sent before is gone.
+            self.side.copy_due.insert(peer);
+        }
         self.worker
             .metrics
             .rejoined_peers

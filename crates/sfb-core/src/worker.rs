@@ -70,6 +70,10 @@ pub(crate) struct Inbound {
     /// deadlock the virtual-time crash property found), nor the end of the run (it may
     /// have sent its last clock before the repair). Checkpoint cuts still wait for it.
     fresh: Vec<bool>,
+    /// A fresh node that holds the barrier all the same, at what it counts as delivered:
+    /// a rejoining node's in-neighbours (they are near the clock it adopted; letting them
+    /// not hold it would let it train alone, far ahead, until their first frames come).
+    holds: Vec<bool>,
     /// Added by a repair: its clocks may skip forward once. Frames it sent under an
     /// earlier graph may be held here through a repair that dropped the arc and taken
     /// after one that restored it (as its first frames); what it sent under the graph in
@@ -87,6 +91,7 @@ impl Inbound {
             delivered: vec![0; peers.len()],
             mean_iter_s: vec![0.0; peers.len()],
             fresh: vec![false; peers.len()],
+            holds: vec![false; peers.len()],
             repaired: vec![false; peers.len()],
             cluster,
         };
@@ -188,6 +193,7 @@ impl Inbound {
         self.delivered.remove(i);
         self.mean_iter_s.remove(i);
         self.fresh.remove(i);
+        self.holds.remove(i);
         self.repaired.remove(i);
         self.reindex();
         true
@@ -214,6 +220,7 @@ impl Inbound {
         self.delivered.push(clock);
         self.mean_iter_s.push(0.0);
         self.fresh.push(true);
+        self.holds.push(false);
         self.repaired.push(true);
         self.reindex();
     }
@@ -267,22 +274,34 @@ impl Inbound {
             .all(|(&d, &fresh)| fresh || d >= n)
     }
 
+    /// Every fresh node holds the barrier at what it counts as delivered
+    /// ([`holds`](Self::holds)).
+    fn hold_fresh(&mut self) {
+        for (h, &f) in self.holds.iter_mut().zip(&self.fresh) {
+            *h = f;
+        }
+    }
+
     /// The status table of a node about to start `clock` (a fresh node counts as ready,
-    /// having delivered as much as this node: it does not hold the barrier).
+    /// having delivered as much as this node: it does not hold the barrier, unless it
+    /// [`holds`](Self::holds) it).
     fn statuses(&self, clock: u64) -> Vec<PeerStatus> {
         self.peers
             .iter()
             .zip(self.delivered.iter().zip(&self.mean_iter_s))
-            .zip(&self.fresh)
-            .map(|((&peer, (&delivered, &mean_iter_s)), &fresh)| PeerStatus {
-                peer,
-                delivered: if fresh {
-                    delivered.max(clock)
-                } else {
-                    delivered
-                },
-                mean_iter_s,
-                ready: fresh || delivered >= clock,
+            .zip(self.fresh.iter().zip(&self.holds))
+            .map(|((&peer, (&delivered, &mean_iter_s)), (&fresh, &holds))| {
+                let lenient = fresh && !holds;
+                PeerStatus {
+                    peer,
+                    delivered: if lenient {
+                        delivered.max(clock)
+                    } else {
+                        delivered
+                    },
+                    mean_iter_s,
+                    ready: lenient || delivered >= clock,
+                }
             })
             .collect()
     }
@@ -455,6 +474,7 @@ impl<M: Model> Worker<M> {
             self.inbound.remove(p);
             self.inbound.add_fresh(p, clock);
         }
+        self.inbound.hold_fresh();
     }
 
     /// Ends the run at clock `t` instead of the last (every node of the run must be told

@@ -1416,6 +1416,14 @@ impl<K: Kind> Builder<K> {
                     net = net.crash_after_clock(PeerId(p as u32), c);
                     faults.push(format!("crash: p{p} after clock {c}"));
                 }
+                let after = sim
+                    .restart_after_s
+                    .unwrap_or(2.0 * self.s.spec.net.peer_timeout_s);
+                for p in crate::sim::restarts_of(sim, &crashes, self.s.spec.train.seed) {
+                    let fresh = self.build_peer(p as u32)?.rejoining();
+                    net = net.restart(PeerId(p as u32), seconds(after), fresh);
+                    faults.push(format!("restart: p{p} {after} s after its crash"));
+                }
                 let ids = |w: &crate::sim::Window| -> Vec<PeerId> {
                     w.peers.iter().map(|&p| PeerId(p as u32)).collect()
                 };
@@ -1444,6 +1452,26 @@ impl<K: Kind> Builder<K> {
                 let out_of_run = |n: &sfb_net::virtual_time::NodeRun<_>| {
                     n.crashed || (finished && n.cut_off.is_some())
                 };
+                for n in &run.nodes {
+                    if let Some(r) = &n.rejoined {
+                        faults.push(format!(
+                            "{} rejoined at clock {} from {}{}",
+                            sfb_core::StateMachine::id(&n.node),
+                            r.clock,
+                            r.from,
+                            if r.equal {
+                                ""
+                            } else {
+                                " (W differs from the state sent)"
+                            }
+                        ));
+                    } else if n.restarted_at.is_some() {
+                        faults.push(format!(
+                            "{} restarted and was not taken back",
+                            sfb_core::StateMachine::id(&n.node)
+                        ));
+                    }
+                }
                 for n in run.nodes.iter().filter(|_| finished) {
                     use sfb_net::virtual_time::CutOff;
                     let how = match n.cut_off {

@@ -487,6 +487,14 @@ pub const FLAGS: &[Flag] = &[
         .sim
         .crash_fraction
         .as_ref())),
+    row!("sim.restart_fraction", "--restart-fraction", |s, d| set(s
+        .sim
+        .restart_fraction
+        .as_ref())),
+    row!("sim.restart_after_s", "--restart-after", |s, d| set(s
+        .sim
+        .restart_after_s
+        .as_ref())),
     row!("sim.timing_only", "--timing-only", |s, d| switch(
         s.sim.timing_only
     )),

@@ -234,6 +234,17 @@ pub struct SimOptions {
     /// right after a clock drawn uniformly from the run's. Default: none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crash_fraction: Option<f64>,
+    /// This share of the crashed peers, drawn with the run's seed, come back
+    /// [`restart_after_s`](Self::restart_after_s) after their crash as a fresh process
+    /// that rejoins the run (`--rejoin`): a neighbour hands it its state, and it trains on
+    /// from there. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_fraction: Option<f64>,
+    /// How long after its crash a restarting peer comes back, in simulated seconds; more
+    /// than `net.peer_timeout_s` (the others count it lost first). Default: twice
+    /// `net.peer_timeout_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_after_s: Option<f64>,
     /// Network partitions: each cuts its peers off from the others over a span of
     /// simulated time (frames across the cut wait on their links until it heals). A cut
     /// that lasts `net.peer_timeout_s` makes each side count the other lost; then only a
@@ -312,24 +323,13 @@ pub fn crash(s: &str) -> std::result::Result<(usize, u64), String> {
 /// `opts.crash_fraction` of the other peers drawn with `seed`, each after a clock drawn
 /// from `1..clocks`; sorted by peer.
 pub fn crashes_of(opts: &SimOptions, peers: usize, clocks: u64, seed: u64) -> Vec<(usize, u64)> {
-    // SplitMix64: a fixed, documented stream (no dependency for one draw per peer).
-    let mut state = seed ^ 0x00c7_a54e;
-    let mut next = move || {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
+    let mut next = splitmix(seed ^ 0x00c7_a54e);
     let mut out = opts.crashes.clone();
     if let Some(f) = opts.crash_fraction {
         let mut others: Vec<usize> = (0..peers)
             .filter(|p| !out.iter().any(|&(q, _)| q == *p))
             .collect();
-        // Fisher–Yates.
-        for i in (1..others.len()).rev() {
-            others.swap(i, (next() % (i as u64 + 1)) as usize);
-        }
+        shuffle(&mut others, &mut next);
         let n = ((f * peers as f64).round() as usize).min(others.len());
         let span = clocks.saturating_sub(1).max(1);
         for &p in &others[..n] {
@@ -338,6 +338,40 @@ pub fn crashes_of(opts: &SimOptions, peers: usize, clocks: u64, seed: u64) -> Ve
     }
     out.sort_unstable();
     out
+}
+
+/// SplitMix64 from `seed`: a fixed, documented stream (no dependency for one draw per
+/// peer).
+fn splitmix(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// Fisher–Yates with `next`.
+fn shuffle(v: &mut [usize], next: &mut impl FnMut() -> u64) {
+    for i in (1..v.len()).rev() {
+        v.swap(i, (next() % (i as u64 + 1)) as usize);
+    }
+}
+
+/// Which of `crashes` (peer, clock) come back: `opts.restart_fraction` of them, drawn with
+/// `seed`; sorted by peer.
+pub fn restarts_of(opts: &SimOptions, crashes: &[(usize, u64)], seed: u64) -> Vec<usize> {
+    let Some(f) = opts.restart_fraction else {
+        return Vec::new();
+    };
+    let mut next = splitmix(seed ^ 0x5e57_a47e);
+    let mut peers: Vec<usize> = crashes.iter().map(|&(p, _)| p).collect();
+    shuffle(&mut peers, &mut next);
+    peers.truncate((f * crashes.len() as f64).round() as usize);
+    peers.sort_unstable();
+    peers
 }
 
 impl Default for SimOptions {
@@ -362,6 +396,8 @@ impl Default for SimOptions {
             partitions: Vec::new(),
             pauses: Vec::new(),
             crash_fraction: None,
+            restart_fraction: None,
+            restart_after_s: None,
         }
     }
 }
@@ -414,6 +450,18 @@ impl SimOptions {
                 expected: "in 0..1",
                 got: f,
             });
+        }
+        if let Some(f) = self.restart_fraction
+            && !(f.is_finite() && (0.0..=1.0).contains(&f))
+        {
+            return Err(Error::OutOfRange {
+                field: "sim.restart_fraction",
+                expected: "in 0..=1",
+                got: f,
+            });
+        }
+        if let Some(s) = self.restart_after_s {
+            positive("sim.restart_after_s", s)?;
         }
         if let Some((nodes, cores)) = self.colocate {
             positive("sim.colocate nodes", nodes as f64)?;
@@ -862,6 +910,18 @@ mod tests {
         assert!(a.iter().all(|&(p, c)| p < 1024 && (1..600).contains(&c)));
         assert_eq!(crash("3@120"), Ok((3, 120)));
         assert!(crash("3:120").unwrap_err().contains("PEER@CLOCK"));
+        // Half of them restart: 26 of the 52, seeded, each a crashed peer once.
+        let half = SimOptions {
+            restart_fraction: Some(0.5),
+            ..opts
+        };
+        let r = restarts_of(&half, &a, 7);
+        assert_eq!(r, restarts_of(&half, &a, 7));
+        assert_ne!(r, restarts_of(&half, &a, 8));
+        assert_eq!(r.len(), 26);
+        assert!(r.windows(2).all(|w| w[0] < w[1]));
+        assert!(r.iter().all(|p| a.iter().any(|c| c.0 == *p)));
+        assert!(restarts_of(&SimOptions::default(), &a, 7).is_empty());
     }
 
     #[test]

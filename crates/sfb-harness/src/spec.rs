@@ -1928,6 +1928,24 @@ impl RunSpec {
                 )?;
             }
         }
+        if self.sim.restart_fraction.is_some() || self.sim.restart_after_s.is_some() {
+            if self.sim.crashes.is_empty() && self.sim.crash_fraction.is_none() {
+                return Err(Error::Requires {
+                    field: "sim.restart_fraction",
+                    requires: "--crash or --crash-fraction",
+                    why: "only a crashed peer restarts",
+                });
+            }
+            if let Some(after) = self.sim.restart_after_s
+                && after <= self.net.peer_timeout_s
+            {
+                return Err(Error::OutOfRange {
+                    field: "sim.restart_after_s",
+                    expected: "more than --peer-timeout (the others count the peer lost first)",
+                    got: after,
+                });
+            }
+        }
         self.check_windows()?;
         if self.sim.timing_only {
             if self.backend == Backend::Fms {
