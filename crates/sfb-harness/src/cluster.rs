@@ -1450,7 +1450,9 @@ impl<K: Kind> Builder<K> {
                 // to fail), the run failed.
                 let finished = run.nodes.iter().any(|n| !n.crashed && n.failed.is_none());
                 let out_of_run = |n: &sfb_net::virtual_time::NodeRun<_>| {
-                    n.crashed || (finished && n.cut_off.is_some())
+                    n.crashed
+                        || (finished && n.cut_off.is_some())
+                        || (n.restarted_at.is_some() && n.rejoined.is_none())
                 };
                 for n in &run.nodes {
                     if let Some(r) = &n.rejoined {
@@ -1467,7 +1469,7 @@ impl<K: Kind> Builder<K> {
                         ));
                     } else if n.restarted_at.is_some() {
                         faults.push(format!(
-                            "{} restarted and was not taken back",
+                            "{} restarted and was not taken back (the run had ended)",
                             sfb_core::StateMachine::id(&n.node)
                         ));
                     }

@@ -946,6 +946,15 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 Kind::Restart => self.restart(ev.node, ev.at)?,
             }
         }
+        // A node that came back after everyone it could rejoin had finished is never taken
+        // back: it gives up, as a process does after its rejoin timeout.
+        for (n, s) in self.nodes.iter().zip(&mut self.slots) {
+            if !s.done && s.restarted_at.is_some() && n.rejoining() {
+                s.done = true;
+                s.failed = Some("restarted, and no node took it back (the run had ended)".into());
+                s.finished_at = s.clock.time();
+            }
+        }
         if self.slots.iter().any(|s| !s.done) {
             let blocked = self
                 .nodes

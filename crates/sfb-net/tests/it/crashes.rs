@@ -633,3 +633,44 @@ fn a_restart_into_a_gossip_run_mixes_again_both_ways() {
     eprintln!("largest Σ|ΔW|: p2 to another {p2:.4}, between the others {others:.4}");
     assert!(p2 <= 2.0 * others, "p2 {p2} against {others}");
 }
+
+/// A node that comes back after the run has ended is taken back by nobody: it gives up,
+/// named, instead of stalling the run.
+#[test]
+fn a_restart_after_the_run_ended_gives_up_and_the_run_does_not_stall() {
+    let base = Case {
+        peers: 4,
+        topo: crate::consistency::Topo::Full,
+        model: Model::Bsp,
+        clocks: 10,
+        net_seed: 2,
+        data_seed: 2,
+        latency_us: (100, 100),
+        straggler: None,
+    };
+    let t = base.topo.build(4);
+    let build = || {
+        engines_with(&t, &base.model.consistency(), 10, 2, |cfg| {
+            cfg.on_peer_loss = PeerLoss::Continue;
+        })
+    };
+    let out = network(build(), &base)
+        .repair(repair_of(&t))
+        .detect_after(DETECT)
+        .crash_after_clock(PeerId(1), 8)
+        .restart(
+            PeerId(1),
+            Duration::from_secs(1),
+            build().swap_remove(1).rejoining(),
+        )
+        .run()
+        .unwrap();
+    let p1 = &out.nodes[1];
+    assert!(p1.restarted_at.is_some() && p1.rejoined.is_none());
+    let why = p1.failed.as_deref().unwrap_or_default();
+    assert!(why.contains("no node took it back"), "{why}");
+    for n in out.nodes.iter().filter(|n| n.node.id() != PeerId(1)) {
+        assert!(n.failed.is_none(), "{:?}", n.failed);
+        assert_eq!(n.node.clock(), 10);
+    }
+}
