@@ -384,6 +384,10 @@ pub struct Summary {
     /// survivors'. Absent when no node was lost.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost_peers: Vec<LostPeer>,
+    /// Lost nodes that came back (`--rejoin`, or a simulated restart), each with the
+    /// earliest clock at which a node took it back. Absent when none did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejoined_peers: Vec<LostPeer>,
     /// Samples of lost peers' shards the survivors trained on at the end (`--lost-shards
     /// takeover`), summed over them: the lost shards' sizes when every one was taken over.
     /// Absent when zero (nobody lost, shards dropped, or every lost peer back).
@@ -550,7 +554,8 @@ impl Summary {
             staleness_histogram: hist,
             replica_checksums: reports.iter().map(|r| r.checksum.clone()).collect(),
             max_replica_divergence: divergence,
-            lost_peers: lost_peers(reports),
+            lost_peers: earliest(reports, |m| &m.lost_peers),
+            rejoined_peers: earliest(reports, |m| &m.rejoined_peers),
             taken_over_samples: reports.iter().map(|r| r.metrics.taken_over_samples).sum(),
             lost_update_energy: {
                 let lost: f64 = reports.iter().map(|r| r.metrics.lost_sq).sum();
@@ -640,11 +645,15 @@ fn is_zero_f64(x: &f64) -> bool {
     *x == 0.0
 }
 
-/// Every node some report lost, with the earliest clock, by node.
-fn lost_peers(reports: &[PeerReport]) -> Vec<LostPeer> {
+/// Every node some report names in `list` (lost, or back), with the earliest clock, by
+/// node.
+fn earliest(
+    reports: &[PeerReport],
+    list: impl Fn(&PeerMetrics) -> &Vec<(u32, u64)>,
+) -> Vec<LostPeer> {
     let mut by: BTreeMap<u32, u64> = BTreeMap::new();
     for r in reports {
-        for &(peer, clock) in &r.metrics.lost_peers {
+        for &(peer, clock) in list(&r.metrics) {
             let c = by.entry(peer).or_insert(clock);
             *c = (*c).min(clock);
         }
@@ -823,6 +832,14 @@ impl std::fmt::Display for Summary {
                 "  lost {}; the survivors trained on without it",
                 lost.join(", ")
             )?;
+        }
+        if !s.rejoined_peers.is_empty() {
+            let back: Vec<String> = s
+                .rejoined_peers
+                .iter()
+                .map(|l| format!("peer {} at clock {}", l.peer, l.clock))
+                .collect();
+            writeln!(f, "  back in the run: {}", back.join(", "))?;
         }
         if let Some(stop) = &s.stop {
             let node = if stop.peer == u32::MAX {
