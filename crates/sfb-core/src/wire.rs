@@ -813,13 +813,7 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
             }
         }
         Header::Stop { origin, stop } => {
-            let origin = PeerId(origin);
-            if origin != PeerId::SERVER && origin.index() >= expect.peers {
-                return Err(Error::UnknownPeer {
-                    origin,
-                    peers: expect.peers,
-                });
-            }
+            let origin = known(origin, expect)?;
             if stop.by as usize >= expect.peers {
                 return Err(bad(format!(
                     "a stop proposed by node {} of {}",
