@@ -110,13 +110,15 @@ fn checkpoint_files(dir: &Path) -> Vec<String> {
 #[test]
 fn sfb_run_in_memory_killed_at_clock_30_resumes_bitwise() {
     // SFB, FMS, SFB re-compressing its factors (the residual kept back is in the
-    // checkpoint), and partial broadcast in the gossip mode (its public copy, the copies of
-    // its in-neighbours' replicas and its warm start are in the checkpoint).
+    // checkpoint), partial broadcast in the gossip mode (its public copy, the copies of
+    // its in-neighbours' replicas and its warm start are in the checkpoint), and in the
+    // tree mode (each peer's residual is).
     for (backend, extra) in [
         ("sfb", &[][..]),
         ("fms", &[][..]),
         ("sfb", &["--compress", "rank:4"][..]),
         ("sfb", &["--out-degree", "2"][..]),
+        ("sfb", &["--out-degree", "2", "--partial", "tree"][..]),
     ] {
         let name = format!("mem-{backend}{}", extra.join(""));
         let dir = tempdir(GROUP, &name);

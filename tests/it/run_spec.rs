@@ -186,6 +186,7 @@ fn every_option_lands_in_the_spec() {
             aggregate: Some("rank:5".parse().unwrap()),
             partial: Some(sfb::harness::PartialSpec::Paper),
             gossip_rank: Some(2),
+            tree_rank: None,
             gossip_step: Some(0.25),
             gossip_own: Some(0.4),
             gossip_gain: Some(0.5),

@@ -217,15 +217,21 @@ pub struct NetArgs {
     /// How partial broadcast (Q < P − 1) keeps the replicas together. gossip (the
     /// default): each replica applies its own and its in-neighbours' batches, weighted so
     /// their mean moves as full broadcast's, and moves toward its in-neighbours by
-    /// compressed consensus messages (--gossip-rank pairs a clock per out-link). paper: the
-    /// SFB paper's literal mode, no consensus; it diverges or stalls on most topologies
-    /// (`sfb topology` says which). Without a mode named, runs with --relay use paper.
-    #[arg(long, value_name = "gossip|paper")]
+    /// compressed consensus messages (--gossip-rank pairs a clock per out-link). tree: the
+    /// peers form a tree of fan-out Q; each clock every peer's batch is summed up the tree,
+    /// compressed to --tree-rank pairs per link with error feedback, and the sum comes back
+    /// down, so every replica applies the same update (no peer loss or rejoin yet). paper: the SFB paper's literal mode, no consensus; it diverges or stalls on
+    /// most topologies (`sfb topology` says which). Without a mode named, runs with --relay
+    /// use paper.
+    #[arg(long, value_name = "gossip|tree|paper")]
     pub partial: Option<sfb_harness::PartialSpec>,
     /// Pairs per consensus message of the gossip mode (default max(1, ⌊3K/16⌋) for mini-batches
     /// of K, fewer where a peer would send more than full broadcast).
     #[arg(long, value_name = "R")]
     pub gossip_rank: Option<usize>,
+    /// Pairs per message of the tree mode, up and down (default: the batch size K).
+    #[arg(long, value_name = "R")]
+    pub tree_rank: Option<usize>,
     /// The gossip mode's consensus step in (0, 1] (default R·max(1/m, 0.4/m^0.75) for
     /// m = min(J, D), at most 1/4: half or less of the largest measured stable).
     #[arg(long, value_name = "G")]
@@ -260,6 +266,7 @@ impl NetArgs {
             aggregate: self.aggregate,
             partial: self.partial,
             gossip_rank: self.gossip_rank,
+            tree_rank: self.tree_rank,
             gossip_step: self.gossip_step,
             gossip_own: self.gossip_own,
             gossip_gain: self.gossip_gain,
@@ -293,6 +300,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "aggregate",
     "partial",
     "gossip_rank",
+    "tree_rank",
     "gossip_step",
     "gossip_own",
     "gossip_gain",

@@ -112,6 +112,12 @@ pub struct Config {
     /// applies its own and its in-neighbours' batches, nothing more), or full broadcast.
     /// Not with relay or rejoin. Default: none.
     pub gossip: Option<crate::gossip::Config>,
+    /// Partial broadcast by an aggregation tree ([`crate::tree`]): every replica applies
+    /// the same compressed sum of every peer's batch. The out- and in-neighbours must be
+    /// the tree's ([`crate::tree::Config::neighbors`]). Not with relay, gossip,
+    /// `compress`, `prioritize`, `aggregate`, SAGA or [`PeerLoss::Continue`] yet.
+    /// Default: none.
+    pub tree: Option<crate::tree::Config>,
     /// Timing only (`sfb sim --timing-only`): the node runs its whole protocol (clocks,
     /// barriers, sends, relays, records) but does no arithmetic: `compute_sv` becomes
     /// [`Model::timing_sv`] (factors of the right shapes and sizes, zeros), applies touch
@@ -169,6 +175,7 @@ impl Config {
             relay_compress: None,
             aggregate: None,
             gossip: None,
+            tree: None,
             timing_only: false,
             until: None,
         }
@@ -238,6 +245,9 @@ impl Config {
                 );
             }
         }
+        if let Some(t) = &self.tree {
+            self.check_tree(t)?;
+        }
         if let Some(rank) = self.aggregate {
             let bad = |why: String| -> Result<()> { Err(ConfigError::Sending(why).into()) };
             if rank == 0 {
@@ -301,6 +311,51 @@ impl Config {
             }
         }
         self.optimizer.validate(self.lr)
+    }
+
+    /// [`validate`](Self::validate)'s checks of [`tree`](Self::tree).
+    fn check_tree(&self, t: &crate::tree::Config) -> Result<()> {
+        let bad = |why: String| -> Result<()> { Err(ConfigError::Sending(why).into()) };
+        if let Err(why) = t.check(self.peers) {
+            return bad(why);
+        }
+        let others = [
+            (self.relay.is_some(), "--relay"),
+            (self.gossip.is_some(), "the gossip mode"),
+            (
+                self.compress.is_some(),
+                "--compress (the tree compresses already)",
+            ),
+            (self.prioritize.is_some(), "--prioritize"),
+            (self.aggregate.is_some(), "--aggregate"),
+            (
+                self.optimizer.method == crate::Method::Saga,
+                "SAGA (its table needs every origin's own factors)",
+            ),
+            (
+                self.on_peer_loss == PeerLoss::Continue,
+                "--on-peer-loss continue (the tree has no repair yet)",
+            ),
+        ];
+        if let Some((_, what)) = others.iter().find(|o| o.0) {
+            return bad(format!(
+                "--partial tree does not work with {what}: use --partial gossip for it"
+            ));
+        }
+        let mut want = t.neighbors(self.id, self.peers);
+        want.sort_unstable();
+        for (direction, list) in [("out", &self.out_neighbors), ("in", &self.in_neighbors)] {
+            let mut got = list.clone();
+            got.sort_unstable();
+            if got != want {
+                return bad(format!(
+                    "--partial tree: {}'s {direction}-neighbours are {got:?}, but its \
+                     neighbours in the tree of fan-out {} are {want:?}",
+                    self.id, t.fanout
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// [`validate`](Self::validate)'s checks of [`relay`](Self::relay).
@@ -506,6 +561,10 @@ struct PeerSide {
     /// Gossip mode: out-neighbours that have no copy of this peer's public copy (gained by
     /// a repair, or all of them after a rejoin); sent it ahead of the next clock's factors.
     copy_due: BTreeSet<PeerId>,
+    /// The tree mode's sums ([`crate::tree`]), if the run uses it.
+    tree: Option<crate::tree::Summer>,
+    /// Tree mode: the optimizer statistics of each pending down message, by clock.
+    tree_stats: BTreeMap<u64, Arc<[f32]>>,
 }
 
 /// A relaying peer's view of the trees ([`crate::relay`]).
@@ -741,6 +800,87 @@ impl PeerSide {
     }
 }
 
+impl PeerSide {
+    /// Tree mode ([`crate::tree`]): sends on every clock whose sum is complete, up to the
+    /// parent or, at the root, down as the clock's update; whether it sent any.
+    fn tree_push<M: Model>(
+        &mut self,
+        worker: &mut Worker<M>,
+        time: &mut dyn TimeSource,
+    ) -> Result<bool> {
+        let (j, d) = self.replica.dim();
+        let mut sent = false;
+        while let Some(tree) = self.tree.as_mut().filter(|t| t.ready()) {
+            let t0 = time.now();
+            let combined = tree.combine(worker.plan.timing_only);
+            // What the decomposition costs (for a simulator's clock): two thin QRs of
+            // `(J + D) × n`, about `2 (J + D) n²` flops, priced as that many pairs'
+            // apply (`2 J D` flops each).
+            let n = combined.pairs_in;
+            let pairs = (n * n * (j + d)).div_ceil((j * d).max(1));
+            let t1 = time.after(Work::Apply { pairs, j, d });
+            worker.metrics.compress_s += secs(t0, t1);
+            let part = combined.part;
+            match tree.parent() {
+                Some(parent) => {
+                    let msg = Message::Sum {
+                        down: false,
+                        batch: part.batch,
+                        stats: part.stats,
+                    };
+                    worker.metrics.bytes_sent += wire::encoded_len(&msg) as u64;
+                    worker.outputs.push_back(Output { to: parent, msg });
+                }
+                None => self.tree_down(worker, part),
+            }
+            sent = true;
+        }
+        Ok(sent)
+    }
+
+    /// Tree mode: the down message `part` (made here at the root, or received from the
+    /// parent) to every child, and pending here.
+    fn tree_down<M: Model>(&mut self, worker: &mut Worker<M>, part: crate::tree::Part) {
+        let Some(tree) = &self.tree else {
+            return;
+        };
+        let msg = Message::Sum {
+            down: true,
+            batch: Arc::clone(&part.batch),
+            stats: Arc::clone(&part.stats),
+        };
+        let len = wire::encoded_len(&msg) as u64;
+        for &to in tree.children() {
+            worker.metrics.bytes_sent += len;
+            worker.outputs.push_back(Output {
+                to,
+                msg: msg.clone(),
+            });
+        }
+        let t = part.batch.clock;
+        if !part.stats.is_empty() {
+            self.tree_stats.insert(t, part.stats);
+        }
+        self.pending
+            .insert((t, part.batch.origin, t), (part.batch, true));
+    }
+
+    /// Tree mode: the optimizer statistics of the pending down messages of `clocks`
+    /// (removed), summed; `None` when the messages carry none.
+    fn take_tree_stats(&mut self, clocks: impl Iterator<Item = u64>) -> Option<Vec<f64>> {
+        let mut sum: Option<Vec<f64>> = None;
+        for t in clocks {
+            if let Some(s) = self.tree_stats.remove(&t) {
+                let acc = sum.get_or_insert_with(|| vec![0.0; s.len()]);
+                for (a, &x) in acc.iter_mut().zip(s.iter()) {
+                    *a += f64::from(x);
+                }
+            }
+        }
+        sum
+    }
+}
+
 impl<M: Model> Side<M> for PeerSide {
     fn w(&self) -> ArrayView2<'_, f32> {
         self.replica.w()
@@ -783,10 +923,12 @@ impl<M: Model> Side<M> for PeerSide {
         let batches: Vec<(Arc<FactorBatch>, bool)> =
             keys.iter().map(|k| self.pending[k].clone()).collect();
         let refs: Vec<&FactorBatch> = batches.iter().map(|b| b.0.as_ref()).collect();
+        let given = self.take_tree_stats(keys.iter().map(|k| k.2));
         let stats = if worker.plan.timing_only {
             crate::replica::ApplyStats::counted(&refs)
         } else {
-            self.stepper.apply(&mut self.replica, &refs, worker.clock)?
+            self.stepper
+                .apply_with(&mut self.replica, &refs, worker.clock, given.as_deref())?
         };
         if stats.aggregated_from > 0 {
             worker.metrics.aggregated_applies += 1;
@@ -795,6 +937,10 @@ impl<M: Model> Side<M> for PeerSide {
             self.pending.remove(k);
             let late = worker.clock.saturating_sub(1).saturating_sub(k.2);
             worker.metrics.record_staleness(late);
+            if let Some(tree) = &self.tree {
+                // A down message holds every peer's batch of its clock.
+                worker.metrics.batches_applied += tree.peers() as u64 - 1;
+            }
             if !forwarded {
                 // Forwarded when applied: in the transmission of the clock it is applied
                 // before, the same on every run under BSP.
@@ -822,6 +968,17 @@ impl<M: Model> Side<M> for PeerSide {
         mut fb: FactorBatch,
         time: &mut dyn TimeSource,
     ) -> Result<()> {
+        if let Some(tree) = &mut self.tree {
+            // Applied only as part of the clock's sum, as every other replica applies it.
+            let stats = match tree.stats_len() {
+                0 => Vec::new(),
+                n if worker.plan.timing_only => vec![0.0; n],
+                _ => crate::tree::factored_stats(&fb, worker.plan.lr),
+            };
+            tree.own(fb, stats);
+            self.tree_push(worker, time)?;
+            return Ok(());
+        }
         self.send_copies(worker, fb.clock);
         if let Some(c) = &mut self.compressor {
             let t0 = time.now();
@@ -892,11 +1049,19 @@ impl<M: Model> Side<M> for PeerSide {
         self.relay
             .as_ref()
             .is_none_or(|r| r.settled(worker.plan.clocks))
+            && self
+                .tree
+                .as_ref()
+                .is_none_or(|t| t.sent() >= worker.plan.clocks)
     }
 
     /// The gossip mode's consensus step of the clock just emitted, if due (and the run
     /// still goes past that clock: a stop may have come since).
     fn deferred(&mut self, worker: &mut Worker<M>, time: &mut dyn TimeSource) -> Result<bool> {
+        if self.tree.is_some() {
+            // A sum completed by a child's part since the clock's own batch.
+            return self.tree_push(worker, time);
+        }
         let Some(t) = self.gossip_due.take() else {
             return Ok(false);
         };
@@ -928,10 +1093,11 @@ impl<M: Model> Side<M> for PeerSide {
     fn snapshot(&self, state: &mut NodeState) {
         state.w = Some(self.replica.w().to_owned());
         state.optimizer = self.stepper.save_state();
-        state.compressor = match (&self.compressor, &self.prioritizer) {
-            (Some(c), _) => c.save_state(),
-            (None, Some(p)) => p.save_state(),
-            (None, None) => Vec::new(),
+        state.compressor = match (&self.compressor, &self.prioritizer, &self.tree) {
+            (Some(c), _, _) => c.save_state(),
+            (None, Some(p), _) => p.save_state(),
+            (None, None, Some(t)) => t.save_state(),
+            (None, None, None) => Vec::new(),
         };
         state.mixer = self
             .mixer
@@ -1055,6 +1221,15 @@ impl<M: Model> Engine<M> {
                 gossip_due: None,
                 last_gossip: None,
                 copy_due: BTreeSet::new(),
+                tree: cfg.tree.as_ref().map(|t| {
+                    let stats = if cfg.optimizer.method == crate::Method::Factored {
+                        w0_dim.0 + w0_dim.1
+                    } else {
+                        0
+                    };
+                    crate::tree::Summer::new(cfg.id, cfg.peers, t, stats)
+                }),
+                tree_stats: BTreeMap::new(),
             },
             worker,
             cfg,
@@ -1225,17 +1400,24 @@ impl<M: Model> Engine<M> {
         }
         self.side.replica = Replica::new(w)?;
         self.side.stepper.restore_state(&state.optimizer)?;
-        match (&mut self.side.compressor, &mut self.side.prioritizer) {
-            (Some(c), _) => c.restore_state(&state.compressor, dim.0, dim.1)?,
-            (None, Some(p)) => p.restore_state(&state.compressor, dim.0, dim.1)?,
-            (None, None) if !state.compressor.is_empty() => {
+        match (
+            &mut self.side.compressor,
+            &mut self.side.prioritizer,
+            &mut self.side.tree,
+        ) {
+            (Some(c), _, _) => c.restore_state(&state.compressor, dim.0, dim.1)?,
+            (None, Some(p), _) => p.restore_state(&state.compressor, dim.0, dim.1)?,
+            (None, None, Some(t)) => {
+                t.restore_state(&state.compressor, dim.0, dim.1, state.clock)?;
+            }
+            (None, None, None) if !state.compressor.is_empty() => {
                 return Err(Error::Checkpoint {
-                    reason: "written by a run with --compress or --prioritize (what it held \
-                             back would be lost); this run does neither"
+                    reason: "written by a run with --compress, --prioritize or --partial \
+                             tree (what it held back would be lost); this run does none"
                         .into(),
                 });
             }
-            (None, None) => {}
+            (None, None, None) => {}
         }
         match &mut self.side.mixer {
             Some(_) if state.mixer.is_empty() => {
@@ -1590,6 +1772,9 @@ impl<M: Model> Engine<M> {
         if let Message::Relayed { carrier, batch } = &msg {
             return self.receive_relayed(from, *carrier, batch, &msg);
         }
+        if let Message::Sum { down, batch, stats } = &msg {
+            return self.receive_sum(from, *down, batch, stats, &msg);
+        }
         if let Message::Copy { origin, clock, w } = &msg {
             if self.side.gossip_rank == 0 || *origin != from {
                 return Err(Error::UnexpectedMessage {
@@ -1648,6 +1833,66 @@ impl<M: Model> Engine<M> {
             (batch.clock, batch.origin, batch.clock),
             (Arc::clone(batch), false),
         );
+        Ok(())
+    }
+
+    /// [`receive`](Self::receive) of a [`Message::Sum`] (tree mode, [`crate::tree`]).
+    fn receive_sum(
+        &mut self,
+        from: PeerId,
+        down: bool,
+        batch: &Arc<FactorBatch>,
+        stats: &Arc<[f32]>,
+        msg: &Message,
+    ) -> Result<()> {
+        let Some(tree) = &self.side.tree else {
+            return Err(Error::UnexpectedMessage {
+                from,
+                kind: msg.kind(),
+                role: "SFB peer outside the tree mode",
+            });
+        };
+        let refuse = |reason: String| Error::BadTree {
+            from,
+            clock: batch.clock,
+            reason,
+        };
+        if down {
+            if tree.parent() != Some(from) {
+                return Err(refuse(format!(
+                    "a down message comes from this peer's parent ({})",
+                    tree.parent()
+                        .map_or_else(|| "none: this is the root".into(), |p| p.to_string())
+                )));
+            }
+            if batch.origin != PeerId(0) {
+                return Err(refuse("a down message is the root's (peer 0's)".into()));
+            }
+            if stats.len() != tree.stats_len() {
+                return Err(refuse(format!(
+                    "{} optimizer statistics, {} expected",
+                    stats.len(),
+                    tree.stats_len()
+                )));
+            }
+        }
+        let i = self
+            .worker
+            .inbound
+            .check(from, from, batch.clock, self.cfg.clocks)?;
+        let (j, d) = self.side.replica.dim();
+        batch.validate(j, d)?;
+        let part = crate::tree::Part {
+            batch: Arc::clone(batch),
+            stats: Arc::clone(stats),
+        };
+        if down {
+            self.side.tree_down(&mut self.worker, part);
+        } else if let Some(tree) = &mut self.side.tree {
+            tree.up(from, part)?;
+        }
+        self.worker.metrics.bytes_received += wire::encoded_len(msg) as u64;
+        self.worker.inbound.deliver_clock(i, batch.clock, 0);
         Ok(())
     }
 

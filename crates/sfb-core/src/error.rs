@@ -77,6 +77,17 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A tree-mode message ([`crate::tree`]) from the wrong neighbour or with bad
+    /// optimizer statistics.
+    #[error("tree message of clock {clock} from {from} refused: {reason}")]
+    BadTree {
+        /// The sender.
+        from: PeerId,
+        /// The message's clock.
+        clock: u64,
+        /// Why.
+        reason: String,
+    },
     /// A batch's clock is outside what the engine can accept.
     #[error("clock {clock} from peer {origin} is not acceptable: {reason}")]
     BadClock {

@@ -517,6 +517,7 @@ impl<M: Model> Server<M> {
             Message::Params { .. }
             | Message::Relayed { .. }
             | Message::Mix { .. }
+            | Message::Sum { .. }
             | Message::Stop { .. }
             | Message::Notice { .. }
             | Message::State { .. }

@@ -76,6 +76,7 @@ pub mod replica;
 pub mod stop;
 mod straggler;
 mod time;
+pub mod tree;
 pub mod wire;
 mod worker;
 

@@ -871,7 +871,31 @@ impl Stepper {
         batches: &[&FactorBatch],
         next_clock: u64,
     ) -> Result<ApplyStats> {
+        self.apply_with(replica, batches, next_clock, None)
+    }
+
+    /// [`apply`](Self::apply), with the factored method's statistics of the group `given`
+    /// (`J` row then `D` column values, [`crate::tree::factored_stats`]) instead of taken
+    /// from the batches: the tree mode's, whose batches are a compressed sum of others.
+    /// Other methods ignore them.
+    ///
+    /// # Errors
+    /// As [`apply`](Self::apply); a `stats` of another length than `J + D`.
+    pub fn apply_with(
+        &mut self,
+        replica: &mut Replica,
+        batches: &[&FactorBatch],
+        next_clock: u64,
+        given: Option<&[f64]>,
+    ) -> Result<ApplyStats> {
         let (j, d) = replica.dim();
+        if let Some(s) = given.filter(|s| s.len() != j + d) {
+            return Err(crate::Error::DimensionMismatch {
+                what: "optimizer statistics (J + D)".into(),
+                expected: j + d,
+                got: s.len(),
+            });
+        }
         for b in batches {
             b.validate(j, d)?;
         }
@@ -936,8 +960,17 @@ impl Stepper {
             }
             State::Factored { rows, cols } => {
                 let lr = f64::from(self.lr);
-                for (b, w) in batches.iter().zip(&weights) {
-                    add_factored_stats(rows, cols, b, f64::from(b.scale) / lr * w.sqrt());
+                match given {
+                    Some(s) => {
+                        for (x, y) in rows.iter_mut().chain(cols.iter_mut()).zip(s) {
+                            *x += y;
+                        }
+                    }
+                    None => {
+                        for (b, w) in batches.iter().zip(&weights) {
+                            add_factored_stats(rows, cols, b, f64::from(b.scale) / lr * w.sqrt());
+                        }
+                    }
                 }
                 let (rho, gamma) = reciprocals(rows, cols, self.opt.eps);
                 // Dense pairs: ρ⁻¹ and γ⁻¹ folded into the kernel's stacking; sparse pairs
@@ -1163,7 +1196,7 @@ fn group_step(
 /// `R_j += a² u_ij² ‖v_i‖²`, `C_d += a² v_id² ‖u_i‖²` (see the module docs), `O(K(J + D))`.
 /// The batch's own sums are formed in f32 with loops the compiler vectorizes (this runs on
 /// every apply), then added to the f64 state.
-fn add_factored_stats(rows: &mut [f64], cols: &mut [f64], b: &FactorBatch, a: f64) {
+pub(crate) fn add_factored_stats(rows: &mut [f64], cols: &mut [f64], b: &FactorBatch, a: f64) {
     if a == 0.0 || b.is_empty() {
         return;
     }

@@ -32,7 +32,7 @@ compile_error!("sfb's wire format copies f32 arrays as little-endian bytes");
 
 /// Version written at the start of every frame (4: membership notices, rejoin states and
 /// gossip public copies in the one codec; 3: stop proposals; 2: relayed batches).
-pub const WIRE_VERSION: u16 = 4;
+pub const WIRE_VERSION: u16 = 5;
 
 /// Membership news between nodes ([`Message::Notice`]): what a node learned about
 /// another, passed on once by each receiver so that every survivor learns the same set
@@ -104,6 +104,18 @@ pub enum Message {
         /// The pairs (scale 1), origin the sender.
         batch: Arc<FactorBatch>,
     },
+    /// A summed part of one clock in the tree mode ([`crate::tree`]): up, a subtree's
+    /// compressed sum from a child to its parent (origin the child); down, the clock's
+    /// update from the root (origin the root), forwarded verbatim to every peer.
+    Sum {
+        /// Down the tree (the clock's update) or up (a subtree's sum).
+        down: bool,
+        /// The pairs.
+        batch: Arc<FactorBatch>,
+        /// The factored optimizer's statistics of everything summed ([`crate::tree`]):
+        /// `J + D` values, or none.
+        stats: Arc<[f32]>,
+    },
     /// Membership news from `origin`, the sender (see [`Notice`]).
     Notice {
         /// The sender.
@@ -148,7 +160,8 @@ impl Message {
         match self {
             Message::Factors { batch, .. }
             | Message::Relayed { batch, .. }
-            | Message::Mix { batch } => batch.origin,
+            | Message::Mix { batch }
+            | Message::Sum { batch, .. } => batch.origin,
             Message::Params { .. } => PeerId::SERVER,
             Message::Delta { origin, .. }
             | Message::Stop { origin, .. }
@@ -164,7 +177,8 @@ impl Message {
         match self {
             Message::Factors { batch, .. }
             | Message::Relayed { batch, .. }
-            | Message::Mix { batch } => batch.clock,
+            | Message::Mix { batch }
+            | Message::Sum { batch, .. } => batch.clock,
             Message::Params { clock, .. }
             | Message::Delta { clock, .. }
             | Message::Copy { clock, .. } => *clock,
@@ -175,12 +189,14 @@ impl Message {
     }
 
     /// The kind's name, for errors and logs: `factors`, `relayed`, `mix`, `params`,
-    /// `delta`, `stop`, `notice`, `state` or `copy`.
+    /// `delta`, `sum-up`, `sum-down`, `stop`, `notice`, `state` or `copy`.
     pub fn kind(&self) -> &'static str {
         match self {
             Message::Factors { .. } => "factors",
             Message::Relayed { .. } => "relayed",
             Message::Mix { .. } => "mix",
+            Message::Sum { down: false, .. } => "sum-up",
+            Message::Sum { down: true, .. } => "sum-down",
             Message::Params { .. } => "params",
             Message::Delta { .. } => "delta",
             Message::Stop { .. } => "stop",
@@ -236,6 +252,12 @@ enum Header {
     },
     /// A consensus message (dense pairs, always f32: they are differences of replicas).
     Mix(FactorsHeader),
+    /// A tree-mode sum (always f32); the payload is the factors, then `stats` f32s.
+    Sum {
+        down: bool,
+        factors: FactorsHeader,
+        stats: u32,
+    },
     /// A stop proposal; no payload.
     Stop {
         origin: u32,
@@ -342,6 +364,7 @@ fn batch_of(msg: &Message) -> Option<&FactorBatch> {
         Message::Params { .. }
         | Message::Delta { .. }
         | Message::Mix { .. }
+        | Message::Sum { .. }
         | Message::Stop { .. }
         | Message::Notice { .. }
         | Message::State { .. }
@@ -429,6 +452,11 @@ fn header_of(msg: &Message) -> Header {
             factors: factors_header(batch, 0),
         },
         Message::Mix { batch } => Header::Mix(factors_header(batch, 0)),
+        Message::Sum { down, batch, stats } => Header::Sum {
+            down: *down,
+            factors: factors_header(batch, 0),
+            stats: stats.len() as u32,
+        },
         Message::Params { clock, w } => Header::Params {
             clock: *clock,
             j: w.nrows() as u32,
@@ -485,13 +513,18 @@ pub fn encoded_len_with(msg: &Message, dtype: Dtype) -> usize {
     let payload = match msg {
         Message::Factors { batch, .. }
         | Message::Relayed { batch, .. }
-        | Message::Mix { batch } => {
+        | Message::Mix { batch }
+        | Message::Sum { batch, .. } => {
             value * (batch.u.len() + v_values(batch).len())
                 + match &batch.v {
                     VFactors::Dense(_) => 0,
                     VFactors::Sparse {
                         indptr, indices, ..
                     } => 4 * (indptr.len() + indices.len()),
+                }
+                + match msg {
+                    Message::Sum { stats, .. } => 4 * stats.len(),
+                    _ => 0,
                 }
         }
         Message::Params { w: m, .. }
@@ -547,7 +580,8 @@ pub fn encode_into_with(msg: &Message, dtype: Dtype, out: &mut Vec<u8>) {
         }
         Message::Factors { batch, .. }
         | Message::Relayed { batch, .. }
-        | Message::Mix { batch } => {
+        | Message::Mix { batch }
+        | Message::Sum { batch, .. } => {
             out.extend_from_slice(bytemuck::cast_slice(&batch.u));
             match &batch.v {
                 VFactors::Dense(v) => out.extend_from_slice(bytemuck::cast_slice(v)),
@@ -560,6 +594,9 @@ pub fn encode_into_with(msg: &Message, dtype: Dtype, out: &mut Vec<u8>) {
                     out.extend_from_slice(bytemuck::cast_slice(indices));
                     out.extend_from_slice(bytemuck::cast_slice(values));
                 }
+            }
+            if let Message::Sum { stats, .. } = msg {
+                out.extend_from_slice(bytemuck::cast_slice(stats));
             }
         }
         Message::Params { w: m, .. }
@@ -781,6 +818,31 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
             }
             Message::Mix {
                 batch: Arc::new(r.factors(h, false, expect)?),
+            }
+        }
+        Header::Sum {
+            down,
+            factors,
+            stats,
+        } => {
+            let batch = r.factors(factors, false, expect)?;
+            let n = stats as usize;
+            if n != 0 && n != expect.j + expect.d {
+                return Err(bad(format!(
+                    "a tree sum with {n} optimizer statistics (0 or J + D = {} expected)",
+                    expect.j + expect.d
+                )));
+            }
+            let stats: Arc<[f32]> = r.f32s(n, "optimizer statistics")?.into();
+            if stats.iter().any(|x| !(x.is_finite() && *x >= 0.0)) {
+                return Err(bad(
+                    "a tree sum's optimizer statistics are negative or not finite",
+                ));
+            }
+            Message::Sum {
+                down,
+                batch: Arc::new(batch),
+                stats,
             }
         }
         Header::Params { clock, j, d } => {

@@ -163,6 +163,28 @@ struct Resolved {
     warned: std::sync::OnceLock<()>,
 }
 
+/// Σ of hop distances over ordered pairs of `out`'s graph, by a breadth-first search from
+/// every node (for graphs of several out-degrees, such as the tree mode's; unreachable
+/// pairs count 0).
+fn hop_cost(out: &[Vec<usize>]) -> u64 {
+    let mut total = 0u64;
+    for s in 0..out.len() {
+        let mut dist = vec![u64::MAX; out.len()];
+        dist[s] = 0;
+        let mut queue = std::collections::VecDeque::from([s]);
+        while let Some(a) = queue.pop_front() {
+            for &b in &out[a] {
+                if b < dist.len() && dist[b] == u64::MAX {
+                    dist[b] = dist[a] + 1;
+                    total += dist[b];
+                    queue.push_back(b);
+                }
+            }
+        }
+    }
+    total
+}
+
 impl Resolved {
     fn new(out: Vec<Vec<usize>>, source: String) -> Self {
         let mut inn = vec![Vec::new(); out.len()];
@@ -191,7 +213,8 @@ impl Resolved {
         let cost = if full {
             p * p.saturating_sub(1)
         } else {
-            sfb_topology::Topology::new(self.out.clone()).map_or(0, |t| t.cost())
+            sfb_topology::Topology::new(self.out.clone())
+                .map_or_else(|_| hop_cost(&self.out), |t| t.cost())
         };
         TopologyInfo {
             source: self.source.clone(),
@@ -339,7 +362,10 @@ impl Settings {
     fn peer_loss(&self) -> sfb_core::PeerLoss {
         match self.spec.fault.on_peer_loss {
             Some(p) => p.into(),
-            None if self.spec.net.relay || matches!(self.consistency(), Consistency::Bsp) => {
+            None if self.spec.net.relay
+                || self.spec.tree()
+                || matches!(self.consistency(), Consistency::Bsp) =>
+            {
                 sfb_core::PeerLoss::Fail
             }
             None => sfb_core::PeerLoss::Continue,
@@ -1153,6 +1179,13 @@ impl<K> Builder<K> {
         self
     }
 
+    /// The tree mode's pairs per message, up and down (`--tree-rank`; default the batch
+    /// size; [`sfb_core::tree`]).
+    pub fn tree_rank(mut self, rank: usize) -> Self {
+        self.s.spec.net.tree_rank = Some(rank);
+        self
+    }
+
     /// The gossip mode's pairs per consensus message (default `max(1, ⌊3K/16⌋)`, fewer where
     /// that would send more than full broadcast) and step (default
     /// [`sfb_core::gossip::Config::default_step`]; `None` keeps it).
@@ -1808,6 +1841,10 @@ impl<K> Builder<K> {
             (None, None, Some(q)) if q == 0 || q >= p => {
                 return Err(Error::OutDegree { peers: p, got: q });
             }
+            (None, None, Some(q)) if self.s.spec.tree() => (
+                sfb_core::tree::Config::new(q, self.s.spec.train.batch).lists(p),
+                format!("tree of fan-out {q}"),
+            ),
             (None, None, Some(q)) if q == p - 1 => {
                 (sfb_topology::full(p)?.out_lists(), "full".to_string())
             }
@@ -1940,7 +1977,7 @@ impl<K: Kind> Builder<K> {
             && !self.s.spec.net.relay
             && match self.s.spec.net.partial {
                 Some(crate::PartialSpec::Gossip) => true,
-                Some(crate::PartialSpec::Paper) => false,
+                Some(crate::PartialSpec::Paper | crate::PartialSpec::Tree) => false,
                 None => true,
             }
     }
@@ -2015,7 +2052,12 @@ impl<K: Kind> Builder<K> {
             cfg.relay = Some(self.resolved()?.routes()?);
             cfg.relay_compress = self.s.spec.net.relay_compress.map(|c| c.rank);
         }
-        if relay && !self.s.spec.net.relay && !self.gossips() {
+        if relay && self.s.spec.tree() {
+            let q = self.s.spec.topology.out_degree.unwrap_or(1);
+            let rank = self.s.spec.net.tree_rank.unwrap_or(self.s.spec.train.batch);
+            cfg.tree = Some(sfb_core::tree::Config::new(q, rank));
+        }
+        if relay && !self.s.spec.net.relay && !self.gossips() && !self.s.spec.tree() {
             let r = self.resolved()?;
             if r.out.iter().any(|l| l.len() + 1 < self.s.spec.peers) {
                 r.warn_paper_mode();

@@ -330,6 +330,10 @@ pub const FLAGS: &[Flag] = &[
         .net
         .partial
         .as_ref())),
+    row!("net.tree_rank", "--tree-rank", |s, d| set(s
+        .net
+        .tree_rank
+        .as_ref())),
     row!("net.gossip_rank", "--gossip-rank", |s, d| set(s
         .net
         .gossip_rank

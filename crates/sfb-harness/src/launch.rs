@@ -854,7 +854,7 @@ impl Launcher {
         // Under a continue policy a node that dies is lost, not the run's end.
         let survive = spec
             .fault
-            .peer_loss(&spec.train.consistency, spec.net.relay)
+            .peer_loss(&spec.train.consistency, spec.net.relay || spec.tree())
             == sfb_core::PeerLoss::Continue;
         // How far ahead of the fastest node reported a coordinated stop is set, so that no
         // node is past it when the request arrives: the consistency model's spread, plus 2.

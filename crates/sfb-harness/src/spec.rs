@@ -1009,6 +1009,10 @@ pub struct NetOptions {
     /// `max(1, ⌊3K/16⌋)`, fewer where that would send more than full broadcast
     /// ([`sfb_core::gossip::Config::default_rank_for`]).
     pub gossip_rank: Option<usize>,
+    /// Pairs per message of the tree mode (`--tree-rank R`, [`sfb_core::tree`]): both a
+    /// subtree's sum going up and the clock's update coming down. Default: the batch
+    /// size K (a leaf's batch goes up as it is).
+    pub tree_rank: Option<usize>,
     /// The gossip mode's consensus step in (0, 1] (`--gossip-step G`). Default
     /// `R · max(1/m, 0.4/m^¾)` for `m = min(J, D)`, at most ¼
     /// ([`sfb_core::gossip::Config::default_step`]).
@@ -1043,6 +1047,7 @@ impl Default for NetOptions {
             aggregate: None,
             partial: None,
             gossip_rank: None,
+            tree_rank: None,
             gossip_step: None,
             gossip_own: None,
             gossip_gain: None,
@@ -1057,6 +1062,9 @@ pub enum PartialSpec {
     /// Weighted neighbourhood updates plus compressed consensus ([`sfb_core::gossip`]).
     #[default]
     Gossip,
+    /// An aggregation tree of fan-out Q: every replica applies the same compressed sum of
+    /// every peer's batch ([`sfb_core::tree`]).
+    Tree,
     /// The paper's literal mode: each replica applies its own and its in-neighbours'
     /// batches, nothing more.
     Paper,
@@ -1068,8 +1076,9 @@ impl std::str::FromStr for PartialSpec {
         match s {
             "gossip" => Ok(Self::Gossip),
             "paper" => Ok(Self::Paper),
+            "tree" => Ok(Self::Tree),
             other => Err(format!(
-                "unknown partial-broadcast mode {other:?}: expected gossip or paper"
+                "unknown partial-broadcast mode {other:?}: expected gossip, tree or paper"
             )),
         }
     }
@@ -1080,6 +1089,7 @@ impl std::fmt::Display for PartialSpec {
         f.write_str(match self {
             Self::Gossip => "gossip",
             Self::Paper => "paper",
+            Self::Tree => "tree",
         })
     }
 }
@@ -1309,11 +1319,12 @@ impl FaultOptions {
     }
 
     /// The peer-loss policy of a run under `consistency`: the one given, else fail under
-    /// BSP or with `relay` (a loss cuts relay trees) and continue otherwise.
-    pub fn peer_loss(&self, consistency: &ConsistencySpec, relay: bool) -> sfb_core::PeerLoss {
+    /// BSP or with `trees` (relay or the tree mode: a loss cuts the trees) and continue
+    /// otherwise.
+    pub fn peer_loss(&self, consistency: &ConsistencySpec, trees: bool) -> sfb_core::PeerLoss {
         match self.on_peer_loss {
             Some(p) => p.into(),
-            None if relay => sfb_core::PeerLoss::Fail,
+            None if trees => sfb_core::PeerLoss::Fail,
             None if matches!(consistency.to_core(), sfb_core::Consistency::Bsp) => {
                 sfb_core::PeerLoss::Fail
             }
@@ -1336,6 +1347,12 @@ pub(crate) fn check(field: &'static str, expected: &'static str, got: f64, ok: b
 }
 
 impl RunSpec {
+    /// Whether the run's SFB peers form an aggregation tree (`--partial tree`,
+    /// [`sfb_core::tree`]).
+    pub fn tree(&self) -> bool {
+        self.net.partial == Some(PartialSpec::Tree)
+    }
+
     /// Reads a spec from JSON (absent fields take their defaults).
     ///
     /// # Errors
@@ -1586,13 +1603,68 @@ impl RunSpec {
                     "relay carries every batch to every replica; gossip mixes replicas instead",
                 );
             }
-            if f.rejoin {
-                return refuse(
-                    "no rejoin (or --partial paper)",
-                    "its copies of the neighbours' replicas are not transferred to a \
-                     rejoining peer yet",
-                );
+        }
+        if self.tree() {
+            let refuse = |requires: &'static str, why: &'static str| {
+                Err(Error::Requires {
+                    field: "net.partial",
+                    requires,
+                    why,
+                })
+            };
+            let t = &self.topology;
+            let cut = [
+                (
+                    n.relay,
+                    "no --relay",
+                    "the tree carries every peer's batch already",
+                ),
+                (
+                    t.out_degree.is_none(),
+                    "--out-degree Q, the tree's fan-out",
+                    "it builds its own topology, a tree of fan-out Q",
+                ),
+                (
+                    t.file.is_some() || t.explicit.is_some() || t.method != TopologyMethod::Optimal,
+                    "no --topology or topology method",
+                    "it builds its own topology, a tree of fan-out Q",
+                ),
+                (
+                    f.rejoin,
+                    "no rejoin (or --partial gossip)",
+                    "the tree has no repair yet",
+                ),
+                (
+                    matches!(
+                        f.on_peer_loss,
+                        Some(PeerLossSpec::Continue | PeerLossSpec::ContinueAlone)
+                    ),
+                    "--on-peer-loss fail (or --partial gossip)",
+                    "the tree has no repair yet",
+                ),
+                (
+                    n.compress.is_some() || n.prioritize.is_some() || n.aggregate.is_some(),
+                    "no --compress, --prioritize or --aggregate",
+                    "the tree compresses its sums itself",
+                ),
+            ];
+            if let Some((_, requires, why)) = cut.iter().find(|c| c.0) {
+                return refuse(requires, why);
             }
+        }
+        if n.tree_rank == Some(0) {
+            return Err(Error::Requires {
+                field: "net.tree_rank",
+                requires: "a rank of at least 1",
+                why: "a tree message of no pairs would carry nothing",
+            });
+        }
+        if n.tree_rank.is_some() && !self.tree() {
+            return Err(Error::Requires {
+                field: "net.tree_rank",
+                requires: "--partial tree",
+                why: "only the tree mode sends sums",
+            });
         }
         if n.gossip_rank == Some(0) {
             return Err(Error::Requires {
@@ -1904,7 +1976,7 @@ impl RunSpec {
             }
             if self
                 .fault
-                .peer_loss(&self.train.consistency, self.net.relay)
+                .peer_loss(&self.train.consistency, self.net.relay || self.tree())
                 == sfb_core::PeerLoss::Fail
             {
                 return Err(Error::Requires {
@@ -2050,14 +2122,15 @@ impl RunSpec {
             (
                 "partial broadcast",
                 format!(
-                    "{} relay {} {} gossip {} {} {} {}",
+                    "{} relay {} {} gossip {} {} {} {} tree {}",
                     j(&n.partial),
                     n.relay,
                     j(&n.relay_compress),
                     j(&n.gossip_rank),
                     j(&n.gossip_step),
                     j(&n.gossip_own),
-                    j(&n.gossip_gain)
+                    j(&n.gossip_gain),
+                    j(&n.tree_rank)
                 ),
             ),
             (
@@ -2074,7 +2147,7 @@ impl RunSpec {
                 "peer loss",
                 format!(
                     "{} {}",
-                    self.fault.peer_loss(&t.consistency, n.relay),
+                    self.fault.peer_loss(&t.consistency, n.relay || self.tree()),
                     self.fault.on_peer_loss != Some(PeerLossSpec::ContinueAlone)
                 ),
             ),
@@ -2377,13 +2450,46 @@ mod tests {
             })
             .starts_with("net.partial")
         );
-        assert!(
-            bad(&|s| {
-                gossip(s);
-                s.fault.rejoin = true;
-            })
-            .starts_with("net.partial")
-        );
+        // A gossip peer may rejoin (its public copy is sent whole, `Message::Copy`).
+        let mut s = RunSpec::default();
+        gossip(&mut s);
+        s.fault.rejoin = true;
+        s.validate().unwrap();
+        // The tree mode: its own topology of fan-out Q, and what it cannot serve yet.
+        let tree = |s: &mut RunSpec| {
+            s.net.partial = Some(PartialSpec::Tree);
+            s.peers = 8;
+            s.topology.out_degree = Some(2);
+        };
+        for (f, why) in [
+            (
+                &(|s: &mut RunSpec| s.net.relay = true) as &dyn Fn(&mut RunSpec),
+                "no --relay",
+            ),
+            (&|s| s.topology.out_degree = None, "--out-degree Q"),
+            (
+                &|s| s.topology.method = TopologyMethod::Ring,
+                "no --topology",
+            ),
+            (&|s| s.fault.rejoin = true, "no rejoin"),
+            (
+                &|s| s.fault.on_peer_loss = Some(PeerLossSpec::Continue),
+                "--on-peer-loss fail",
+            ),
+            (&|s| s.net.tree_rank = Some(0), "a rank of at least 1"),
+        ] {
+            let e = bad(&|s| {
+                tree(s);
+                f(s);
+            });
+            assert!(e.starts_with("net.") && e.contains(why), "{why}: {e}");
+        }
+        let e = bad(&|s| s.net.tree_rank = Some(4));
+        assert!(e.contains("--partial tree"), "{e}");
+        let mut s = RunSpec::default();
+        tree(&mut s);
+        s.net.tree_rank = Some(4);
+        s.validate().unwrap();
         RunSpec::default().validate().unwrap();
         let mut s = RunSpec::default();
         takeover(&mut s);

@@ -216,6 +216,99 @@ fn ring_engine(id: u32, relay: bool) -> Engine<Echo> {
     engine_for(cfg, Echo)
 }
 
+/// Peer `id` of 7 in a tree of fan-out 2 (peer 1: parent 0, children 3 and 4).
+fn tree_engine(id: u32) -> Engine<Echo> {
+    let t = sfb_core::tree::Config::new(2, 2);
+    let n = t.neighbors(PeerId(id), 7);
+    let mut cfg = Config::new(PeerId(id), 7, n.clone(), n);
+    cfg.clocks = 3;
+    cfg.batch_size = 2;
+    cfg.tree = Some(t);
+    engine_for(cfg, Echo)
+}
+
+/// Tree sums from the wrong neighbour, of the wrong origin or clock, or of another shape
+/// are refused by name, and the peer goes on as if they had not come; a tree with the
+/// wrong neighbours or with what it cannot serve yet is refused before anything runs.
+#[test]
+fn tree_sums_that_do_not_fit_the_tree_are_refused_without_changing_state() {
+    let mut e = tree_engine(1);
+    let mut time = ManualTime::default();
+    let sum = |down: bool, origin: u32, clock: u64| Message::Sum {
+        down,
+        batch: Arc::new(batch(origin, clock)),
+        stats: Arc::from(vec![]),
+    };
+    for (from, m, why) in [
+        (3, sum(true, 0, 0), "comes from this peer's parent (p0)"),
+        (0, sum(true, 3, 0), "is the root's"),
+        (0, sum(false, 0, 0), "not a child"),
+        (4, sum(false, 3, 0), "not a child"),
+        (3, sum(false, 3, 1), "out of order"),
+        (5, sum(false, 5, 0), "does not await"),
+    ] {
+        let err = e.on_message(PeerId(from), m, &mut time).unwrap_err();
+        assert!(err.to_string().contains(why), "{why}: {err}");
+    }
+    let mut wide = batch(3, 0);
+    wide.d = 4;
+    wide.v = VFactors::Dense(vec![1.0; 4]);
+    let m = Message::Sum {
+        down: false,
+        batch: Arc::new(wide),
+        stats: Arc::from(vec![]),
+    };
+    assert!(e.on_message(PeerId(3), m, &mut time).is_err());
+    // Nothing was taken: the children's first sums and the parent's are still awaited.
+    assert_eq!(e.clock(), 0);
+    e.on_tick(&mut time).unwrap();
+    assert_eq!(e.clock(), 1);
+    e.on_tick(&mut time).unwrap();
+    assert_eq!(e.clock(), 1, "BSP: clock 1 waits for the sums of clock 0");
+    let mut w = e.waiting_on();
+    w.sort();
+    assert_eq!(w, vec![(PeerId(0), 0), (PeerId(3), 0), (PeerId(4), 0)]);
+    // The right sums let it go on: the children's, then the parent's down message.
+    for c in [3, 4] {
+        e.on_message(PeerId(c), sum(false, c, 0), &mut time)
+            .unwrap();
+    }
+    e.on_tick(&mut time).unwrap();
+    let up: Vec<sfb_core::Output> = std::iter::from_fn(|| e.poll_output()).collect();
+    assert!(
+        up.iter()
+            .any(|o| o.to == PeerId(0) && matches!(o.msg, Message::Sum { down: false, .. })),
+        "{up:?}"
+    );
+    e.on_message(PeerId(0), sum(true, 0, 0), &mut time).unwrap();
+    e.on_tick(&mut time).unwrap();
+    let down: Vec<PeerId> = std::iter::from_fn(|| e.poll_output())
+        .filter(|o| matches!(o.msg, Message::Sum { down: true, .. }))
+        .map(|o| o.to)
+        .collect();
+    assert_eq!(
+        down,
+        vec![PeerId(3), PeerId(4)],
+        "forwarded to the children"
+    );
+    assert_eq!(e.clock(), 2);
+    // Configurations it cannot serve.
+    let t = sfb_core::tree::Config::new(2, 2);
+    let mut cfg = Config::new(PeerId(1), 7, vec![PeerId(0)], vec![PeerId(0)]);
+    cfg.tree = Some(t);
+    let err = cfg.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("neighbours in the tree of fan-out 2 are"),
+        "{err}"
+    );
+    let n = t.neighbors(PeerId(1), 7);
+    let mut cfg = Config::new(PeerId(1), 7, n.clone(), n);
+    cfg.tree = Some(t);
+    cfg.on_peer_loss = sfb_core::PeerLoss::Continue;
+    let err = cfg.validate().unwrap_err().to_string();
+    assert!(err.contains("no repair yet"), "{err}");
+}
+
 fn relayed(carrier: u64, b: FactorBatch) -> Message {
     Message::Relayed {
         carrier,
@@ -488,6 +581,17 @@ fn arb_message() -> impl Strategy<Value = Message> {
             batch: Arc::new(b),
             mean_iter_us: us,
         }),
+        (arb_batch(), any::<bool>(), any::<bool>(), 0u32..100).prop_map(
+            |(b, down, stats, seed)| Message::Sum {
+                down,
+                batch: Arc::new(b),
+                stats: if stats {
+                    (0..8).map(|i| (i * seed) as f32 / 7.0).collect()
+                } else {
+                    Arc::from(vec![])
+                },
+            }
+        ),
         (arb_batch(), 0u64..1000).prop_map(|(b, carrier)| Message::Relayed {
             carrier,
             batch: Arc::new(b),
@@ -631,6 +735,44 @@ fn wire_refuses_bad_stops() {
     assert!(wire::decode(&bytes[..bytes.len() - 1], &EXPECT).is_err());
 }
 
+/// Tree sums ([`sfb_core::tree`]) whose statistics are of the wrong length, negative or
+/// not finite are refused by name; the rest of the frame is checked as factors are.
+#[test]
+fn wire_refuses_bad_tree_sums() {
+    let sum = |stats: Vec<f32>| Message::Sum {
+        down: true,
+        batch: Arc::new(FactorBatch {
+            origin: PeerId(0),
+            clock: 3,
+            scale: -0.1,
+            j: 3,
+            d: 5,
+            u: vec![1.0; 3],
+            v: VFactors::Dense(vec![1.0; 5]),
+        }),
+        stats: Arc::from(stats),
+    };
+    let good = wire::encode(&sum(vec![1.0; 8]));
+    assert!(matches!(
+        wire::decode(&good, &EXPECT).unwrap(),
+        Message::Sum { down: true, .. }
+    ));
+    for (bad, why) in [
+        (
+            sum(vec![1.0; 7]),
+            "7 optimizer statistics (0 or J + D = 8 expected)",
+        ),
+        (sum(vec![-1.0; 8]), "negative or not finite"),
+        (sum(vec![f32::NAN; 8]), "negative or not finite"),
+    ] {
+        let e = wire::decode(&wire::encode(&bad), &EXPECT)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(why), "{why}: {e}");
+    }
+    assert!(wire::decode(&good[..good.len() - 1], &EXPECT).is_err());
+}
+
 const EXPECT: Expect = Expect {
     j: 3,
     d: 5,
@@ -753,6 +895,11 @@ proptest! {
                 let w = state.w.as_ref().unwrap();
                 prop_assert_eq!(w.dim(), (3, 5));
                 prop_assert!(w.iter().all(|x| x.is_finite()));
+            }
+            Ok(Message::Sum { batch, stats, .. }) => {
+                prop_assert!(batch.validate(3, 5).is_ok());
+                prop_assert!(stats.is_empty() || stats.len() == 8);
+                prop_assert!(stats.iter().all(|x| x.is_finite() && *x >= 0.0));
             }
             Ok(other) => prop_assert!(false, "unknown kind {:?}", other),
             Err(_) => {}

@@ -846,7 +846,7 @@ fn resumes_bitwise_with_what_it_held_back(send: &dyn Fn(&mut Config)) {
     assert_ne!(lost, full);
     let e = resume(&|_| {}, false).unwrap_err().to_string();
     assert!(
-        e.contains("written by a run with --compress or --prioritize"),
+        e.contains("written by a run with --compress, --prioritize or --partial tree"),
         "{e}"
     );
 }
