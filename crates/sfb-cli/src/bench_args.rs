@@ -39,6 +39,10 @@ pub struct BenchArgs {
     /// topology file (TOML, JSON or DOT, as `sfb topology` writes), with its P and Q.
     #[arg(long, value_name = "FILE")]
     pub topology: Option<PathBuf>,
+    /// q-sweep, scale: the partial-broadcast arms' mode (gossip, tree or paper; default
+    /// gossip).
+    #[arg(long, value_name = "MODE")]
+    pub partial: Option<sfb_harness::PartialSpec>,
     /// model-size: comma-separated J = D values (default 256,512,1024,2048).
     #[arg(long)]
     pub sizes: Option<String>,

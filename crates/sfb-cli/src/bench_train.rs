@@ -41,6 +41,7 @@ fn options(args: &BenchArgs) -> Result<Options> {
         straggler_ms: args.straggler_ms,
         bandwidth: args.bandwidth.clone(),
         topology: args.topology.clone(),
+        partial: args.partial,
     })
 }
 

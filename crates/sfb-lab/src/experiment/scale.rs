@@ -110,7 +110,7 @@ pub fn scale(opts: &Options, runner: &Runner) -> Result<Report> {
         kinds.push(Kind::Fms);
         let mut arms: Vec<Planned> = kinds
             .into_iter()
-            .map(|kind| arm(&base, p, n, k, clocks, kind))
+            .map(|kind| arm(&base, p, n, k, clocks, kind, opts.partial))
             .collect();
         // The reference of this P's target: its first arm that learns.
         let reference = arms.iter().position(|a| !a.timing_only).unwrap_or(0);
@@ -136,7 +136,16 @@ pub fn scale(opts: &Options, runner: &Runner) -> Result<Report> {
 }
 
 /// The arm of `kind` at `p` peers, timing-only when its arithmetic is too much for here.
-fn arm(base: &RunSpec, p: usize, n: usize, k: usize, clocks: u64, kind: Kind) -> Planned {
+/// `partial`: the partial arms' mode (`--partial`).
+fn arm(
+    base: &RunSpec,
+    p: usize,
+    n: usize,
+    k: usize,
+    clocks: u64,
+    kind: Kind,
+    partial: Option<sfb_harness::PartialSpec>,
+) -> Planned {
     let mut spec = base.clone();
     let applied_per_clock = match kind {
         Kind::Full => p * p,
@@ -157,7 +166,10 @@ fn arm(base: &RunSpec, p: usize, n: usize, k: usize, clocks: u64, kind: Kind) ->
     let timing_only = kind != Kind::Fms && flops > REAL_ARITHMETIC_FLOPS;
     match kind {
         Kind::Full => spec.topology.out_degree = None,
-        Kind::Partial(q) => spec.topology.out_degree = Some(q),
+        Kind::Partial(q) => {
+            spec.topology.out_degree = Some(q);
+            spec.net.partial = partial;
+        }
         Kind::Fms => spec.backend = Backend::Fms,
     }
     spec.sim.timing_only = timing_only;

@@ -61,6 +61,8 @@ pub struct Options {
     /// topology file (any format `sfb topology` writes) instead of the optimizer's graph;
     /// P and Q are the file's (`peers`, if set, must agree).
     pub topology: Option<std::path::PathBuf>,
+    /// q-sweep, scale: the partial-broadcast arms' mode (`--partial`; none: the default).
+    pub partial: Option<sfb_harness::PartialSpec>,
 }
 
 /// The scenarios whose partial-broadcast arms take [`Options::topology`].
@@ -80,6 +82,7 @@ impl Default for Options {
             bandwidth: None,
             sim: sfb_harness::sim::SimOptions::default(),
             topology: None,
+            partial: None,
         }
     }
 }
@@ -597,6 +600,9 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
         let mut s = base.clone();
         s.topology.out_degree = Some(q);
         s.net.relay = relay;
+        if !relay && q + 1 < p {
+            s.net.partial = opts.partial;
+        }
         Arm::new(format!("Q={q}{}", if relay { " relay" } else { "" }), s)
     };
     // Full broadcast first: it is the reference. Then partial broadcast without relay,

@@ -9,3 +9,4 @@ mod liveness;
 mod p2p;
 mod relay;
 mod stop;
+mod tree;
