@@ -318,7 +318,12 @@ pub(crate) fn topo(peers: usize) -> impl Strategy<Value = Topo> {
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    (2..=6usize)
+    case_in(2..=6)
+}
+
+/// A run of `peers` peers (any topology, model, clocks 1–8, seeds, delays, straggler).
+pub(crate) fn case_in(peers: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = Case> {
+    peers
         .prop_flat_map(|peers| {
             (
                 Just(peers),

@@ -12,7 +12,7 @@ use sfb_core::{Config, Engine, PeerId, Progress, Shard, shard_indices};
 use sfb_models::{Mlr, synthetic};
 use sfb_net::virtual_time::{Observer, Outcome};
 
-use crate::consistency::{BATCH, Case, D, J, Model, Topo, model, network, train};
+use crate::consistency::{BATCH, Case, D, J, Model, case_in, network, train};
 
 /// MLR engines in a tree of fan-out `q` over `peers` peers, peer `i` at index `i`.
 fn tree_engines(peers: usize, q: usize, c: &Case) -> Vec<Engine<Mlr>> {
@@ -110,35 +110,9 @@ impl Observer<Engine<Mlr>> for Checker {
     }
 }
 
+/// A run (its topology unused: the tree is the topology) and a fan-out.
 fn case() -> impl Strategy<Value = (Case, usize)> {
-    (2..=12usize)
-        .prop_flat_map(|peers| {
-            (
-                Just(peers),
-                1..=4usize,
-                model(),
-                1..=8u64,
-                any::<u64>(),
-                any::<u64>(),
-                (0..3_000u64, 0..5_000u64),
-                proptest::option::of((0..peers as u32, 0..5_000u64)),
-            )
-        })
-        .prop_map(
-            |(peers, q, model, clocks, net_seed, data_seed, (lo, spread), straggler)| {
-                let c = Case {
-                    peers,
-                    topo: Topo::Full,
-                    model,
-                    clocks,
-                    net_seed,
-                    data_seed,
-                    latency_us: (lo, lo + spread),
-                    straggler,
-                };
-                (c, q)
-            },
-        )
+    (case_in(2..=12), 1..=4usize)
 }
 
 fn run(c: &Case, q: usize) -> Result<(Outcome<Engine<Mlr>>, Checker), String> {
