@@ -1,7 +1,8 @@
 //! A user's model, not in `sfb-models`: least squares `min ½‖W x − y‖²`, whose gradient
 //! `(W x − y) xᵀ` is one factor pair per sample, on 4 peers under BSP: full broadcast
 //! recovers W, and so does partial broadcast (Q = 2, the default gossip mode: weighted
-//! neighbourhood updates plus compressed consensus). The paper's literal mode
+//! neighbourhood updates plus compressed consensus; and `--partial tree`, every peer's
+//! batch summed up a tree and the sum sent back down). The paper's literal mode
 //! (`--partial paper`) stalls here far from W* (its replicas each settle near their own
 //! shard's fit); it is run too, to show the difference. The same builder lines then run
 //! on the simulator and under the FMS parameter server: under BSP their replicas are
@@ -68,6 +69,10 @@ fn main() -> anyhow::Result<()> {
     println!("default step: {step} · lr {lr}");
     let full = cluster().run_mem()?;
     let partial = cluster().out_degree(q).run_mem()?;
+    let tree = cluster()
+        .out_degree(q)
+        .partial(sfb::harness::PartialSpec::Tree)
+        .run_mem()?;
     let paper = cluster()
         .out_degree(q)
         .partial(sfb::harness::PartialSpec::Paper)
@@ -80,9 +85,11 @@ fn main() -> anyhow::Result<()> {
             .fold(0f32, f32::max)
     };
     let (full, partial, paper) = (worst(&full), worst(&partial), worst(&paper));
+    let tree = worst(&tree);
     println!("{peers} peers, {clocks} clocks, worst replica's Σ|W − W*|:");
     println!("  full broadcast          {full:.2e}");
     println!("  Q={q} gossip (default)   {partial:.2e}");
+    println!("  Q={q} tree               {tree:.2e}");
     println!("  Q={q} paper mode         {paper:.2e}");
     // The same lines on the simulator (simulated seconds, the `sfb sim` cost model) and
     // under FMS: BSP applies the same updates, so the replicas agree bit for bit.
@@ -109,5 +116,6 @@ fn main() -> anyhow::Result<()> {
         partial < 1e-2,
         "partial broadcast (gossip) did not converge"
     );
+    anyhow::ensure!(tree < 1e-2, "partial broadcast (tree) did not converge");
     Ok(())
 }
