@@ -69,6 +69,31 @@ fn four_processes_bsp_match_the_in_memory_cluster_bitwise() {
     );
 }
 
+/// The tree mode over libp2p: 7 processes in a tree of fan-out 2 (a cluster file with
+/// `tree_fanout`; the down messages are the root's, forwarded): replicas bitwise equal to
+/// each other and to the in-memory run's.
+#[test]
+fn a_tree_of_processes_matches_the_in_memory_tree_bitwise() {
+    let d = tempdir(GROUP, "tree7");
+    let common = [
+        &SMALL_RUN[2..],
+        &["--peers", "7", "--out-degree", "2", "--partial", "tree"],
+    ]
+    .concat();
+    let p2p = run_summary(
+        &[&common[..], &["--transport", "libp2p"]].concat(),
+        &d.join("p2p.json"),
+    );
+    let mem = run_summary(
+        &[&common[..], &["--transport", "mem"]].concat(),
+        &d.join("mem.json"),
+    );
+    let sums = p2p["replica_checksums"].as_array().unwrap();
+    assert_eq!(sums.len(), 7);
+    assert!(sums.iter().all(|s| s == &sums[0]), "{sums:?}");
+    assert_eq!(p2p["replica_checksums"], mem["replica_checksums"]);
+}
+
 #[test]
 fn partial_broadcast_trains_into_the_full_broadcast_accuracy_band() {
     let d = tempdir(GROUP, "partial");

@@ -2052,8 +2052,7 @@ impl<K: Kind> Builder<K> {
             cfg.relay = Some(self.resolved()?.routes()?);
             cfg.relay_compress = self.s.spec.net.relay_compress.map(|c| c.rank);
         }
-        if relay && self.s.spec.tree() {
-            let q = self.s.spec.topology.out_degree.unwrap_or(1);
+        if let Some(q) = self.s.spec.tree_fanout().filter(|_| relay) {
             let rank = self.s.spec.net.tree_rank.unwrap_or(self.s.spec.train.batch);
             cfg.tree = Some(sfb_core::tree::Config::new(q, rank));
         }

@@ -825,6 +825,9 @@ impl Launcher {
         let mut topology = None;
         if fms {
             ClusterFile::init_fms(&cluster_path, p, &hosts, 0).map_err(Error::from)?;
+        } else if let Some(q) = spec.tree_fanout() {
+            topology = Some(builder.topology_info()?);
+            ClusterFile::init_tree(&cluster_path, p, q, &hosts, 0).map_err(Error::from)?;
         } else {
             let out = builder.resolve_topology()?;
             topology = Some(builder.topology_info()?);

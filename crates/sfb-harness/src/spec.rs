@@ -1353,6 +1353,16 @@ impl RunSpec {
         self.net.partial == Some(PartialSpec::Tree)
     }
 
+    /// The tree mode's fan-out: `--out-degree`, or the root's out-list of explicit lists
+    /// (a node of a tree cluster file); `None` outside the tree mode.
+    pub fn tree_fanout(&self) -> Option<usize> {
+        let t = &self.topology;
+        self.tree().then(|| {
+            t.out_degree
+                .or_else(|| t.explicit.as_ref().and_then(|l| l.first()).map(Vec::len))
+        })?
+    }
+
     /// Reads a spec from JSON (absent fields take their defaults).
     ///
     /// # Errors
@@ -1620,12 +1630,17 @@ impl RunSpec {
                     "the tree carries every peer's batch already",
                 ),
                 (
-                    t.out_degree.is_none(),
+                    self.tree_fanout().is_none_or(|q| q == 0),
                     "--out-degree Q, the tree's fan-out",
                     "it builds its own topology, a tree of fan-out Q",
                 ),
                 (
-                    t.file.is_some() || t.explicit.is_some() || t.method != TopologyMethod::Optimal,
+                    t.file.is_some()
+                        || t.method != TopologyMethod::Optimal
+                        || t.explicit.as_ref().is_some_and(|l| {
+                            let q = l.first().map_or(0, Vec::len);
+                            *l != sfb_core::tree::Config::new(q, 1).lists(self.peers)
+                        }),
                     "no --topology or topology method",
                     "it builds its own topology, a tree of fan-out Q",
                 ),

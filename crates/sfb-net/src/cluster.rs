@@ -140,13 +140,23 @@ impl Cluster {
                     .ok_or_else(|| cfg_err(&path, ClusterError::ServerNotAnId))?,
             ),
         };
-        let (topology, out) = match server {
-            None => {
+        let fanout = match file.extra.get("tree_fanout") {
+            None => None,
+            Some(v) => Some(
+                v.as_integer()
+                    .and_then(|x| usize::try_from(x).ok())
+                    .filter(|&q| q > 0)
+                    .ok_or_else(|| cfg_err(&path, ClusterError::TreeFanoutNotANumber))?,
+            ),
+        };
+        let (topology, out) = match (server, fanout) {
+            (Some(s), _) => (None, star_lists(&file, s).map_err(|e| cfg_err(&path, e))?),
+            (None, Some(q)) => (None, tree_lists(&file, q).map_err(|e| cfg_err(&path, e))?),
+            (None, None) => {
                 let t = file.topology().map_err(topo(&path))?;
                 let out = t.out_lists();
                 (Some(t), out)
             }
-            Some(s) => (None, star_lists(&file, s).map_err(|e| cfg_err(&path, e))?),
         };
         let p = out.len();
         let mut inn = vec![Vec::new(); p];
@@ -369,6 +379,32 @@ impl Cluster {
         write_new(&tmp, text.as_bytes()).map_err(io(&tmp))?;
         staged.commit(path, existing)?;
         Self::from_file(file, path.to_path_buf())
+    }
+
+    /// Writes a new cluster of `peers` peers in the tree mode's tree of fan-out `fanout`
+    /// ([`sfb_core::tree`]; key `tree_fanout`, each peer's out-list its parent then its
+    /// children), with keys, addresses and ports as [`init`](Self::init).
+    ///
+    /// # Errors
+    /// As [`init`](Self::init).
+    pub fn init_tree(
+        path: &Path,
+        peers: usize,
+        fanout: usize,
+        hosts: &[String],
+        ports: impl Into<Ports>,
+    ) -> Result<Self> {
+        let mut file = ClusterFile::from_topology(&sfb_topology::full(2).map_err(topo(path))?);
+        file.out_degree = None;
+        file.peers = sfb_core::tree::Config::new(fanout, 1)
+            .lists(peers)
+            .into_iter()
+            .enumerate()
+            .map(|(i, out)| sfb_topology::PeerEntry::new(i, out))
+            .collect();
+        file.extra
+            .insert("tree_fanout".into(), toml::Value::Integer(fanout as i64));
+        Self::write(path, file, hosts, ports.into(), Existing::Refuse)
     }
 
     /// Number of peers.
@@ -694,6 +730,36 @@ fn star_lists(
     Ok(out)
 }
 
+/// The out-lists of a tree file of fan-out `fanout`, checked against the tree's.
+fn tree_lists(
+    file: &ClusterFile,
+    fanout: usize,
+) -> std::result::Result<Vec<Vec<usize>>, ClusterError> {
+    let n = file.peers.len();
+    let mut out = vec![None; n];
+    for e in &file.peers {
+        if e.id >= n {
+            return Err(ClusterError::IdOutOfRange { id: e.id, peers: n });
+        }
+        if out[e.id].replace(e.out.clone()).is_some() {
+            return Err(ClusterError::DuplicateId { id: e.id });
+        }
+    }
+    let out: Vec<Vec<usize>> = out.into_iter().map(|o| o.expect("ids 0..n")).collect();
+    let want = sfb_core::tree::Config::new(fanout, 1).lists(n);
+    for (peer, (got, want)) in out.iter().zip(want).enumerate() {
+        if *got != want {
+            return Err(ClusterError::NotTheTree {
+                fanout,
+                peer,
+                want,
+                got: got.clone(),
+            });
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -717,6 +783,36 @@ mod tests {
 
     fn hosts() -> Vec<String> {
         vec!["127.0.0.1".into()]
+    }
+
+    /// A tree cluster file (`tree_fanout`) loads with the tree's lists and no Q-out
+    /// topology; one whose lists are not the tree's, or whose fan-out is not a number, is
+    /// refused naming the peer or the key.
+    #[test]
+    fn tree_files_load_with_the_trees_lists_and_other_lists_are_refused() {
+        let d = tempdir("tree");
+        let path = d.join("c.toml");
+        let c = Cluster::init_tree(&path, 7, 2, &hosts(), 0).unwrap();
+        let back = Cluster::load(&path).unwrap();
+        assert!(back.topology().is_none());
+        assert_eq!(back.out(1), [0, 3, 4]);
+        assert_eq!(back.in_neighbours(0), [1, 2]);
+        assert_eq!(back.peer_id(3), c.peer_id(3));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let bad = d.join("bad.toml");
+        std::fs::write(&bad, text.replacen("tree_fanout = 2", "tree_fanout = 3", 1)).unwrap();
+        let e = Cluster::load(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("tree of fan-out 3: peer 0 must send to [1, 2, 3]"),
+            "{e}"
+        );
+        std::fs::write(
+            &bad,
+            text.replacen("tree_fanout = 2", "tree_fanout = -1", 1),
+        )
+        .unwrap();
+        let e = Cluster::load(&bad).unwrap_err().to_string();
+        assert!(e.contains("tree_fanout"), "{e}");
     }
 
     #[test]

@@ -550,6 +550,23 @@ pub enum ClusterError {
         /// The file's out-list.
         got: Vec<usize>,
     },
+    /// `tree_fanout` is not a positive integer.
+    #[error("`tree_fanout` must be a fan-out of at least 1")]
+    TreeFanoutNotANumber,
+    /// A tree file (`tree_fanout`) whose out-lists are not the tree's.
+    #[error(
+        "tree of fan-out {fanout}: peer {peer} must send to {want:?} (its parent, then its children), the file says {got:?}"
+    )]
+    NotTheTree {
+        /// The fan-out.
+        fanout: usize,
+        /// The peer.
+        peer: usize,
+        /// The out-list the tree needs.
+        want: Vec<usize>,
+        /// The file's out-list.
+        got: Vec<usize>,
+    },
     /// A peer has no `peer_id`.
     #[error("peer {peer} has no peer_id")]
     MissingPeerId {

@@ -237,10 +237,15 @@ impl Readers {
                             }
                         }
                         // A relayed batch is another origin's, forwarded by the sender (the
-                        // engine checks it against the relay trees).
+                        // engine checks it against the relay trees); so is a tree's down
+                        // message, the root's (the engine checks the sender is the parent).
                         Ok(msg)
                             if msg.origin() == self.core_ids[from]
-                                || matches!(msg, wire::Message::Relayed { .. }) =>
+                                || matches!(
+                                    msg,
+                                    wire::Message::Relayed { .. }
+                                        | wire::Message::Sum { down: true, .. }
+                                ) =>
                         {
                             self.stats.received[from].fetch_add(n, Ordering::Relaxed);
                             signs.frames.fetch_add(1, Ordering::Relaxed);
