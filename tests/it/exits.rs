@@ -144,6 +144,19 @@ fn sigterm_of_the_launcher_stops_every_child_and_removes_its_directory() {
 fn sigkill_of_the_launcher_stops_every_child_and_they_remove_its_directory() {
     let tmp = tempdir("exits", "sigkill");
     let (mut launcher, children) = start_long_run(&tmp);
+    // No private key is on the disk, now or at any time of the launch: the nodes got
+    // theirs on stdin, and the cluster file names none.
+    assert_eq!(run_dirs(&tmp).len(), 1, "{:?}", run_dirs(&tmp));
+    for dir in run_dirs(&tmp) {
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.iter().any(|n| n.contains("key")), "{names:?}");
+        let cluster = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
+        assert!(!cluster.contains("key ="), "{cluster}");
+    }
     signal(launcher.0.id(), "KILL");
     let st = wait_exit(&mut launcher.0);
     assert_eq!(st.code(), None, "killed by a signal: {st}");

@@ -27,7 +27,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sfb_core::metrics::{ClockRecord, PeerMetrics, PeerReport, Summary};
 use sfb_net::bandwidth::Bucket;
-use sfb_net::cluster::Cluster as ClusterFile;
+use sfb_net::cluster::{Cluster as ClusterFile, Layout};
 use sfb_net::p2p::{Node, Options, RunShape};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::task::JoinSet;
@@ -53,6 +53,31 @@ pub const CUT_OFF_EXIT: u8 = 3;
 const TAIL_LINES: usize = 20;
 
 pub use crate::error::LaunchError as Error;
+
+/// `bytes` as lower-case hex.
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The private key a launcher hands its node on stdin ([`NodeSpec::key_on_stdin`]): the
+/// first line, hex. Read through the process's one stdin buffer, which later reads (the
+/// addresses, the launcher's requests) go on from.
+fn key_from_stdin() -> crate::Result<Vec<u8>> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(io("reading the node's key from stdin"))?;
+    let hex = line.trim();
+    let bad = || Error::Role("the key on stdin is not a line of hex digits".into());
+    if hex.is_empty() || !hex.len().is_multiple_of(2) {
+        return Err(bad().into());
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
+        .collect::<Result<Vec<u8>, Error>>()
+        .map_err(Into::into)
+}
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let what = what.into();
@@ -84,6 +109,11 @@ pub struct NodeSpec {
     /// default [`run_node`] refuses such a key, as ssh does).
     #[serde(default)]
     pub allow_open_key: bool,
+    /// The node's private key comes on its stdin, as the first line (hex of its protobuf
+    /// encoding), not from a key file: the launcher's way, so that no key ever reaches
+    /// the disk ([`sfb_net::cluster::Cluster::init_for_launch`]).
+    #[serde(default)]
+    pub key_on_stdin: bool,
 }
 
 impl NodeSpec {
@@ -95,6 +125,7 @@ impl NodeSpec {
             out_dir: None,
             owned_by_launcher: false,
             allow_open_key: false,
+            key_on_stdin: false,
         }
     }
 
@@ -236,9 +267,14 @@ where
         }
         Role::Peer(i) => i,
     };
-    if !spec.allow_open_key {
-        file.check_key_permissions(id).map_err(Error::from)?;
-    }
+    let key = if spec.key_on_stdin {
+        Some(key_from_stdin()?)
+    } else {
+        if !spec.allow_open_key {
+            file.check_key_permissions(id).map_err(Error::from)?;
+        }
+        None
+    };
     let mut run = spec.run.clone();
     run.peers = file.workers();
     run.backend = if fms { Backend::Fms } else { Backend::Sfb };
@@ -247,7 +283,7 @@ where
     // A failed write of its metrics makes the node leave the run at once (its neighbours
     // go on under the run's peer-loss policy); it then fails, naming the file.
     let sink = Arc::new(RecordSink::create(run.output.metrics.as_deref())?);
-    let out = drive_node((spec, &run), file, (id, role), fms, p, &sink, make);
+    let out = drive_node((spec, &run, key), file, (id, role), fms, p, &sink, make);
     if let Err(e) = &out {
         // A summary marked failed, from the node's last record.
         crate::records::write_partial_summary(&run, &e.to_string(), &sink.last());
@@ -258,7 +294,7 @@ where
 /// Builds node `id` (in `role`) of `file` and drives it to the end, its records to `sink`
 /// ([`run_node`]'s body).
 fn drive_node<K: crate::cluster::ModelSource>(
-    (spec, run): (&NodeSpec, &RunSpec),
+    (spec, run, key): (&NodeSpec, &RunSpec, Option<Vec<u8>>),
     file: ClusterFile,
     (id, role): (usize, Role),
     fms: bool,
@@ -278,6 +314,7 @@ where
     let ctx = NodeRun {
         spec,
         run,
+        key,
         file,
         id,
         checkpoint,
@@ -339,6 +376,8 @@ struct Finished {
 struct NodeRun<'a> {
     spec: &'a NodeSpec,
     run: &'a RunSpec,
+    /// The private key handed over on stdin ([`NodeSpec::key_on_stdin`]).
+    key: Option<Vec<u8>>,
     file: ClusterFile,
     id: usize,
     checkpoint: Option<Arc<crate::checkpoint::Store>>,
@@ -363,6 +402,7 @@ impl NodeRun<'_> {
         let NodeRun {
             spec,
             run,
+            key,
             mut file,
             id,
             checkpoint,
@@ -381,6 +421,7 @@ impl NodeRun<'_> {
             )
         });
         let mut opts = node_options(&run.net);
+        opts.key = key;
         // A coordinated stop: the launcher's `{"stop_at":T}` on stdin, or SIGTERM/SIGINT; a
         // failed write of the node's metrics makes it leave now (0).
         let stop = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
@@ -823,18 +864,21 @@ impl Launcher {
         }
         let spec = &resolved;
         let mut topology = None;
-        if fms {
-            ClusterFile::init_fms(&cluster_path, p, &hosts, 0).map_err(Error::from)?;
-        } else if let Some(q) = spec.tree_fanout() {
+        // No key reaches the disk: each node gets its own on its stdin (`key_on_stdin`).
+        let (_, keys) = if fms {
+            ClusterFile::init_for_launch(&cluster_path, Layout::Fms { clients: p }, &hosts)
+        } else if let Some(fanout) = spec.tree_fanout() {
             topology = Some(builder.topology_info()?);
-            ClusterFile::init_tree(&cluster_path, p, q, &hosts, 0).map_err(Error::from)?;
+            let layout = Layout::Tree { peers: p, fanout };
+            ClusterFile::init_for_launch(&cluster_path, layout, &hosts)
         } else {
             let out = builder.resolve_topology()?;
             topology = Some(builder.topology_info()?);
             signals.check()?;
             let t = sfb_topology::Topology::new(out)?;
-            ClusterFile::init(&cluster_path, &t, &hosts, 0).map_err(Error::from)?;
+            ClusterFile::init_for_launch(&cluster_path, Layout::Topology(&t), &hosts)
         }
+        .map_err(Error::from)?;
         signals.check()?;
         let mut child = NodeSpec {
             run: spec.clone(),
@@ -842,6 +886,7 @@ impl Launcher {
             out_dir: Some(dir.path().to_path_buf()),
             owned_by_launcher: true,
             allow_open_key: false,
+            key_on_stdin: true,
         };
         child.run.output = Default::default();
         child.run.net.netns = false;
@@ -877,7 +922,7 @@ impl Launcher {
         let ran = rt.block_on(self.children(
             &spec_path,
             &cluster_path,
-            &prefixes,
+            (&prefixes, &keys),
             (fms, survive),
             (margin, listen),
             (&sink, &mut signals),
@@ -926,7 +971,7 @@ impl Launcher {
         &self,
         spec: &Path,
         cluster: &Path,
-        prefixes: &[Vec<String>],
+        (prefixes, keys): (&[Vec<String>], &[Vec<u8>]),
         (fms, survive): (bool, bool),
         (margin, listen): (u64, Duration),
         (sink, signals): (&Arc<RecordSink>, &mut Signals),
@@ -991,7 +1036,14 @@ impl Launcher {
                 cmd.env("RAYON_NUM_THREADS", t);
             }
             let mut c = cmd.spawn().map_err(io(format!("starting {}", name(i))))?;
-            stdins.push(c.stdin.take().expect("piped stdin"));
+            let mut stdin = c.stdin.take().expect("piped stdin");
+            // Its private key, first on its stdin: it never touches the disk.
+            let line = format!("{}\n", to_hex(&keys[i]));
+            stdin
+                .write_all(line.as_bytes())
+                .await
+                .map_err(io(format!("handing {} its key", name(i))))?;
+            stdins.push(stdin);
             let out = c.stdout.take().expect("piped stdout");
             let err = c.stderr.take();
             let tail = Arc::clone(&tails[i]);
@@ -1084,11 +1136,6 @@ impl Launcher {
                 stderr: Vec::new(),
             });
         };
-        // Every node has read its private key (it listens under its identity): the keys
-        // leave the disk now, whatever happens to this process later.
-        if let Err(e) = std::fs::remove_dir_all(ClusterFile::keys_dir(cluster)) {
-            tracing::debug!("removing the launch's keys: {e}");
-        }
         let line = serde_json::to_string(&Addrs { addrs }).expect("plain strings") + "\n";
         // Each child's stdin stays open until this function returns: a child that sees it
         // close early knows the launcher died and stops.
@@ -1456,6 +1503,7 @@ mod tests {
             out_dir: Some("/x".into()),
             owned_by_launcher: false,
             allow_open_key: false,
+            key_on_stdin: true,
         };
         let back: NodeSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);

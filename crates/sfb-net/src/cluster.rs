@@ -288,23 +288,7 @@ impl Cluster {
         ports: impl Into<Ports>,
         existing: Existing,
     ) -> Result<Self> {
-        if clients == 0 {
-            return Err(cfg_err(path, ClusterError::NoClients));
-        }
-        let mut file = ClusterFile::from_topology(&sfb_topology::full(2).map_err(topo(path))?);
-        file.out_degree = None;
-        file.peers = (0..=clients)
-            .map(|i| {
-                let out = if i == clients {
-                    (0..clients).collect()
-                } else {
-                    vec![clients]
-                };
-                sfb_topology::PeerEntry::new(i, out)
-            })
-            .collect();
-        file.extra
-            .insert("server".into(), toml::Value::Integer(clients as i64));
+        let file = fms_file(path, clients)?;
         Self::write(path, file, hosts, ports.into(), existing)
     }
 
@@ -350,28 +334,11 @@ impl Cluster {
         let keys_rel = keys_dir_name(path);
         let mut staged = Staged::new(path)?;
         for e in &mut file.peers {
-            let key = Keypair::generate_ed25519();
+            let bytes = place(path, e, hosts, ports, &free)?;
             let name = format!("peer-{}.key", e.id);
-            let bytes = key
-                .to_protobuf_encoding()
-                .map_err(|err| cfg_err(path, ClusterError::KeyEncoding(err)))?;
             let key_path = staged.keys.join(&name);
             write_private(&key_path, &bytes).map_err(io(&key_path))?;
             let rel = format!("{keys_rel}/{name}");
-            let host = &hosts[e.id % hosts.len()];
-            let port = match ports {
-                Ports::Free => free[e.id],
-                Ports::Base(0) => 0,
-                Ports::Base(base) => u16::try_from(e.id)
-                    .ok()
-                    .and_then(|i| base.checked_add(i))
-                    .ok_or_else(|| cfg_err(path, ClusterError::PortOverflow))?,
-            };
-            e.addr = Some(format!("/ip4/{host}/tcp/{port}"));
-            e.extra.insert(
-                "peer_id".into(),
-                toml::Value::String(key.public().to_peer_id().to_string()),
-            );
             e.extra.insert("key".into(), toml::Value::String(rel));
         }
         let text = file.to_toml_string().map_err(topo(path))?;
@@ -394,17 +361,39 @@ impl Cluster {
         hosts: &[String],
         ports: impl Into<Ports>,
     ) -> Result<Self> {
-        let mut file = ClusterFile::from_topology(&sfb_topology::full(2).map_err(topo(path))?);
-        file.out_degree = None;
-        file.peers = sfb_core::tree::Config::new(fanout, 1)
-            .lists(peers)
-            .into_iter()
-            .enumerate()
-            .map(|(i, out)| sfb_topology::PeerEntry::new(i, out))
-            .collect();
-        file.extra
-            .insert("tree_fanout".into(), toml::Value::Integer(fanout as i64));
+        let file = tree_file(path, peers, fanout)?;
         Self::write(path, file, hosts, ports.into(), Existing::Refuse)
+    }
+
+    /// Writes a new cluster file for one launch (`sfb run --transport libp2p`): as
+    /// [`init`](Self::init) (a `layout` of a topology) or [`init_tree`](Self::init_tree),
+    /// but no key reaches the disk: the file has no `key` entries, and each node's private
+    /// key (protobuf encoding) is returned, in id order, for the launcher to hand over
+    /// (see [`Options::key`](crate::p2p::Options::key)). Ports 0 (the OS picks).
+    ///
+    /// # Errors
+    /// As [`init`](Self::init).
+    pub fn init_for_launch(
+        path: &Path,
+        layout: Layout<'_>,
+        hosts: &[String],
+    ) -> Result<(Self, Vec<Vec<u8>>)> {
+        if hosts.is_empty() {
+            return Err(cfg_err(path, ClusterError::NoHosts));
+        }
+        let mut file = match layout {
+            Layout::Topology(t) => ClusterFile::from_topology(t),
+            Layout::Fms { clients } => fms_file(path, clients)?,
+            Layout::Tree { peers, fanout } => tree_file(path, peers, fanout)?,
+        };
+        let keys = file
+            .peers
+            .iter_mut()
+            .map(|e| place(path, e, hosts, Ports::Base(0), &[]))
+            .collect::<Result<Vec<_>>>()?;
+        let text = file.to_toml_string().map_err(topo(path))?;
+        write_new(path, text.as_bytes()).map_err(io(path))?;
+        Ok((Self::from_file(file, path.to_path_buf())?, keys))
     }
 
     /// Number of peers.
@@ -543,9 +532,25 @@ impl Cluster {
         let bytes = std::fs::read(&kp).map_err(io(&kp))?;
         let key = Keypair::from_protobuf_encoding(&bytes)
             .map_err(|err| cfg_err(&kp, ClusterError::BadKey(err)))?;
+        self.matching(i, key, &kp)
+    }
+
+    /// Peer `i`'s private key from `bytes`, its protobuf encoding handed over rather than
+    /// read from a file, checked as [`keypair`](Self::keypair) checks a file's.
+    ///
+    /// # Errors
+    /// [`Error::Cluster`] naming the cluster file: [`ClusterError::BadKey`],
+    /// [`ClusterError::KeyMismatch`].
+    pub fn keypair_from(&self, i: usize, bytes: &[u8]) -> Result<Keypair> {
+        let key = Keypair::from_protobuf_encoding(bytes)
+            .map_err(|err| cfg_err(&self.path, ClusterError::BadKey(err)))?;
+        self.matching(i, key, &self.path)
+    }
+
+    fn matching(&self, i: usize, key: Keypair, whose: &Path) -> Result<Keypair> {
         if key.public().to_peer_id() != self.ids[i] {
             return Err(cfg_err(
-                &kp,
+                whose,
                 ClusterError::KeyMismatch {
                     peer: i,
                     peer_id: self.ids[i],
@@ -730,6 +735,93 @@ fn star_lists(
     Ok(out)
 }
 
+/// What a cluster file for one launch lays out ([`Cluster::init_for_launch`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Layout<'a> {
+    /// SFB peers on a Q-out topology.
+    Topology(&'a Topology),
+    /// An FMS star: `clients` clients and a server.
+    Fms {
+        /// Clients (the server is one more node).
+        clients: usize,
+    },
+    /// SFB peers in the tree mode's tree ([`Cluster::init_tree`]).
+    Tree {
+        /// Peers.
+        peers: usize,
+        /// Children per peer.
+        fanout: usize,
+    },
+}
+
+/// Gives entry `e` a fresh ed25519 identity (its `peer_id`) and its listen address
+/// (`hosts` round robin, the port as `ports` says, `free[id]` for [`Ports::Free`]);
+/// returns the private key's protobuf encoding.
+fn place(
+    path: &Path,
+    e: &mut sfb_topology::PeerEntry,
+    hosts: &[String],
+    ports: Ports,
+    free: &[u16],
+) -> Result<Vec<u8>> {
+    let key = Keypair::generate_ed25519();
+    let bytes = key
+        .to_protobuf_encoding()
+        .map_err(|err| cfg_err(path, ClusterError::KeyEncoding(err)))?;
+    let host = &hosts[e.id % hosts.len()];
+    let port = match ports {
+        Ports::Free => free[e.id],
+        Ports::Base(0) => 0,
+        Ports::Base(base) => u16::try_from(e.id)
+            .ok()
+            .and_then(|i| base.checked_add(i))
+            .ok_or_else(|| cfg_err(path, ClusterError::PortOverflow))?,
+    };
+    e.addr = Some(format!("/ip4/{host}/tcp/{port}"));
+    e.extra.insert(
+        "peer_id".into(),
+        toml::Value::String(key.public().to_peer_id().to_string()),
+    );
+    Ok(bytes)
+}
+
+/// An FMS star's file: `clients` clients sending to the server, id `clients`.
+fn fms_file(path: &Path, clients: usize) -> Result<ClusterFile> {
+    if clients == 0 {
+        return Err(cfg_err(path, ClusterError::NoClients));
+    }
+    let mut file = ClusterFile::from_topology(&sfb_topology::full(2).map_err(topo(path))?);
+    file.out_degree = None;
+    file.peers = (0..=clients)
+        .map(|i| {
+            let out = if i == clients {
+                (0..clients).collect()
+            } else {
+                vec![clients]
+            };
+            sfb_topology::PeerEntry::new(i, out)
+        })
+        .collect();
+    file.extra
+        .insert("server".into(), toml::Value::Integer(clients as i64));
+    Ok(file)
+}
+
+/// A tree file: `peers` peers in the tree of fan-out `fanout` (key `tree_fanout`).
+fn tree_file(path: &Path, peers: usize, fanout: usize) -> Result<ClusterFile> {
+    let mut file = ClusterFile::from_topology(&sfb_topology::full(2).map_err(topo(path))?);
+    file.out_degree = None;
+    file.peers = sfb_core::tree::Config::new(fanout, 1)
+        .lists(peers)
+        .into_iter()
+        .enumerate()
+        .map(|(i, out)| sfb_topology::PeerEntry::new(i, out))
+        .collect();
+    file.extra
+        .insert("tree_fanout".into(), toml::Value::Integer(fanout as i64));
+    Ok(file)
+}
+
 /// The out-lists of a tree file of fan-out `fanout`, checked against the tree's.
 fn tree_lists(
     file: &ClusterFile,
@@ -783,6 +875,40 @@ mod tests {
 
     fn hosts() -> Vec<String> {
         vec!["127.0.0.1".into()]
+    }
+
+    /// A launch's cluster file puts no key on the disk: the keys come back to the caller,
+    /// each the listed peer's, and a key that is not the peer's is refused.
+    #[test]
+    fn a_launch_cluster_keeps_its_keys_off_the_disk() {
+        let d = tempdir("launch");
+        let path = d.join("cluster.toml");
+        let t = sfb_topology::full(3).unwrap();
+        let (c, keys) = Cluster::init_for_launch(&path, Layout::Topology(&t), &hosts()).unwrap();
+        assert_eq!(listing(&d), ["cluster.toml"]);
+        assert!(!std::fs::read_to_string(&path).unwrap().contains("key ="));
+        assert_eq!(keys.len(), 3);
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(
+                c.keypair_from(i, k).unwrap().public().to_peer_id(),
+                c.peer_id(i)
+            );
+        }
+        let e = c.keypair_from(1, &keys[0]).unwrap_err().to_string();
+        assert!(e.contains("peer 1"), "{e}");
+        assert!(c.keypair_from(0, b"not a key").is_err());
+        let d = tempdir("launch-tree");
+        let path = d.join("cluster.toml");
+        let layout = Layout::Tree {
+            peers: 5,
+            fanout: 2,
+        };
+        let (c, keys) = Cluster::init_for_launch(&path, layout, &hosts()).unwrap();
+        assert_eq!((c.out(1), keys.len()), (&[0, 3, 4][..], 5));
+        let (c, _) =
+            Cluster::init_for_launch(&d.join("f.toml"), Layout::Fms { clients: 2 }, &hosts())
+                .unwrap();
+        assert_eq!(c.server(), Some(2));
     }
 
     /// A tree cluster file (`tree_fanout`) loads with the tree's lists and no Q-out

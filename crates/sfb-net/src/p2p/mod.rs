@@ -149,6 +149,11 @@ pub struct Options {
     /// costs bounded memory. A refused cluster member retries until the start-up timeout.
     /// Default: 32.
     pub max_pending_handshakes: u32,
+    /// The node's private key (its protobuf encoding), when it does not come from the
+    /// cluster file's key folder (a launch hands each node its key on stdin, so no key
+    /// reaches the disk: [`Cluster::init_for_launch`](crate::cluster::Cluster::init_for_launch)).
+    /// Checked against the file's `peer_id`. Default: none (read the file's).
+    pub key: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Options {
@@ -162,6 +167,7 @@ impl std::fmt::Debug for Options {
             .field("progress", &self.progress.is_some())
             .field("stragglers", &self.stragglers)
             .field("max_pending_handshakes", &self.max_pending_handshakes)
+            .field("key", &self.key.as_ref().map(|_| "given"))
             .finish()
     }
 }
@@ -191,6 +197,7 @@ impl Default for Options {
             stragglers: Stragglers::None,
             max_pending_handshakes: 32,
             keep: crate::driver::Keep::All,
+            key: None,
         }
     }
 }

@@ -147,7 +147,10 @@ impl Node {
         shape: &RunShape,
         opts: &Options,
     ) -> Result<Node> {
-        let key = cluster.keypair(id)?;
+        let key = match &opts.key {
+            Some(bytes) => cluster.keypair_from(id, bytes)?,
+            None => cluster.keypair(id)?,
+        };
         let allowed: Vec<Libp2pId> = (0..cluster.peers())
             .filter(|&i| i != id)
             .map(|i| cluster.peer_id(i))
