@@ -122,6 +122,27 @@ fn four_hand_run_peers_write_their_summaries_and_metrics() {
     assert!(sums.iter().all(|c| c == &sums[0]), "{sums:?}");
 }
 
+/// A tree cluster (`sfb cluster init --partial tree`) run by hand (the file says the mode):
+/// every peer's replica is bitwise the same (the tree applies the same sums everywhere).
+#[test]
+fn a_hand_run_tree_cluster_trains_with_identical_replicas() {
+    let d = tempdir("hand-run", "tree");
+    let cluster = init(
+        &d,
+        &["--peers", "5", "--out-degree", "2", "--partial", "tree"],
+    );
+    let toml = std::fs::read_to_string(&cluster).unwrap();
+    assert!(toml.contains("tree_fanout = 2"), "{toml}");
+    let nodes: Vec<(String, Vec<String>)> = (0..5)
+        .map(|i| node(&d, &format!("peer{i}"), &["peer", "--id", &i.to_string()]))
+        .collect();
+    run_to_end(&cluster, &nodes);
+    let sums: Vec<String> = (0..5)
+        .map(|i| check_node(&d, &format!("peer{i}"), "sfb", 5))
+        .collect();
+    assert!(sums.iter().all(|c| c == &sums[0]), "{sums:?}");
+}
+
 #[test]
 fn a_hand_run_fms_server_and_clients_agree() {
     let d = tempdir("hand-run", "fms");

@@ -38,6 +38,11 @@ pub struct InitArgs {
     /// `sfb server` + `sfb peer`, instead of an SFB topology.
     #[arg(long, value_enum)]
     pub backend: Option<super::train::Backend>,
+    /// `tree`: the tree mode's cluster (`--partial tree`): peer i's neighbours are its
+    /// parent (i − 1)/Q and its children Q·i + 1 … Q·i + Q, Q the --out-degree. Peers run
+    /// it with `sfb peer … --out-degree Q --partial tree`.
+    #[arg(long, value_name = "tree", conflicts_with_all = ["backend", "topology"])]
+    pub partial: Option<sfb_harness::PartialSpec>,
     /// First port; peer i listens on base_port + i. `free`: each peer a port free on this
     /// machine now (for hand-run peers here; hosts must be this machine's). 0: any port,
     /// exchanged at start-up by `sfb run`.
@@ -115,6 +120,26 @@ pub fn cluster(cmd: &ClusterCmd) -> Result<()> {
                 a.out.display(),
                 c.workers(),
                 c.server().unwrap_or(peers)
+            );
+            Ok(())
+        }
+        ClusterCmd::Init(a) if a.partial.is_some() => {
+            let (Some(p), Some(q), Some(sfb_harness::PartialSpec::Tree)) =
+                (a.peers, a.out_degree, a.partial)
+            else {
+                bail!(
+                    "--partial: only `tree` writes a cluster of its own, with --peers and --out-degree"
+                );
+            };
+            if p < 2 || q == 0 {
+                bail!("a tree needs at least 2 peers and a fan-out of at least 1, got {p} and {q}");
+            }
+            a.check()?;
+            let c = Cluster::init_tree(&a.out, p, q, &a.hosts, a.base_port, a.existing())?;
+            outln!(
+                "wrote {} (tree of fan-out {q}: {} peers), keys beside it",
+                a.out.display(),
+                c.peers()
             );
             Ok(())
         }

@@ -279,6 +279,23 @@ where
     run.peers = file.workers();
     run.backend = if fms { Backend::Fms } else { Backend::Sfb };
     run.transport = crate::Transport::Libp2p;
+    if let Some(q) = file.tree_fanout() {
+        // A tree cluster runs the tree mode on the file's tree, whatever else is asked.
+        if run
+            .net
+            .partial
+            .is_some_and(|m| m != crate::PartialSpec::Tree)
+        {
+            return Err(Error::Role(format!(
+                "{} is a tree cluster (tree_fanout = {q}): it runs --partial tree, not --partial {}",
+                cluster.display(),
+                run.net.partial.unwrap_or_default()
+            ))
+            .into());
+        }
+        run.net.partial = Some(crate::PartialSpec::Tree);
+        run.topology.out_degree = Some(q);
+    }
     run.validate()?;
     // A failed write of its metrics makes the node leave the run at once (its neighbours
     // go on under the run's peer-loss policy); it then fails, naming the file.

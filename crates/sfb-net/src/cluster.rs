@@ -350,7 +350,7 @@ impl Cluster {
 
     /// Writes a new cluster of `peers` peers in the tree mode's tree of fan-out `fanout`
     /// ([`sfb_core::tree`]; key `tree_fanout`, each peer's out-list its parent then its
-    /// children), with keys, addresses and ports as [`init`](Self::init).
+    /// children), with keys, addresses and ports as [`init_with`](Self::init_with).
     ///
     /// # Errors
     /// As [`init`](Self::init).
@@ -360,9 +360,10 @@ impl Cluster {
         fanout: usize,
         hosts: &[String],
         ports: impl Into<Ports>,
+        existing: Existing,
     ) -> Result<Self> {
         let file = tree_file(path, peers, fanout)?;
-        Self::write(path, file, hosts, ports.into(), Existing::Refuse)
+        Self::write(path, file, hosts, ports.into(), existing)
     }
 
     /// Writes a new cluster file for one launch (`sfb run --transport libp2p`): as
@@ -401,9 +402,19 @@ impl Cluster {
         self.ids.len()
     }
 
-    /// The Q-out topology of an SFB cluster (`None` for an FMS star).
+    /// The Q-out topology of an SFB cluster (`None` for an FMS star or a tree).
     pub fn topology(&self) -> Option<&Topology> {
         self.topology.as_ref()
+    }
+
+    /// The fan-out of a tree cluster's tree (`tree_fanout`; [`init_tree`](Self::init_tree)),
+    /// `None` for other clusters.
+    pub fn tree_fanout(&self) -> Option<usize> {
+        self.file
+            .extra
+            .get("tree_fanout")
+            .and_then(toml::Value::as_integer)
+            .and_then(|q| usize::try_from(q).ok())
     }
 
     /// The server's index in an FMS cluster.
@@ -918,7 +929,7 @@ mod tests {
     fn tree_files_load_with_the_trees_lists_and_other_lists_are_refused() {
         let d = tempdir("tree");
         let path = d.join("c.toml");
-        let c = Cluster::init_tree(&path, 7, 2, &hosts(), 0).unwrap();
+        let c = Cluster::init_tree(&path, 7, 2, &hosts(), 0, Existing::Refuse).unwrap();
         let back = Cluster::load(&path).unwrap();
         assert!(back.topology().is_none());
         assert_eq!(back.out(1), [0, 3, 4]);

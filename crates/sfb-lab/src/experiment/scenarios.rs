@@ -702,26 +702,45 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
         ));
     }
     if let Some(full_t) = full.and_then(|a| a.time_to_target_s) {
-        report.notes.push(claim_verdict(&report, full_t, p, false));
-        report.notes.push(claim_verdict(&report, full_t, p, true));
+        let mode = opts.partial.unwrap_or_default();
+        report
+            .notes
+            .push(claim_verdict(&report, full_t, p, Some(mode)));
+        report.notes.push(claim_verdict(&report, full_t, p, None));
     }
-    report.notes.push("Without relay (the default gossip mode) each replica applies its own and its in-neighbours' updates, weighted, and a consensus message of ⌊3K/16⌋ pairs per link pulls the replicas together; they differ by what the consensus has not yet removed (max divergence in the JSON) and the objective is the mean over peers. With relay every replica applies every update, as many clocks late as it is hops from its origin, and sends the bytes of full broadcast over Q connections.".into());
+    let without = match opts.partial.unwrap_or_default() {
+        sfb_harness::PartialSpec::Gossip => {
+            "Without relay (the default gossip mode) each replica applies its own and its in-neighbours' updates, weighted, and a consensus message of ⌊3K/16⌋ pairs per link pulls the replicas together; they differ by what the consensus has not yet removed (max divergence in the JSON) and the objective is the mean over peers."
+        }
+        sfb_harness::PartialSpec::Tree => {
+            "Without relay the arms ran in the tree mode (--partial tree): the peers form a tree of fan-out Q, every peer's batch is summed up it, compressed to K pairs per link with error feedback, and the sum comes back down, so every replica applies the same update; a clock costs 2·⌈log_Q P⌉ hops, and an inner peer sends K pairs to each of its Q children."
+        }
+        sfb_harness::PartialSpec::Paper => {
+            "Without relay the arms ran in the paper's mode (--partial paper): each replica applies its own and its in-neighbours' updates, nothing more, so the replicas drift apart (max divergence in the JSON) and the objective is the mean over peers."
+        }
+    };
+    report.notes.push(format!("{without} With relay every replica applies every update, as many clocks late as it is hops from its origin, and sends the bytes of full broadcast over Q connections."));
     Ok(report)
 }
 
 /// The paper's claim, checked on the partial-broadcast arms of a q-sweep without relay
-/// (the default gossip mode) or with it: Q ≥ 4 within 10% of full broadcast's time to
-/// target (`full_t`).
-fn claim_verdict(report: &Report, full_t: f64, p: usize, relay: bool) -> String {
+/// (in `mode`) or with it (`None`): Q ≥ 4 within 10% of full broadcast's time to target
+/// (`full_t`).
+fn claim_verdict(
+    report: &Report,
+    full_t: f64,
+    p: usize,
+    mode: Option<sfb_harness::PartialSpec>,
+) -> String {
+    let relay = mode.is_none();
     let full_c = report
         .arms
         .iter()
         .find(|a| a.summary.out_degree + 1 == p && a.summary.relayed_batches == 0)
         .and_then(|a| a.clocks_to_target);
-    let mode = if relay {
-        "with relay"
-    } else {
-        "in the gossip mode"
+    let mode = match mode {
+        None => "with relay".to_string(),
+        Some(m) => format!("in the {m} mode"),
     };
     let arms: Vec<&ArmReport> = report
         .arms
