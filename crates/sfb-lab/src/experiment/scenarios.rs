@@ -733,6 +733,30 @@ fn claim_verdict(
     mode: Option<sfb_harness::PartialSpec>,
 ) -> String {
     let relay = mode.is_none();
+    let why = match mode {
+        None => {
+            " Relay sends full broadcast's bytes and applies every pair, so its clocks \
+             cost what full broadcast's do; what it adds is staleness (a batch h hops \
+             away is applied h − 1 clocks late)."
+        }
+        Some(sfb_harness::PartialSpec::Gossip) => {
+            " A gossip replica applies (Q + 1)/P of the batches a clock, weighted, so it \
+             needs more clocks than full broadcast; its clocks cost Q/(P − 1) of the \
+             bytes and apply work plus the consensus's (⌊3K/16⌋ pairs a link, at most full \
+             broadcast's bytes)."
+        }
+        Some(sfb_harness::PartialSpec::Tree) => {
+            " A tree clock applies a rank-K form of the sum of all P·K pairs (the rest \
+             comes in later clocks), so it needs more clocks than full broadcast where that \
+             sum's rank is above K; a clock costs 2·⌈log_Q P⌉ hops, and an inner peer sends \
+             K pairs to each of its Q children."
+        }
+        Some(sfb_harness::PartialSpec::Paper) => {
+            " A paper-mode replica applies its own and its in-neighbours' batches only, so \
+             the replicas drift apart and it needs more clocks than full broadcast, if it \
+             reaches the target at all."
+        }
+    };
     let full_c = report
         .arms
         .iter()
@@ -794,16 +818,7 @@ fn claim_verdict(
             " In clocks to the target (which no machine's load moves): {} against {fc:.1}: {}.{}",
             verdict(arms.iter().all(|a| within(a.clocks_to_target, fc))),
             clocks.join(", "),
-            if relay {
-                " Relay sends full broadcast's bytes and applies every pair, so its clocks \
-                 cost what full broadcast's do; what it adds is staleness (a batch h hops \
-                 away is applied h − 1 clocks late)."
-            } else {
-                " A gossip replica applies (Q + 1)/P of the batches a clock, weighted, so it \
-                 needs more clocks than full broadcast; its clocks cost Q/(P − 1) of the \
-                 bytes and apply work plus the consensus's (⌊3K/16⌋ pairs a link, at most full \
-                 broadcast's bytes)."
-            }
+            why
         );
     }
     text
