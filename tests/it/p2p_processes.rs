@@ -25,6 +25,19 @@ fn run_summary(args: &[&str], out: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap()
 }
 
+/// The run of `args` over libp2p and in memory: their summaries.
+fn over_libp2p_and_in_memory(args: &[&str], d: &Path) -> (Value, Value) {
+    let p2p = run_summary(
+        &[args, &["--transport", "libp2p"]].concat(),
+        &d.join("p2p.json"),
+    );
+    let mem = run_summary(
+        &[args, &["--transport", "mem"]].concat(),
+        &d.join("mem.json"),
+    );
+    (p2p, mem)
+}
+
 /// A 4-peer, 20-clock run small enough for process-level tests.
 const SMALL_RUN: [&str; 8] = [
     "--peers",
@@ -40,15 +53,7 @@ const SMALL_RUN: [&str; 8] = [
 #[test]
 fn four_processes_bsp_match_the_in_memory_cluster_bitwise() {
     let d = tempdir(GROUP, "bsp4");
-    let common = SMALL_RUN;
-    let p2p = run_summary(
-        &[&common[..], &["--transport", "libp2p"]].concat(),
-        &d.join("p2p.json"),
-    );
-    let mem = run_summary(
-        &[&common[..], &["--transport", "mem"]].concat(),
-        &d.join("mem.json"),
-    );
+    let (p2p, mem) = over_libp2p_and_in_memory(&SMALL_RUN, &d);
     let sums = p2p["replica_checksums"].as_array().unwrap();
     assert_eq!(sums.len(), 4);
     assert!(
@@ -80,14 +85,7 @@ fn a_tree_of_processes_matches_the_in_memory_tree_bitwise() {
         &["--peers", "7", "--out-degree", "2", "--partial", "tree"],
     ]
     .concat();
-    let p2p = run_summary(
-        &[&common[..], &["--transport", "libp2p"]].concat(),
-        &d.join("p2p.json"),
-    );
-    let mem = run_summary(
-        &[&common[..], &["--transport", "mem"]].concat(),
-        &d.join("mem.json"),
-    );
+    let (p2p, mem) = over_libp2p_and_in_memory(&common, &d);
     let sums = p2p["replica_checksums"].as_array().unwrap();
     assert_eq!(sums.len(), 7);
     assert!(sums.iter().all(|s| s == &sums[0]), "{sums:?}");

@@ -707,6 +707,21 @@ fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .write_all(bytes)
 }
 
+/// The file's out-lists by peer id, checked: ids `0..n`, each once.
+fn lists_by_id(file: &ClusterFile) -> std::result::Result<Vec<Vec<usize>>, ClusterError> {
+    let n = file.peers.len();
+    let mut out = vec![None; n];
+    for e in &file.peers {
+        if e.id >= n {
+            return Err(ClusterError::IdOutOfRange { id: e.id, peers: n });
+        }
+        if out[e.id].replace(e.out.clone()).is_some() {
+            return Err(ClusterError::DuplicateId { id: e.id });
+        }
+    }
+    Ok(out.into_iter().map(|o| o.expect("ids 0..n")).collect())
+}
+
 /// The out-lists of an FMS star, checked: ids `0..n`, the server sends to every client, each
 /// client only to the server.
 fn star_lists(
@@ -717,16 +732,7 @@ fn star_lists(
     if server >= n {
         return Err(ClusterError::ServerOutOfRange { server, peers: n });
     }
-    let mut out = vec![None; n];
-    for e in &file.peers {
-        if e.id >= n {
-            return Err(ClusterError::IdOutOfRange { id: e.id, peers: n });
-        }
-        if out[e.id].replace(e.out.clone()).is_some() {
-            return Err(ClusterError::DuplicateId { id: e.id });
-        }
-    }
-    let out: Vec<Vec<usize>> = out.into_iter().map(|o| o.expect("ids 0..n")).collect();
+    let out = lists_by_id(file)?;
     for (i, list) in out.iter().enumerate() {
         let mut sorted = list.clone();
         sorted.sort_unstable();
@@ -839,16 +845,7 @@ fn tree_lists(
     fanout: usize,
 ) -> std::result::Result<Vec<Vec<usize>>, ClusterError> {
     let n = file.peers.len();
-    let mut out = vec![None; n];
-    for e in &file.peers {
-        if e.id >= n {
-            return Err(ClusterError::IdOutOfRange { id: e.id, peers: n });
-        }
-        if out[e.id].replace(e.out.clone()).is_some() {
-            return Err(ClusterError::DuplicateId { id: e.id });
-        }
-    }
-    let out: Vec<Vec<usize>> = out.into_iter().map(|o| o.expect("ids 0..n")).collect();
+    let out = lists_by_id(file)?;
     let want = sfb_core::tree::Config::new(fanout, 1).lists(n);
     for (peer, (got, want)) in out.iter().zip(want).enumerate() {
         if *got != want {
