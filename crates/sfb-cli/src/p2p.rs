@@ -245,7 +245,8 @@ pub struct NetArgs {
     /// compressed consensus messages (--gossip-rank pairs a clock per out-link). tree: the
     /// peers form a tree of fan-out Q; each clock every peer's batch is summed up the tree,
     /// compressed to --tree-rank pairs per link with error feedback, and the sum comes back
-    /// down, so every replica applies the same update (no peer loss or rejoin yet). paper: the SFB paper's literal mode, no consensus; it diverges or stalls on
+    /// down, so every replica applies the same update (a peer loss is repaired; no rejoin
+    /// yet). paper: the SFB paper's literal mode, no consensus; it diverges or stalls on
     /// most topologies (`sfb topology` says which). Without a mode named, runs with --relay
     /// use paper.
     #[arg(long, value_name = "gossip|tree|paper")]

@@ -110,6 +110,11 @@ impl Compressor {
         self.rank
     }
 
+    /// Keeps pairs up to `rank` from the next batch on (the residual stays).
+    pub fn set_rank(&mut self, rank: usize) {
+        self.rank = rank;
+    }
+
     /// Pairs kept back for the next batch.
     pub fn residual_pairs(&self) -> usize {
         self.res_u.ncols()

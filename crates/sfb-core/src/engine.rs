@@ -332,10 +332,6 @@ impl Config {
                 self.optimizer.method == crate::Method::Saga,
                 "SAGA (its table needs every origin's own factors)",
             ),
-            (
-                self.on_peer_loss == PeerLoss::Continue,
-                "--on-peer-loss continue (the tree has no repair yet)",
-            ),
         ];
         if let Some((_, what)) = others.iter().find(|o| o.0) {
             return bad(format!(
@@ -564,7 +560,7 @@ struct PeerSide {
     /// The tree mode's sums ([`crate::tree`]), if the run uses it.
     tree: Option<crate::tree::Summer>,
     /// Tree mode: the optimizer statistics of each pending down message, by clock.
-    tree_stats: BTreeMap<u64, Arc<[f32]>>,
+    tree_stats: BTreeMap<(u64, PeerId), Arc<[f32]>>,
 }
 
 /// A relaying peer's view of the trees ([`crate::relay`]).
@@ -831,46 +827,67 @@ impl PeerSide {
                     worker.metrics.bytes_sent += wire::encoded_len(&msg) as u64;
                     worker.outputs.push_back(Output { to: parent, msg });
                 }
-                None => self.tree_down(worker, part),
+                None => self.tree_down(worker, part, None),
             }
             sent = true;
         }
         Ok(sent)
     }
 
-    /// Tree mode: the down message `part` (made here at the root, or received from the
-    /// parent) to every child, and pending here.
-    fn tree_down<M: Model>(&mut self, worker: &mut Worker<M>, part: crate::tree::Part) {
-        let Some(tree) = &self.tree else {
+    /// Tree mode: the down message `part` (made here at the root, or received from
+    /// `from`), if this peer did not hold it: to every neighbour but `from`, and pending
+    /// here (see [`crate::tree`]: a copy changes nothing).
+    fn tree_down<M: Model>(
+        &mut self,
+        worker: &mut Worker<M>,
+        part: crate::tree::Part,
+        from: Option<PeerId>,
+    ) {
+        let Some(tree) = &mut self.tree else {
             return;
         };
+        if !tree.take_down(&part) {
+            return;
+        }
         let msg = Message::Sum {
             down: true,
             batch: Arc::clone(&part.batch),
             stats: Arc::clone(&part.stats),
         };
         let len = wire::encoded_len(&msg) as u64;
-        for &to in tree.children() {
+        for to in tree.neighbors() {
+            if Some(to) == from {
+                continue;
+            }
             worker.metrics.bytes_sent += len;
             worker.outputs.push_back(Output {
                 to,
                 msg: msg.clone(),
             });
         }
-        let t = part.batch.clock;
+        // The barrier waits for the down messages, whoever brings them: as the parent's
+        // clocks, or at a root laid out by a repair as its own (see `Engine::retree`).
+        match tree.parent() {
+            Some(parent) => worker.inbound.hold_at(parent, tree.downs_next()),
+            None if worker.inbound.awaits(worker.id) => {
+                worker.inbound.hold_at(worker.id, tree.downs_next());
+            }
+            None => {}
+        }
+        let key = (part.batch.clock, part.batch.origin);
         if !part.stats.is_empty() {
-            self.tree_stats.insert(t, part.stats);
+            self.tree_stats.insert(key, part.stats);
         }
         self.pending
-            .insert((t, part.batch.origin, t), (part.batch, true));
+            .insert((key.0, key.1, key.0), (part.batch, true));
     }
 
     /// Tree mode: the optimizer statistics of the pending down messages of `clocks`
     /// (removed), summed; `None` when the messages carry none.
-    fn take_tree_stats(&mut self, clocks: impl Iterator<Item = u64>) -> Option<Vec<f64>> {
+    fn take_tree_stats(&mut self, keys: impl Iterator<Item = (u64, PeerId)>) -> Option<Vec<f64>> {
         let mut sum: Option<Vec<f64>> = None;
-        for t in clocks {
-            if let Some(s) = self.tree_stats.remove(&t) {
+        for key in keys {
+            if let Some(s) = self.tree_stats.remove(&key) {
                 let acc = sum.get_or_insert_with(|| vec![0.0; s.len()]);
                 for (a, &x) in acc.iter_mut().zip(s.iter()) {
                     *a += f64::from(x);
@@ -923,7 +940,7 @@ impl<M: Model> Side<M> for PeerSide {
         let batches: Vec<(Arc<FactorBatch>, bool)> =
             keys.iter().map(|k| self.pending[k].clone()).collect();
         let refs: Vec<&FactorBatch> = batches.iter().map(|b| b.0.as_ref()).collect();
-        let given = self.take_tree_stats(keys.iter().map(|k| k.2));
+        let given = self.take_tree_stats(keys.iter().map(|k| (k.0, k.1)));
         let stats = if worker.plan.timing_only {
             crate::replica::ApplyStats::counted(&refs)
         } else {
@@ -937,7 +954,9 @@ impl<M: Model> Side<M> for PeerSide {
             self.pending.remove(k);
             let late = worker.clock.saturating_sub(1).saturating_sub(k.2);
             worker.metrics.record_staleness(late);
-            if let Some(tree) = &self.tree {
+            if let Some(tree) = &self.tree
+                && !batch.is_empty()
+            {
                 // A down message holds every peer's batch of its clock.
                 worker.metrics.batches_applied += tree.peers() as u64 - 1;
             }
@@ -1227,7 +1246,13 @@ impl<M: Model> Engine<M> {
                     } else {
                         0
                     };
-                    crate::tree::Summer::new(cfg.id, cfg.peers, t, stats)
+                    // Peers that wait for each other are at most the staleness bound and
+                    // a few clocks apart; the others, flow control's drift.
+                    let apart = cfg
+                        .consistency
+                        .staleness_bound()
+                        .map_or(cfg.max_drift, |s| s + 4);
+                    crate::tree::Summer::new(cfg.id, cfg.peers, t, stats, apart)
                 }),
                 tree_stats: BTreeMap::new(),
             },
@@ -1591,7 +1616,73 @@ impl<M: Model> Engine<M> {
             m.forget(peer);
         }
         self.retake(peer, true);
+        self.retree();
         Ok(true)
+    }
+
+    /// Tree mode: lays the tree out again over the peers not lost ([`crate::tree`]'s
+    /// peer loss): stops waiting for the neighbours it no longer has, awaits the new ones,
+    /// hands them the down messages it holds, makes a new root's empty ones, and takes the
+    /// frames new neighbours sent before this peer knew of the loss.
+    fn retree(&mut self) {
+        let (j, d) = self.side.replica.dim();
+        let Some(tree) = &mut self.side.tree else {
+            return;
+        };
+        let r = tree.retree(&self.gone, j, d);
+        let near = tree.neighbors();
+        let held = tree.held_downs();
+        let parent = tree.parent();
+        let children = tree.children().to_vec();
+        let downs_next = tree.downs_next();
+        for &p in &r.dropped {
+            self.worker.inbound.remove(p);
+            self.former.insert(p);
+        }
+        // The barrier waits for the down messages: the parent's, or at the root its own
+        // (its adopted children, awaited from their first frame, do not hold it).
+        let me = self.cfg.id;
+        self.worker
+            .inbound
+            .hold_at(parent.unwrap_or(me), downs_next);
+        for c in children {
+            self.worker.inbound.add_fresh(c, self.worker.clock);
+        }
+        for p in &near {
+            self.former.remove(p);
+        }
+        self.side.out_neighbors.clone_from(&near);
+        self.cfg.out_neighbors.clone_from(&near);
+        self.cfg.in_neighbors.clone_from(&near);
+        for &to in &r.new_neighbors {
+            for part in &held {
+                let msg = Message::Sum {
+                    down: true,
+                    batch: Arc::clone(&part.batch),
+                    stats: Arc::clone(&part.stats),
+                };
+                self.worker.metrics.bytes_sent += wire::encoded_len(&msg) as u64;
+                self.worker.outputs.push_back(Output { to, msg });
+            }
+        }
+        if let Some((to, part)) = r.status {
+            let msg = Message::Sum {
+                down: false,
+                batch: part.batch,
+                stats: part.stats,
+            };
+            self.worker.metrics.bytes_sent += wire::encoded_len(&msg) as u64;
+            self.worker.outputs.push_back(Output { to, msg });
+        }
+        for part in r.fillers {
+            self.side.tree_down(&mut self.worker, part, None);
+        }
+        for p in near {
+            for msg in self.early.remove(&p).unwrap_or_default() {
+                // Refused now: one the sender should not have sent (as if it came after).
+                let _ = self.receive(p, msg);
+            }
+        }
     }
 
     /// Counts `peer` lost and refuses to go on when the peers left (this one included)
@@ -1640,6 +1731,11 @@ impl<M: Model> Engine<M> {
         }
         if !self.worker.done && peer != self.cfg.id && self.cfg.on_peer_loss == PeerLoss::Continue {
             self.check_quorum(peer)?;
+            if self.side.tree.is_some() {
+                // Every loss reshapes the tree.
+                self.worker.record_loss(peer);
+                self.retree();
+            }
         }
         if !self.worker.done
             && peer != self.cfg.id
@@ -1666,7 +1762,15 @@ impl<M: Model> Engine<M> {
     /// reached); an in-neighbour no longer in `inn` is no longer awaited. `topology`
     /// identifies the repaired graph (recorded in the metrics, so runs can check that every
     /// survivor used the same).
+    ///
+    /// In the tree mode the engine lays the tree out itself when it learns of a loss
+    /// ([`crate::tree::Config::repaired`] gives a transport the same lists): this records
+    /// `topology` only.
     pub fn set_neighbors(&mut self, out: Vec<PeerId>, inn: Vec<PeerId>, topology: String) {
+        if self.side.tree.is_some() {
+            self.worker.metrics.topology = Some(topology);
+            return;
+        }
         let me = self.cfg.id;
         let out: Vec<PeerId> = out.into_iter().filter(|&p| p != me).collect();
         let inn: Vec<PeerId> = inn.into_iter().filter(|&p| p != me).collect();
@@ -1730,6 +1834,16 @@ impl<M: Model> Engine<M> {
             // awaited from its first frame after it.
             return Ok(());
         }
+        let down = matches!(msg, Message::Sum { down: true, .. });
+        let near = self
+            .side
+            .tree
+            .as_ref()
+            .is_some_and(|t| t.neighbors().contains(&from));
+        if down && (near || self.former.contains(&from)) {
+            // The tree mode's down messages: taken from a neighbour or a former one alike.
+            return self.receive(from, msg);
+        }
         if self.former.contains(&from) && !self.worker.inbound.awaits(from) {
             // Sent before the sender learned of a topology change that dropped this arc
             // (it was an in-neighbour): nothing to apply, nothing wrong.
@@ -1741,6 +1855,10 @@ impl<M: Model> Engine<M> {
             && match &msg {
                 Message::Factors { batch, .. } => batch.origin == from,
                 Message::Copy { origin, .. } => *origin == from,
+                Message::Sum {
+                    down: false, batch, ..
+                } => batch.origin == from,
+                Message::Sum { down: true, .. } => true,
                 _ => false,
             }
         {
@@ -1857,38 +1975,60 @@ impl<M: Model> Engine<M> {
             clock: batch.clock,
             reason,
         };
+        let (j, d) = self.side.replica.dim();
         if down {
-            if tree.parent() != Some(from) {
+            // From a neighbour, or one that was before a repair (what it had sent then): a
+            // copy changes nothing, and one this peer lacked is the same for every peer.
+            if !tree.neighbors().contains(&from) && !self.former.contains(&from) {
                 return Err(refuse(format!(
-                    "a down message comes from this peer's parent ({})",
-                    tree.parent()
-                        .map_or_else(|| "none: this is the root".into(), |p| p.to_string())
+                    "a down message comes from a neighbour in the tree ({:?})",
+                    tree.neighbors()
                 )));
             }
-            if batch.origin != PeerId(0) {
-                return Err(refuse("a down message is the root's (peer 0's)".into()));
-            }
-            if stats.len() != tree.stats_len() {
+            if batch.origin.index() >= self.cfg.peers {
                 return Err(refuse(format!(
-                    "{} optimizer statistics, {} expected",
-                    stats.len(),
-                    tree.stats_len()
+                    "its origin {} is no peer of the run",
+                    batch.origin
                 )));
             }
+            if batch.clock >= self.cfg.clocks {
+                return Err(refuse(format!(
+                    "beyond the run's {} clocks",
+                    self.cfg.clocks
+                )));
+            }
+            tree.check_stats(stats).map_err(refuse)?;
+            batch.validate(j, d)?;
+            self.worker.metrics.bytes_received += wire::encoded_len(msg) as u64;
+            let part = crate::tree::Part {
+                batch: Arc::clone(batch),
+                stats: Arc::clone(stats),
+            };
+            self.side.tree_down(&mut self.worker, part, Some(from));
+            return Ok(());
+        }
+        if batch.is_empty()
+            && !self.worker.inbound.is_fresh(from)
+            && self
+                .worker
+                .inbound
+                .delivered_by(from)
+                .is_some_and(|n| batch.clock < n)
+        {
+            // A child's word of where it is after a repair (`tree::Retree::status`), to a
+            // parent that never stopped awaiting it: nothing new.
+            return Ok(());
         }
         let i = self
             .worker
             .inbound
             .check(from, from, batch.clock, self.cfg.clocks)?;
-        let (j, d) = self.side.replica.dim();
         batch.validate(j, d)?;
         let part = crate::tree::Part {
             batch: Arc::clone(batch),
             stats: Arc::clone(stats),
         };
-        if down {
-            self.side.tree_down(&mut self.worker, part);
-        } else if let Some(tree) = &mut self.side.tree {
+        if let Some(tree) = &mut self.side.tree {
             tree.up(from, part)?;
         }
         self.worker.metrics.bytes_received += wire::encoded_len(msg) as u64;

@@ -225,6 +225,24 @@ impl Inbound {
         self.reindex();
     }
 
+    /// Awaits `q` (added if it is not) as having delivered `delivered` clocks, holding
+    /// the barrier from now on: the tree mode's parent, whose clocks are the down messages
+    /// this node holds, whoever brought them.
+    pub(crate) fn hold_at(&mut self, q: PeerId, delivered: u64) {
+        self.add_fresh(q, delivered);
+        let Some(i) = self.position(q) else {
+            return;
+        };
+        self.fresh[i] = false;
+        self.repaired[i] = false;
+        self.delivered[i] = delivered;
+    }
+
+    /// Whether `q` is awaited and has sent nothing since a repair added it.
+    pub(crate) fn is_fresh(&self, q: PeerId) -> bool {
+        self.position(q).is_some_and(|i| self.fresh[i])
+    }
+
     /// The awaited nodes.
     pub(crate) fn peers(&self) -> &[PeerId] {
         &self.peers

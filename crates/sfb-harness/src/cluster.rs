@@ -1441,9 +1441,12 @@ impl<K: Kind> Builder<K> {
                 let (cuts, pauses) = (&sim.partitions, &sim.pauses);
                 if !(crashes.is_empty() && cuts.is_empty() && pauses.is_empty()) {
                     let out = self.resolve_topology()?;
+                    let tree = self.s.spec.tree_fanout().filter(|_| self.s.spec.tree());
                     net = net
                         .detect_after(self.s.detect())
-                        .repair(Box::new(move |k, lost| repair_fn(out.clone(), k)?(lost)));
+                        .repair(Box::new(move |k, lost| {
+                            repair_fn(out.clone(), k, tree)?(lost)
+                        }));
                 }
                 for &(p, c) in &crashes {
                     net = net.crash_after_clock(PeerId(p as u32), c);
@@ -1653,7 +1656,7 @@ impl<K: Kind> Builder<K> {
             keep: sfb_net::driver::Keep::Last,
             progress: Some(Arc::new(move |r: &ClockRecord| to_sink.write(r))),
             // After a loss every survivor repairs the file's topology the same way.
-            repair: repair_fn(out, id),
+            repair: repair_fn(out, id, file.tree_fanout()),
             liveness_timeout: self.s.detect(),
             stragglers: self.s.stragglers(),
             ..Options::default()
@@ -2767,8 +2770,20 @@ impl<M: Model> FmsRun<M> {
 /// Node `me`'s neighbours in the topology `out` repaired for a set of lost peers
 /// ([`sfb_topology::repair`], deterministic: every survivor computes the same graph), with
 /// the fingerprint of the repaired graph in the original ids; `None` if `out` is not a
-/// valid topology.
-pub(crate) fn repair_fn(out: Vec<Vec<usize>>, me: usize) -> Option<sfb_net::driver::RepairFn> {
+/// valid topology. With `tree` (the tree mode's fan-out): the tree laid out over the
+/// survivors ([`sfb_core::tree::Config::repaired`]), as each engine lays it out.
+pub(crate) fn repair_fn(
+    out: Vec<Vec<usize>>,
+    me: usize,
+    tree: Option<usize>,
+) -> Option<sfb_net::driver::RepairFn> {
+    if let Some(q) = tree {
+        let peers = out.len();
+        let t = sfb_core::tree::Config::new(q, 1);
+        return Some(Arc::new(move |lost: &[sfb_core::PeerId]| {
+            t.repaired(peers, lost, sfb_core::PeerId(me as u32))
+        }));
+    }
     let topology = sfb_topology::Topology::new(out).ok()?;
     Some(Arc::new(move |lost: &[sfb_core::PeerId]| {
         let failed: Vec<usize> = lost.iter().map(|p| p.index()).collect();

@@ -1319,8 +1319,7 @@ impl FaultOptions {
     }
 
     /// The peer-loss policy of a run under `consistency`: the one given, else fail under
-    /// BSP or with `trees` (relay or the tree mode: a loss cuts the trees) and continue
-    /// otherwise.
+    /// BSP or with `trees` (relay: a loss cuts the relay trees) and continue otherwise.
     pub fn peer_loss(&self, consistency: &ConsistencySpec, trees: bool) -> sfb_core::PeerLoss {
         match self.on_peer_loss {
             Some(p) => p.into(),
@@ -1647,15 +1646,8 @@ impl RunSpec {
                 (
                     f.rejoin,
                     "no rejoin (or --partial gossip)",
-                    "the tree has no repair yet",
-                ),
-                (
-                    matches!(
-                        f.on_peer_loss,
-                        Some(PeerLossSpec::Continue | PeerLossSpec::ContinueAlone)
-                    ),
-                    "--on-peer-loss fail (or --partial gossip)",
-                    "the tree has no repair yet",
+                    "a peer back in the run would need the tree rebuilt around it, which is \
+                     not built (a loss is repaired)",
                 ),
                 (
                     n.compress.is_some() || n.prioritize.is_some() || n.aggregate.is_some(),
@@ -1991,7 +1983,7 @@ impl RunSpec {
             }
             if self
                 .fault
-                .peer_loss(&self.train.consistency, self.net.relay || self.tree())
+                .peer_loss(&self.train.consistency, self.net.relay)
                 == sfb_core::PeerLoss::Fail
             {
                 return Err(Error::Requires {
@@ -2162,7 +2154,7 @@ impl RunSpec {
                 "peer loss",
                 format!(
                     "{} {}",
-                    self.fault.peer_loss(&t.consistency, n.relay || self.tree()),
+                    self.fault.peer_loss(&t.consistency, n.relay),
                     self.fault.on_peer_loss != Some(PeerLossSpec::ContinueAlone)
                 ),
             ),
@@ -2487,10 +2479,6 @@ mod tests {
                 "no --topology",
             ),
             (&|s| s.fault.rejoin = true, "no rejoin"),
-            (
-                &|s| s.fault.on_peer_loss = Some(PeerLossSpec::Continue),
-                "--on-peer-loss fail",
-            ),
             (&|s| s.net.tree_rank = Some(0), "a rank of at least 1"),
         ] {
             let e = bad(&|s| {
@@ -2504,6 +2492,9 @@ mod tests {
         let mut s = RunSpec::default();
         tree(&mut s);
         s.net.tree_rank = Some(4);
+        s.validate().unwrap();
+        // A loss is repaired: the tree trains on without the peer if asked to.
+        s.fault.on_peer_loss = Some(PeerLossSpec::Continue);
         s.validate().unwrap();
         RunSpec::default().validate().unwrap();
         let mut s = RunSpec::default();

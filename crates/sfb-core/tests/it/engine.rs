@@ -239,13 +239,19 @@ fn tree_sums_that_do_not_fit_the_tree_are_refused_without_changing_state() {
         batch: Arc::new(batch(origin, clock)),
         stats: Arc::from(vec![]),
     };
+    let counted = Message::Sum {
+        down: true,
+        batch: Arc::new(batch(0, 0)),
+        stats: Arc::from(vec![1.0]),
+    };
     for (from, m, why) in [
-        (3, sum(true, 0, 0), "comes from this peer's parent (p0)"),
-        (0, sum(true, 3, 0), "is the root's"),
+        (0, sum(true, 9, 0), "no peer of the run"),
+        (0, sum(true, 0, 3), "beyond the run's 3 clocks"),
+        (0, counted, "1 optimizer statistics, 0 expected"),
         (0, sum(false, 0, 0), "not a child"),
         (4, sum(false, 3, 0), "not a child"),
         (3, sum(false, 3, 1), "out of order"),
-        (5, sum(false, 5, 0), "does not await"),
+        (9, sum(false, 9, 0), "p9"),
     ] {
         let err = e.on_message(PeerId(from), m, &mut time).unwrap_err();
         assert!(err.to_string().contains(why), "{why}: {err}");
@@ -305,8 +311,13 @@ fn tree_sums_that_do_not_fit_the_tree_are_refused_without_changing_state() {
     let mut cfg = Config::new(PeerId(1), 7, n.clone(), n);
     cfg.tree = Some(t);
     cfg.on_peer_loss = sfb_core::PeerLoss::Continue;
+    cfg.validate().unwrap();
+    cfg.aggregate = Some(Default::default());
     let err = cfg.validate().unwrap_err().to_string();
-    assert!(err.contains("no repair yet"), "{err}");
+    assert!(
+        err.contains("--partial tree does not work with --aggregate"),
+        "{err}"
+    );
 }
 
 fn relayed(carrier: u64, b: FactorBatch) -> Message {

@@ -18,10 +18,10 @@ use crate::consistency::{Case, Model, engines_with, network, topo};
 const DETECT: Duration = Duration::from_micros(700);
 
 #[derive(Debug, Clone)]
-struct CrashCase {
-    base: Case,
+pub(crate) struct CrashCase {
+    pub(crate) base: Case,
     /// `(node, µs)`: distinct nodes, crash times.
-    crashes: Vec<(u32, u64)>,
+    pub(crate) crashes: Vec<(u32, u64)>,
     quorum: bool,
 }
 
@@ -44,7 +44,7 @@ fn repair_of(t: &Topology) -> RepairFn {
     })
 }
 
-fn crash_case() -> impl Strategy<Value = CrashCase> {
+pub(crate) fn crash_case() -> impl Strategy<Value = CrashCase> {
     (3..=8usize)
         .prop_flat_map(|peers| {
             (
