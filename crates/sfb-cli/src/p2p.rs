@@ -239,16 +239,18 @@ pub struct NetArgs {
     /// keeping the rest for the next clock (error feedback). SFB; sgd or factored only.
     #[arg(long, value_name = "rank:R")]
     pub aggregate: Option<sfb_harness::CompressSpec>,
-    /// How partial broadcast (Q < P − 1) keeps the replicas together. gossip (the
-    /// default): each replica applies its own and its in-neighbours' batches, weighted so
-    /// their mean moves as full broadcast's, and moves toward its in-neighbours by
-    /// compressed consensus messages (--gossip-rank pairs a clock per out-link). tree: the
-    /// peers form a tree of fan-out Q; each clock every peer's batch is summed up the tree,
-    /// compressed to --tree-rank pairs per link with error feedback, and the sum comes back
-    /// down, so every replica applies the same update (a peer loss is repaired; no rejoin
-    /// yet). paper: the SFB paper's literal mode, no consensus; it diverges or stalls on
-    /// most topologies (`sfb topology` says which). Without a mode named, runs with --relay
-    /// use paper.
+    /// How partial broadcast (Q < P − 1) keeps the replicas together. gossip: each
+    /// replica applies its own and its in-neighbours' batches, weighted so their mean
+    /// moves as full broadcast's, and moves toward its in-neighbours by compressed
+    /// consensus messages (--gossip-rank pairs a clock per out-link). tree: the peers form
+    /// a tree of fan-out Q; each clock every peer's batch is summed up the tree, compressed
+    /// to --tree-rank pairs per link with error feedback, and the sum comes back down, so
+    /// every replica applies the same update (a peer loss is repaired; no rejoin yet).
+    /// paper: the SFB paper's literal mode, no consensus; it diverges or stalls on most
+    /// topologies (`sfb topology` says which). Without a mode named: the tree under BSP
+    /// where its modelled clock is at most half of full broadcast's (many peers against
+    /// what a link carries; the header's topology line says so), gossip otherwise; runs
+    /// with --relay use paper.
     #[arg(long, value_name = "gossip|tree|paper")]
     pub partial: Option<sfb_harness::PartialSpec>,
     /// Pairs per consensus message of the gossip mode (default max(1, ⌊3K/16⌋) for mini-batches

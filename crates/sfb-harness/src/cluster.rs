@@ -316,6 +316,8 @@ struct Settings {
     store: Option<(&'static str, Arc<Store>)>,
     /// The spec last validated (the check runs once, not once a node).
     checked: Option<RunSpec>,
+    /// The partial-broadcast mode chosen for a spec that named none ([`crate::auto`]).
+    auto: Option<crate::auto::Choice>,
     /// The optimizer's budgets in work, not time ([`sfb_topology::Options::deterministic`];
     /// the simulator's, whose runs are bitwise reproducible).
     deterministic_topology: bool,
@@ -690,6 +692,45 @@ mod kind {
     }
 }
 use kind::{Kind, Parts, SimProfile};
+
+/// What a builder's topology needs of its model, if it has one: W's shape, for the
+/// partial-broadcast mode chosen when none is named ([`Builder::resolved_partial`]).
+pub trait Probe {
+    /// W's shape for `peer` (a probe: its data, no training), or `None` without a model.
+    ///
+    /// # Errors
+    /// The model's errors building it.
+    fn w_dims(
+        &mut self,
+        peer: &Peer,
+        train: &crate::TrainOptions,
+    ) -> Result<Option<(usize, usize)>>;
+    /// Whether the run's optimizer is SAGA (the tree cannot serve it): `given`, else the
+    /// model's default.
+    fn saga(&self, given: Option<sfb_core::Method>) -> bool;
+}
+
+impl Probe for NoModel {
+    fn w_dims(&mut self, _: &Peer, _: &crate::TrainOptions) -> Result<Option<(usize, usize)>> {
+        Ok(None)
+    }
+    fn saga(&self, given: Option<sfb_core::Method>) -> bool {
+        given == Some(sfb_core::Method::Saga)
+    }
+}
+
+impl<K: Kind> Probe for K {
+    fn w_dims(
+        &mut self,
+        peer: &Peer,
+        train: &crate::TrainOptions,
+    ) -> Result<Option<(usize, usize)>> {
+        Ok(Some(self.parts(peer, train, true)?.w0.dim()))
+    }
+    fn saga(&self, given: Option<sfb_core::Method>) -> bool {
+        given.unwrap_or_else(|| self.default_method()) == sfb_core::Method::Saga
+    }
+}
 
 /// What a [`Builder`] knows about the model once it has one ([`Custom`] or [`Builtin`]):
 /// name `Builder<impl ModelSource<Model = M>>` to pass a configured builder around.
@@ -1779,18 +1820,111 @@ impl<N> sfb_net::virtual_time::Observer<N> for SimObserver {
     }
 }
 
-impl<K> Builder<K> {
+impl<K: Probe> Builder<K> {
     /// Validates this builder's spec ([`RunSpec::validate`]: the checks of `sfb run`, for
     /// every model), once for all its nodes. A registered model's spec names it
     /// (`custom_model`), and what such a model cannot do from the command line is
     /// refused; a model the program built itself may do what it was built for (SAGA with
     /// its own table of per-sample gradients).
     fn check(&mut self) -> Result<()> {
+        self.decide_partial()?;
         if self.s.checked.as_ref() != Some(&self.s.spec) {
             self.s.spec.validate()?;
             self.s.checked = Some(self.s.spec.clone());
         }
         Ok(())
+    }
+
+    /// The partial-broadcast mode of a run that names none, chosen once ([`crate::auto`]):
+    /// the tree when its modelled clock is at most half of full broadcast's, under BSP and
+    /// with nothing asked that it cannot serve; else the gossip mode (left unnamed). The
+    /// spec then names the tree, so every node, the launcher's children included, runs it.
+    ///
+    /// # Errors
+    /// The model's errors building a probe (its data, for W's shape).
+    fn decide_partial(&mut self) -> Result<()> {
+        let spec = &self.s.spec;
+        let p = spec.peers;
+        let topo = &spec.topology;
+        let f = &spec.fault;
+        let n = &spec.net;
+        let Some(q) = topo.out_degree.filter(|&q| q > 0 && q + 1 < p) else {
+            return Ok(());
+        };
+        if n.partial.is_some()
+            || self.s.auto.is_some()
+            || spec.backend != crate::Backend::Sfb
+            || topo.file.is_some()
+            || topo.explicit.is_some()
+            || topo.method != TopologyMethod::Optimal
+            || n.relay
+            || f.rejoin
+            || n.compress.is_some()
+            || n.prioritize.is_some()
+            || n.aggregate.is_some()
+            || !matches!(self.s.consistency(), Consistency::Bsp)
+            || self.kind.saga(
+                self.s
+                    .optimizer
+                    .as_ref()
+                    .map(|o| o.method)
+                    .or(spec.train.optimizer.map(|m| m.0)),
+            )
+        {
+            return Ok(());
+        }
+        let peer = Peer {
+            id: PeerId(0),
+            peers: p,
+            seed: peer_seed(self.s.spec.train.seed, 0),
+        };
+        let Some((j, d)) = self.kind.w_dims(&peer, &self.s.spec.train)? else {
+            return Ok(());
+        };
+        let spec = &self.s.spec;
+        let batch = spec.train.batch;
+        let shapes = crate::auto::Shapes {
+            peers: p,
+            fanout: q,
+            j,
+            d,
+            batch,
+            rank: spec.net.tree_rank.unwrap_or(batch),
+        };
+        let link = match spec.transport {
+            crate::Transport::Sim => {
+                let nic = spec.sim.nic(spec.net.bandwidth, spec.net.wire);
+                crate::auto::Link {
+                    egress: nic.egress,
+                    ingress: nic.ingress,
+                    latency_s: spec.sim.latency_s,
+                    flops: spec.sim.flops,
+                }
+            }
+            crate::Transport::Mem | crate::Transport::Libp2p => crate::auto::Link {
+                egress: spec.net.bandwidth.map(|r| r.0),
+                ingress: spec.net.bandwidth.map(|r| r.0),
+                latency_s: 0.0,
+                flops: spec.sim.flops,
+            },
+        };
+        let choice = crate::auto::choose(&shapes, &link);
+        if choice.mode == crate::PartialSpec::Tree {
+            self.s.spec.net.partial = Some(crate::PartialSpec::Tree);
+        }
+        self.s.auto = Some(choice);
+        Ok(())
+    }
+
+    /// The partial-broadcast mode the run takes: the one named, or the one chosen for it
+    /// ([`crate::auto`]); `None` outside partial broadcast or for the gossip mode left
+    /// unnamed. The launcher passes it on to its nodes.
+    ///
+    /// # Errors
+    /// As [`decide_partial`](Self::decide_partial).
+    pub fn resolved_partial(&mut self) -> Result<Option<crate::PartialSpec>> {
+        self.decide_partial()?;
+        Ok(self.s.spec.net.partial)
     }
 
     /// The out-neighbour lists of every peer (the topology is built once, on first use).
@@ -1804,6 +1938,7 @@ impl<K> Builder<K> {
     /// Every peer's out- and in-neighbours, built once in O(P·Q) (plus the optimizer's
     /// time) and kept.
     fn resolved(&mut self) -> Result<Arc<Resolved>> {
+        self.decide_partial()?;
         let p = self.s.spec.peers;
         if let Some(r) = &self.s.resolved {
             if r.out.len() == p {
@@ -1846,7 +1981,14 @@ impl<K> Builder<K> {
             }
             (None, None, Some(q)) if self.s.spec.tree() => (
                 sfb_core::tree::Config::new(q, self.s.spec.train.batch).lists(p),
-                format!("tree of fan-out {q}"),
+                match &self.s.auto {
+                    Some(c) => format!(
+                        "tree of fan-out {q}, the default here (its modelled BSP clock is {:.2} \
+                         of full broadcast's)",
+                        c.ratio()
+                    ),
+                    None => format!("tree of fan-out {q}"),
+                },
             ),
             (None, None, Some(q)) if q == p - 1 => {
                 (sfb_topology::full(p)?.out_lists(), "full".to_string())

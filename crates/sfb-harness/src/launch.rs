@@ -871,6 +871,9 @@ impl Launcher {
             ..spec.clone()
         };
         let mut resolved = resolved;
+        // The partial-broadcast mode, when none is named (`crate::auto`): every node and
+        // the cluster file (a tree's) follow this one.
+        resolved.net.partial = builder.resolved_partial()?;
         // Checkpoints: the directory is checked, and the clock to resume from found, once
         // here, before any node starts.
         let backend = if fms { "fms" } else { "sfb" };

@@ -72,6 +72,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod auto;
 pub mod calibrate;
 pub mod checkpoint;
 mod cluster;

@@ -334,10 +334,17 @@ pub fn demo(opts: &Demo, runner: &Runner) -> Result<Report> {
         "Under BSP, SFB full broadcast and FMS apply the same updates in the same order: their objective-vs-samples curves coincide (checksums equal); only their time differs."
             .into(),
     );
-    report.notes.push(
+    if mode_ran(&report, None) == sfb_harness::PartialSpec::Tree {
+        report.notes.push(
+            "Partial broadcast here ran in the tree mode, the default at these shapes (its modelled clock is at most half of full broadcast's): every peer's batch is summed up a tree of fan-out Q and the sum comes back down, so every replica applies the same update."
+                .into(),
+        );
+    } else {
+        report.notes.push(
         "Partial broadcast here is the default gossip mode: each replica applies its own and its in-neighbours' updates, weighted so the replicas' mean moves as full broadcast's, and a small consensus message per link (⌊3K/16⌋ pairs) pulls the replicas together; it sends Q/(P−1) of full broadcast's bytes and up to 3/16 more, and its replicas differ by a disagreement the consensus keeps small (`max_replica_divergence`)."
             .into(),
     );
+    }
     Ok(report)
 }
 
@@ -701,14 +708,15 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
             close.join(", ")
         ));
     }
+    let ran = mode_ran(&report, opts.partial);
     if let Some(full_t) = full.and_then(|a| a.time_to_target_s) {
-        let mode = opts.partial.unwrap_or_default();
+        let mode = ran;
         report
             .notes
             .push(claim_verdict(&report, full_t, p, Some(mode)));
         report.notes.push(claim_verdict(&report, full_t, p, None));
     }
-    let without = match opts.partial.unwrap_or_default() {
+    let without = match ran {
         sfb_harness::PartialSpec::Gossip => {
             "Without relay (the default gossip mode) each replica applies its own and its in-neighbours' updates, weighted, and a consensus message of ⌊3K/16⌋ pairs per link pulls the replicas together; they differ by what the consensus has not yet removed (max divergence in the JSON) and the objective is the mean over peers."
         }
@@ -721,6 +729,22 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
     };
     report.notes.push(format!("{without} With relay every replica applies every update, as many clocks late as it is hops from its origin, and sends the bytes of full broadcast over Q connections."));
     Ok(report)
+}
+
+/// The partial-broadcast mode a report's arms ran: `named`, or the one each run took when
+/// none was named (`sfb_harness::auto`; a tree names itself in its arms' topology).
+fn mode_ran(report: &Report, named: Option<sfb_harness::PartialSpec>) -> sfb_harness::PartialSpec {
+    let tree = report.arms.iter().any(|a| {
+        a.summary
+            .topology
+            .as_ref()
+            .is_some_and(|t| t.source.starts_with("tree of fan-out"))
+    });
+    if tree {
+        sfb_harness::PartialSpec::Tree
+    } else {
+        named.unwrap_or_default()
+    }
 }
 
 /// The paper's claim, checked on the partial-broadcast arms of a q-sweep without relay
