@@ -4,7 +4,8 @@
 # to full broadcast's, the largest rise after the minimum, bytes per clock (and the ratio
 # to Q/(P−1) of full broadcast's) and the replica divergence.
 # Usage: scripts/partial_long.sh OUT_DIR DATA_NAME [sfb run data flags…]
-#   env: P (12) QS ("2 3 4") MODES ("gossip") CLOCKS (2000) EVAL (50) SFB (target/release/sfb)
+#   env: P (12) QS ("2 3 4") MODES ("gossip"; or tree, paper, default) CLOCKS (2000) EVAL (50)
+#   SFB (target/release/sfb)
 set -euo pipefail
 out=$1; name=$2; shift 2
 P=${P:-12}; QS=${QS:-"2 3 4"}; MODES=${MODES:-gossip}; CLOCKS=${CLOCKS:-2000}; EVAL=${EVAL:-50}
@@ -16,7 +17,11 @@ run() { # tag, flags…
     --metrics "$out/$name-$tag.jsonl" --summary "$out/$name-$tag.json" > "$out/$name-$tag.log" 2>&1
 }
 run full "$@"
-for q in $QS; do for m in $MODES; do run "q$q-$m" --out-degree "$q" --partial "$m" "$@"; done; done
+for q in $QS; do for m in $MODES; do
+  # MODES may hold `default`: no --partial named, the run's own choice (its log says which).
+  if [ "$m" = default ]; then run "q$q-$m" --out-degree "$q" "$@"
+  else run "q$q-$m" --out-degree "$q" --partial "$m" "$@"; fi
+done; done
 python3 - "$out" "$name" "$P" <<'PY'
 import json, sys, glob, os, collections
 out, name, P = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -247,10 +247,10 @@ pub struct NetArgs {
     /// to --tree-rank pairs per link with error feedback, and the sum comes back down, so
     /// every replica applies the same update (a peer loss is repaired; no rejoin yet).
     /// paper: the SFB paper's literal mode, no consensus; it diverges or stalls on most
-    /// topologies (`sfb topology` says which). Without a mode named: the tree under BSP
-    /// where its modelled clock is at most half of full broadcast's (many peers against
-    /// what a link carries; the header's topology line says so), gossip otherwise; runs
-    /// with --relay use paper.
+    /// topologies (`sfb topology` says which). Without a mode named: under BSP the tree
+    /// where gossip's neighbourhoods are small against the run (P/(Q+1) above 8) or the
+    /// tree's modelled clock is at most half of full broadcast's (the header's topology
+    /// line says so), gossip otherwise; runs with --relay use paper.
     #[arg(long, value_name = "gossip|tree|paper")]
     pub partial: Option<sfb_harness::PartialSpec>,
     /// Pairs per consensus message of the gossip mode (default max(1, ⌊3K/16⌋) for mini-batches

@@ -10,18 +10,32 @@
 //! - The gossip mode's clock is one hop, but its replicas mix by consensus, which slows
 //!   with `P/Q`: at P = 256 it never reached full broadcast's target.
 //!
-//! So the tree is taken when its modelled clock costs at most [`TREE_SHARE`] of full
-//! broadcast's (room for twice the clocks), under BSP, where the tree is at its best (under
-//! SSP and async it takes full broadcast's step late), and where nothing it cannot serve
-//! is asked for (rejoin, a topology, relay, compression, SAGA). The model prices the bytes
-//! at the run's link (the simulator's NIC; a shaped link over libp2p; none in memory) and
-//! the arithmetic at the simulator's flop rate: what matters is the ratio of two clocks
-//! on the same machine, not either figure.
+//! So the tree is taken under BSP, where it is at its best (under SSP and async it takes
+//! full broadcast's step late), and where nothing it cannot serve is asked for (rejoin, a
+//! topology, relay, compression, SAGA), when either
+//! - the gossip mode's consensus would be too slow: more than [`GOSSIP_REACH`] peers per
+//!   neighbourhood, `P/(Q + 1)`. Measured (128 × 128 MLR, 10 Gbit/s, and Fig. 9's 1,024 ×
+//!   1,024 at 1 Gbit/s): gossip reached full broadcast's target sooner at `P/(Q + 1)` up
+//!   to 6 (P = 12, every Q; P = 64, Q = 10) and not at all in 150–600 clocks at 16 and
+//!   above (P = 64, Q = 3; P = 256, Q = 3 and 10). The boundary lies between; 8 is taken.
+//! - or its modelled clock costs at most [`TREE_SHARE`] of full broadcast's (room for
+//!   twice the clocks), whatever gossip would do.
+//!
+//! The model prices the bytes at the run's link (the simulator's NIC; a shaped link over
+//! libp2p; none in memory) and the arithmetic at the simulator's flop rate: what matters
+//! is the ratio of two clocks on the same machine, not either figure. It is rough (it
+//! said 0.79 at P = 64, Q = 3 where the simulator measured 0.72, and 0.73–0.97 at Fig. 9's
+//! P = 12 where the tree's clocks took as long as full broadcast's), so only a clear
+//! margin decides by it.
 
 use crate::PartialSpec;
 
 /// The tree is taken when its modelled clock is at most this share of full broadcast's.
 pub const TREE_SHARE: f64 = 0.5;
+
+/// The tree is taken when the gossip mode's neighbourhoods are smaller than this share of
+/// the peers: `P/(Q + 1)` above it (see the [module docs](self)).
+pub const GOSSIP_REACH: f64 = 8.0;
 
 /// What a clock's cost depends on.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,6 +76,8 @@ pub struct Choice {
     pub full_s: f64,
     /// The tree's, seconds.
     pub tree_s: f64,
+    /// Peers per neighbourhood, `P/(Q + 1)`.
+    pub reach: f64,
 }
 
 impl Choice {
@@ -75,9 +91,10 @@ impl std::fmt::Display for Choice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}: the tree's modelled BSP clock is {:.2} of full broadcast's (the tree is the \
-             default at {TREE_SHARE} or less)",
+            "{}: {:.1} peers per neighbourhood (the tree above {GOSSIP_REACH}); the tree's \
+             modelled BSP clock {:.2} of full broadcast's (the tree at {TREE_SHARE} or less)",
             self.mode,
+            self.reach,
             self.ratio()
         )
     }
@@ -133,7 +150,8 @@ pub fn tree_clock(s: &Shapes, l: &Link) -> f64 {
 /// [module docs](self)).
 pub fn choose(s: &Shapes, l: &Link) -> Choice {
     let (full_s, tree_s) = (full_clock(s, l), tree_clock(s, l));
-    let mode = if tree_s <= TREE_SHARE * full_s {
+    let reach = s.peers as f64 / (s.fanout + 1) as f64;
+    let mode = if reach > GOSSIP_REACH || tree_s <= TREE_SHARE * full_s {
         PartialSpec::Tree
     } else {
         PartialSpec::Gossip
@@ -142,6 +160,7 @@ pub fn choose(s: &Shapes, l: &Link) -> Choice {
         mode,
         full_s,
         tree_s,
+        reach,
     }
 }
 
@@ -171,9 +190,10 @@ mod tests {
         }
     }
 
-    /// The measured cases of issue 28 (`docs/concepts.md`): the tree reached full
-    /// broadcast's target sooner at P = 256 (and ran at P = 1,024), lost at P = 12 with a
-    /// 1,024 × 1,024 W on 1 Gbit/s, and gossip was as fast at P = 64.
+    /// The measured cases of issue 28 (`results/partial-default/`, `docs/concepts.md`):
+    /// the tree reached full broadcast's target sooner at P = 64, Q = 3 and at P = 256
+    /// (and ran at P = 1,024), where gossip did not; it lost at P = 12 with a 1,024 × 1,024
+    /// W on 1 Gbit/s; gossip was faster at P = 64, Q = 10.
     #[test]
     fn the_tree_where_it_was_measured_to_win_gossip_elsewhere() {
         let ten = link(10.0 * GBIT);
@@ -181,11 +201,12 @@ mod tests {
             (256, 3, 128, ten, PartialSpec::Tree),
             (256, 10, 128, ten, PartialSpec::Tree),
             (1024, 10, 128, ten, PartialSpec::Tree),
-            (64, 3, 128, ten, PartialSpec::Gossip),
+            (64, 3, 128, ten, PartialSpec::Tree),
             (64, 10, 128, ten, PartialSpec::Gossip),
             (12, 2, 1024, link(GBIT), PartialSpec::Gossip),
             (12, 4, 1024, link(GBIT), PartialSpec::Gossip),
             (12, 10, 1024, link(GBIT), PartialSpec::Gossip),
+            (12, 1, 1024, link(GBIT), PartialSpec::Gossip),
         ] {
             let c = choose(&shapes(p, q, jd), &l);
             assert_eq!(c.mode, want, "P = {p}, Q = {q}, {jd}²: {c}");
@@ -212,7 +233,7 @@ mod tests {
         let c = choose(&shapes(256, 3, 128), &mem);
         assert!(
             c.to_string()
-                .starts_with("tree: the tree's modelled BSP clock is 0."),
+                .starts_with("tree: 64.0 peers per neighbourhood"),
             "{c}"
         );
     }

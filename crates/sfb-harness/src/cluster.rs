@@ -1836,8 +1836,9 @@ impl<K: Probe> Builder<K> {
     }
 
     /// The partial-broadcast mode of a run that names none, chosen once ([`crate::auto`]):
-    /// the tree when its modelled clock is at most half of full broadcast's, under BSP and
-    /// with nothing asked that it cannot serve; else the gossip mode (left unnamed). The
+    /// under BSP and with nothing asked that it cannot serve, the tree when the gossip
+    /// mode's neighbourhoods are small against P or the tree's modelled clock is at most
+    /// half of full broadcast's; else the gossip mode (left unnamed). The
     /// spec then names the tree, so every node, the launcher's children included, runs it.
     ///
     /// # Errors
@@ -1983,8 +1984,9 @@ impl<K: Probe> Builder<K> {
                 sfb_core::tree::Config::new(q, self.s.spec.train.batch).lists(p),
                 match &self.s.auto {
                     Some(c) => format!(
-                        "tree of fan-out {q}, the default here (its modelled BSP clock is {:.2} \
-                         of full broadcast's)",
+                        "tree of fan-out {q}, the default here ({:.1} peers per \
+                         neighbourhood; modelled clock {:.2} of full broadcast's)",
+                        c.reach,
                         c.ratio()
                     ),
                     None => format!("tree of fan-out {q}"),
