@@ -114,9 +114,9 @@ pub struct Config {
     pub gossip: Option<crate::gossip::Config>,
     /// Partial broadcast by an aggregation tree ([`crate::tree`]): every replica applies
     /// the same compressed sum of every peer's batch. The out- and in-neighbours must be
-    /// the tree's ([`crate::tree::Config::neighbors`]). Not with relay, gossip,
-    /// `compress`, `prioritize`, `aggregate`, SAGA or [`PeerLoss::Continue`] yet.
-    /// Default: none.
+    /// the tree's ([`crate::tree::Config::neighbors`]); with [`PeerLoss::Continue`] a
+    /// loss lays it out again over the survivors ([`crate::tree`]'s peer loss). Not with
+    /// relay, gossip, `compress`, `prioritize`, `aggregate` or SAGA. Default: none.
     pub tree: Option<crate::tree::Config>,
     /// Timing only (`sfb sim --timing-only`): the node runs its whole protocol (clocks,
     /// barriers, sends, relays, records) but does no arithmetic: `compute_sv` becomes
