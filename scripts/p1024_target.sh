@@ -6,24 +6,29 @@
 # at clock 30 is full broadcast's target, and a timing-only full broadcast run (the same
 # simulated costs, no arithmetic) gives the time full broadcast takes to clock 30. Checked
 # first at P = 64, where full broadcast runs with its arithmetic. Then the default partial
-# mode (no --partial named) at Q = 3 and 10, 60 clocks: when it reaches the target.
+# mode (no --partial named) at Q = 3 and 10, 60 clocks, and the tree at Q = 10 with rank 80
+# (what partial broadcast to Q = 10 sends): when each reaches the target. A run whose
+# summary exists is not run again.
 # The `scale` scenario's settings: 128 × 128 MLR, K = 16, 10 Gbit/s NICs, 9.12e11 flop/s.
 # Usage: scripts/p1024_target.sh OUT_DIR   env: SFB (target/release/sfb)
 set -euo pipefail
 out=$1; SFB=${SFB:-target/release/sfb}
 mkdir -p "$out"
 data=(--model mlr --synthetic classes=128,features=128,samples=24000,test=500,rank=16,blobs=0.3
-      --batch 16 --seed 2016 --eval-every 10 --bandwidth 10gbit --flops 9.12e11 --clocks 60)
+      --batch 16 --seed 2016 --eval-every 10 --bandwidth 10gbit --flops 9.12e11)
 run() { # tag, flags…
   local tag=$1; shift
+  [ -e "$out/$tag.json" ] && return
   "$SFB" sim "${data[@]}" "$@" --metrics "$out/$tag.jsonl" --summary "$out/$tag.json" \
     > "$out/$tag.log" 2>&1
 }
-run p64-fms --peers 64 --backend fms
-run p64-full --peers 64
-run p1024-fms --peers 1024 --backend fms
-run p1024-full-timing --peers 1024 --timing-only
-for q in 3 10; do run "p1024-default-q$q" --peers 1024 --out-degree "$q"; done
+run p64-fms --peers 64 --backend fms --clocks 60
+run p64-full --peers 64 --clocks 60
+run p1024-fms --peers 1024 --backend fms --clocks 60
+# Timing only: the same simulated costs without the arithmetic; clock 30 is all it needs.
+run p1024-full-timing --peers 1024 --timing-only --clocks 31
+for q in 3 10; do run "p1024-default-q$q" --peers 1024 --out-degree "$q" --clocks 60; done
+run p1024-tree-q10-r80 --peers 1024 --out-degree 10 --partial tree --tree-rank 80 --clocks 60
 python3 - "$out" <<'PY'
 import json, sys, collections
 out = sys.argv[1]
@@ -43,13 +48,12 @@ full_t = at30("p1024-full-timing")[1]
 print(f"P = 1024: target {target:.4f} (FMS's objective at clock 30 = full broadcast's); "
       f"full broadcast reaches clock 30 at {full_t:.4f} s (timing-only, "
       f"{1e3 * full_t / 30:.2f} ms a clock)")
-for q in (3, 10):
-    tag = f"p1024-default-q{q}"
+for tag in ("p1024-default-q3", "p1024-default-q10", "p1024-tree-q10-r80"):
     c = curve(tag); s = json.load(open(f"{out}/{tag}.json"))
     hit = next(((cl, w) for cl, (o, w) in c.items() if o is not None and o <= target), None)
     mode = next((l.strip() for l in open(f"{out}/{tag}.log") if "topology:" in l), "")
     when = f"clock {hit[0]}, {hit[1]:.4f} s ({full_t / hit[1]:.1f}x sooner)" if hit else "not reached"
     evals = " ".join(f"{cl}:{o:.4f}" for cl, (o, _) in c.items() if o is not None)
-    print(f"  Q = {q}: target at {when}; {s['bytes_per_clock_per_peer']:.0f} B per peer per clock; "
+    print(f"  {tag}: target at {when}; {s['bytes_per_clock_per_peer']:.0f} B per peer per clock; "
           f"{len(set(s['replica_checksums']))} distinct replica(s); {mode}\n    {evals}")
 PY

@@ -257,8 +257,7 @@ pub struct NetArgs {
     /// of K, fewer where a peer would send more than full broadcast).
     #[arg(long, value_name = "R")]
     pub gossip_rank: Option<usize>,
-    /// Pairs per message of the tree mode, up and down (default max(K, ⌈Q·K/2⌉), at most
-    /// min(J, D): on average a peer sends what partial broadcast to Q sends).
+    /// Pairs per message of the tree mode, up and down (default: the batch size K).
     #[arg(long, value_name = "R")]
     pub tree_rank: Option<usize>,
     /// The gossip mode's consensus step in (0, 1] (default R·max(1/m, 0.4/m^0.75) for

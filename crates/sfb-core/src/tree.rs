@@ -24,8 +24,7 @@
 //! **Cost per peer per clock.** A leaf sends `R_up` pairs; an inner peer `R_up` up and
 //! `R_down` to each of its `Q` children. A peer applies `R_down` pairs, and an inner peer
 //! decomposes `K + Q·R_up` pairs plus its residual. All O(Q), independent of P. The
-//! defaults are `R_up = R_down = max(K, ⌈Q·K/2⌉)`, at most `min(J, D)` ([`default_rank`]):
-//! on average a peer sends what partial broadcast to Q sends.
+//! defaults are `R_up = R_down = K`: a leaf's own batch goes up as it is.
 //!
 //! **The factored optimizer** (MLR's default) scales each coordinate by the squares of
 //! the raw gradients it has applied. Those of a sum of batches are not those of the
@@ -186,18 +185,6 @@ impl Config {
         }
         Ok(())
     }
-}
-
-/// The default pairs per message for a run of mini-batch `batch`, fan-out `fanout` and a
-/// `j × d` W: `max(K, ⌈Q·K/2⌉)`, at most `min(J, D)` (the rank of any sum). A peer then
-/// sends about `2R = Q·K` pairs a clock on average (`R` up, and an inner peer `Q·R` down to
-/// its children, one in `Q` of them): what partial broadcast to Q sends. With `R = K` a
-/// 1,024-peer run of 128 classes kept an eighth of each clock's sum and stalled at a
-/// held-out objective 4 % above full broadcast's best; at `R = Q·K/2` it reached full
-/// broadcast's (`results/partial-default/`).
-pub fn default_rank(batch: usize, fanout: usize, j: usize, d: usize) -> usize {
-    let k = batch.max(1);
-    k.max((fanout * k).div_ceil(2)).min(j.min(d)).max(1)
 }
 
 /// The run's peers not in `lost`, ascending.
@@ -884,15 +871,5 @@ mod tests {
         assert_eq!(to, PeerId(1));
         assert_eq!((word.batch.clock, word.batch.len()), (0, 0));
         assert!(r.fillers.is_empty());
-    }
-
-    #[test]
-    fn the_default_rank_sends_what_partial_broadcast_to_q_sends() {
-        assert_eq!(default_rank(16, 10, 128, 128), 80);
-        assert_eq!(default_rank(16, 3, 128, 128), 24);
-        assert_eq!(default_rank(16, 1, 128, 128), 16);
-        // No more than any sum's rank.
-        assert_eq!(default_rank(16, 10, 10, 64), 10);
-        assert_eq!(default_rank(0, 4, 5, 5), 2);
     }
 }

@@ -186,7 +186,7 @@ mod tests {
             j: jd,
             d: jd,
             batch: 16,
-            rank: sfb_core::tree::default_rank(16, fanout, jd, jd),
+            rank: 16,
         }
     }
 
@@ -225,7 +225,6 @@ mod tests {
         let small = Shapes {
             j: 10,
             d: 64,
-            rank: 10,
             ..shapes(12, 3, 0)
         };
         assert_eq!(choose(&small, &mem).mode, PartialSpec::Gossip);

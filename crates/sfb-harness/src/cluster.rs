@@ -1890,10 +1890,7 @@ impl<K: Probe> Builder<K> {
             j,
             d,
             batch,
-            rank: spec
-                .net
-                .tree_rank
-                .unwrap_or_else(|| sfb_core::tree::default_rank(batch, q, j, d)),
+            rank: spec.net.tree_rank.unwrap_or(batch),
         };
         let link = match spec.transport {
             crate::Transport::Sim => {
@@ -2203,11 +2200,7 @@ impl<K: Kind> Builder<K> {
             cfg.relay_compress = self.s.spec.net.relay_compress.map(|c| c.rank);
         }
         if let Some(q) = self.s.spec.tree_fanout().filter(|_| relay) {
-            let (j, d) = parts.w0.dim();
-            let rank =
-                self.s.spec.net.tree_rank.unwrap_or_else(|| {
-                    sfb_core::tree::default_rank(self.s.spec.train.batch, q, j, d)
-                });
+            let rank = self.s.spec.net.tree_rank.unwrap_or(self.s.spec.train.batch);
             cfg.tree = Some(sfb_core::tree::Config::new(q, rank));
         }
         if relay && !self.s.spec.net.relay && !self.gossips() && !self.s.spec.tree() {

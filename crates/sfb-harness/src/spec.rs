@@ -1010,9 +1010,8 @@ pub struct NetOptions {
     /// ([`sfb_core::gossip::Config::default_rank_for`]).
     pub gossip_rank: Option<usize>,
     /// Pairs per message of the tree mode (`--tree-rank R`, [`sfb_core::tree`]): both a
-    /// subtree's sum going up and the clock's update coming down. Default
-    /// `max(K, ⌈Q·K/2⌉)`, at most `min(J, D)` ([`sfb_core::tree::default_rank`]): on
-    /// average a peer sends what partial broadcast to Q sends.
+    /// subtree's sum going up and the clock's update coming down. Default: the batch
+    /// size K (a leaf's batch goes up as it is).
     pub tree_rank: Option<usize>,
     /// The gossip mode's consensus step in (0, 1] (`--gossip-step G`). Default
     /// `R · max(1/m, 0.4/m^¾)` for `m = min(J, D)`, at most ¼
