@@ -139,14 +139,32 @@ pub struct Sample {
 /// CPU seconds this process has run so far, all its threads (Linux `schedstat`, in
 /// nanoseconds); `None` where it cannot be read.
 pub fn process_cpu_s() -> Option<f64> {
-    let mut ns = 0u64;
+    Some(thread_cpu_ns()?.values().sum::<u64>() as f64 / 1e9)
+}
+
+/// Each live thread's CPU nanoseconds so far, by thread id (Linux `schedstat`).
+fn thread_cpu_ns() -> Option<std::collections::BTreeMap<String, u64>> {
+    let mut by = std::collections::BTreeMap::new();
     for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
         // A thread that ended since the listing is skipped.
         let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
             continue;
         };
-        ns += text.split_whitespace().next()?.parse::<u64>().ok()?;
+        let ns = text.split_whitespace().next()?.parse::<u64>().ok()?;
+        by.insert(task.file_name().to_string_lossy().into_owned(), ns);
     }
+    Some(by)
+}
+
+/// CPU seconds the process's threads ran since `before` ([`thread_cpu_ns`]): each thread's
+/// own increase, so a thread that ended in between (another test's, in a test binary)
+/// takes nothing away; one started since counts from zero.
+fn cpu_since(before: &std::collections::BTreeMap<String, u64>) -> Option<f64> {
+    let now = thread_cpu_ns()?;
+    let ns: u64 = now
+        .iter()
+        .map(|(tid, &n)| n.saturating_sub(before.get(tid).copied().unwrap_or(0)))
+        .sum();
     Some(ns as f64 / 1e9)
 }
 
@@ -782,9 +800,9 @@ pub async fn measure(cfg: &Config) -> Result<Report> {
                 Lanes::FramingOnly => "framing-only",
             };
             let n = if round == 0 { warm } else { units };
-            let cpu0 = process_cpu_s();
+            let cpu0 = thread_cpu_ns();
             let (bytes, secs) = link.transfer(lanes, n, None, limit).await?;
-            let cpu_s = cpu0.zip(process_cpu_s()).map(|(a, b)| b - a);
+            let cpu_s = cpu0.as_ref().and_then(cpu_since);
             if round > 0 {
                 samples.push(Sample {
                     arm: name.into(),
