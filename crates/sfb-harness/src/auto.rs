@@ -23,10 +23,9 @@
 //!
 //! The model prices the bytes at the run's link (the simulator's NIC; a shaped link over
 //! libp2p; none in memory) and the arithmetic at the simulator's flop rate: what matters
-//! is the ratio of two clocks on the same machine, not either figure. It is rough (it
-//! said 0.79 at P = 64, Q = 3 where the simulator measured 0.72, and 0.73–0.97 at Fig. 9's
-//! P = 12 where the tree's clocks took as long as full broadcast's), so only a clear
-//! margin decides by it.
+//! is the ratio of two clocks on the same machine, not either figure. It is rough (its
+//! header said 0.80 at P = 64, Q = 3, where the simulator's clocks were 0.72 of full
+//! broadcast's: `results/partial-default/`), so only a clear margin decides by it.
 
 use crate::PartialSpec;
 
