@@ -112,13 +112,15 @@ fn sfb_run_in_memory_killed_at_clock_30_resumes_bitwise() {
     // SFB, FMS, SFB re-compressing its factors (the residual kept back is in the
     // checkpoint), partial broadcast in the gossip mode (its public copy, the copies of
     // its in-neighbours' replicas and its warm start are in the checkpoint), and in the
-    // tree mode (each peer's residual is).
+    // tree mode (each peer's residual is), and with relay (the batches still travelling the
+    // trees at the cut are handed on again).
     for (backend, extra) in [
         ("sfb", &[][..]),
         ("fms", &[][..]),
         ("sfb", &["--compress", "rank:4"][..]),
         ("sfb", &["--out-degree", "2"][..]),
         ("sfb", &["--out-degree", "2", "--partial", "tree"][..]),
+        ("sfb", &["--out-degree", "2", "--relay"][..]),
     ] {
         let name = format!("mem-{backend}{}", extra.join(""));
         let dir = tempdir(GROUP, &name);

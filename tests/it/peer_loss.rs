@@ -322,6 +322,61 @@ fn with_partial_broadcast_every_survivor_repairs_the_topology_the_same_way() {
     }
 }
 
+/// Relay (`--relay`, issue 31) under BSP with `--on-peer-loss continue`: `kill -9` of one
+/// peer at clock 20. Every survivor computes the relay trees again over the arcs left (the
+/// same on each: the summary names the topology without the victim), hands its new
+/// children the batches they may lack, finishes every clock, misses no batch of a
+/// survivor, and applies each once.
+#[test]
+fn relay_routes_around_a_lost_peer() {
+    let dir = tempdir(GROUP, "relay");
+    let mut args = run_args("bsp");
+    args.extend(["--relay", "--on-peer-loss", "continue"].map(String::from));
+    let mut c = start_peers_on(&dir, &["--out-degree", "3"], &args);
+    let cluster = dir.join("cluster.toml");
+    let pids = c.children.pids();
+    c.wait_clock(VICTIM, 20);
+    c.children.kill(VICTIM);
+    let mut topologies = Vec::new();
+    for k in (0..PEERS).filter(|&k| k != VICTIM) {
+        let (status, err) = c.children.wait_one(k, Duration::from_secs(120));
+        assert!(status.success(), "survivor {k} failed ({status}):\n{err}");
+        let m = read_report(&dir, k)["report"]["metrics"].clone();
+        assert_eq!(m["clocks"], 80, "survivor {k}");
+        assert_eq!(m["relay_missed"], 0, "survivor {k}");
+        // Its own, the 6 other survivors' every clock, and the victim's first clocks (those
+        // that reached it before it learned of the loss: about 20).
+        let applied = m["batches_applied"].as_u64().unwrap();
+        eprintln!("survivor {k}: {applied} batches applied");
+        assert!(
+            (7 * 80..=7 * 80 + 24).contains(&applied),
+            "survivor {k} applied {applied} batches"
+        );
+        topologies.push(m["topology"].as_str().unwrap_or("none").to_string());
+    }
+    drop(c);
+    assert_gone(&pids);
+    // The file's lists without the victim, as the nodes identify them.
+    let file = sfb::net::cluster::Cluster::load(&cluster).unwrap();
+    let mut lists: Vec<Vec<usize>> = (0..PEERS)
+        .map(|i| {
+            file.out(i)
+                .iter()
+                .copied()
+                .filter(|&n| n != VICTIM)
+                .collect()
+        })
+        .collect();
+    lists[VICTIM].clear();
+    let want = format!(
+        "{:016x}",
+        sfb::harness::checkpoint::topology_fingerprint(&lists)
+    );
+    for (k, got) in topologies.iter().enumerate() {
+        assert_eq!(got, &want, "survivor #{k}: {topologies:?}");
+    }
+}
+
 /// The tree mode (`--partial tree`, issue 28) under BSP with `--on-peer-loss continue`:
 /// `kill -9` of the root (peer 0) at clock 20. The survivors lay the tree out again over
 /// themselves (peer 1 the new root), finish every clock, name the same tree, take the

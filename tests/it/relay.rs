@@ -59,10 +59,15 @@ fn relay_refuses_what_it_cannot_serve_naming_it() {
     );
     let cases: &[(&[&str], &str)] = &[
         (&["--backend", "fms"], "the sfb backend"),
-        (&["--on-peer-loss", "continue"], "--on-peer-loss fail"),
         (
-            &["--checkpoint-dir", dir.to_str().unwrap()],
-            "no checkpoints",
+            &[
+                "--on-peer-loss",
+                "continue",
+                "--rejoin",
+                "--checkpoint-dir",
+                dir.to_str().unwrap(),
+            ],
+            "no --rejoin",
         ),
     ];
     for (extra, says) in cases {

@@ -89,6 +89,10 @@ pub struct NodeState {
     /// in-neighbours' and the power iteration's warm start
     /// ([`Mixer::save_state`](crate::gossip::Mixer::save_state)); empty outside that mode.
     pub mixer: Vec<u8>,
+    /// Relay's state: the clock of each origin expected next and the batches kept for the
+    /// peer's children in the relay trees (handed to them again on resume); empty without
+    /// `--relay` ([`crate::relay`]).
+    pub relay: Vec<u8>,
     /// The sampler of the node's shard (none for the server).
     pub sampler: Option<SamplerState>,
     /// The nodes this one waits for (in-neighbours; the clients; the server), sorted: a
@@ -112,6 +116,7 @@ struct Head {
     model: u64,
     compressor: u64,
     mixer: u64,
+    relay: u64,
     sampler: Option<SamplerState>,
     awaited: Vec<PeerId>,
     metrics: PeerMetrics,
@@ -140,6 +145,7 @@ impl NodeState {
             model: self.model.len() as u64,
             compressor: self.compressor.len() as u64,
             mixer: self.mixer.len() as u64,
+            relay: self.relay.len() as u64,
             sampler: self.sampler,
             awaited: self.awaited.clone(),
             metrics: self.metrics.clone(),
@@ -162,6 +168,7 @@ impl NodeState {
         out.extend_from_slice(&self.model);
         out.extend_from_slice(&self.compressor);
         out.extend_from_slice(&self.mixer);
+        out.extend_from_slice(&self.relay);
         out
     }
 
@@ -213,8 +220,12 @@ impl NodeState {
             .take(usize::try_from(head.mixer).unwrap_or(usize::MAX))
             .map_err(|_| bad("truncated in the gossip mode's state"))?
             .to_vec();
+        let relay = r
+            .take(usize::try_from(head.relay).unwrap_or(usize::MAX))
+            .map_err(|_| bad("truncated in relay's state"))?
+            .to_vec();
         r.finish()
-            .map_err(|e| bad(format!("{e} after the gossip mode's state")))?;
+            .map_err(|e| bad(format!("{e} after relay's state")))?;
         Ok(Self {
             role: head.role,
             id: head.id,
@@ -224,6 +235,7 @@ impl NodeState {
             model,
             compressor,
             mixer,
+            relay,
             sampler: head.sampler,
             awaited: head.awaited,
             metrics: head.metrics,
@@ -479,6 +491,7 @@ mod tests {
             model: vec![7, 8, 9],
             compressor: vec![1, 2],
             mixer: vec![3, 4, 5],
+            relay: vec![6, 7],
             sampler: Some(SamplerState {
                 epoch: 3,
                 pos: 4,

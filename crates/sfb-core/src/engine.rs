@@ -386,20 +386,6 @@ impl Config {
                 self.id
             ));
         }
-        if self.on_peer_loss == PeerLoss::Continue {
-            return bad(
-                "a lost peer would cut its relay trees, and the batches in flight on them: \
-                 relay runs fail on a peer loss (--on-peer-loss fail)"
-                    .into(),
-            );
-        }
-        if self.checkpoint_every > 0 {
-            return bad(
-                "a checkpoint cut would miss the batches still being relayed: relay runs \
-                 take no checkpoints"
-                    .into(),
-            );
-        }
         Ok(())
     }
 
@@ -561,38 +547,261 @@ struct PeerSide {
     tree: Option<crate::tree::Summer>,
     /// Tree mode: the optimizer statistics of each pending down message, by clock.
     tree_stats: BTreeMap<(u64, PeerId), Arc<[f32]>>,
+    /// Own batches sent so far: where a frame queued now sits in this peer's stream (a
+    /// relayed batch's carrier).
+    sent_own: u64,
 }
 
 /// A relaying peer's view of the trees ([`crate::relay`]).
 struct Relay {
+    /// The run's topology's trees, before any loss.
+    base: Arc<crate::Routes>,
+    /// The trees of the peers not lost ([`crate::Routes::without`]).
     routes: Arc<crate::Routes>,
     me: PeerId,
     /// `next[o]`: the clock of origin `o` expected next by relay (origins whose batches
     /// come from themselves or are this peer's own are not counted here).
     next: Vec<u64>,
-    /// Origins whose batches reach this peer by relay.
+    /// Origins not lost whose batches reach this peer by relay.
     relayed: Vec<PeerId>,
     /// Re-compress forwarded batches to at most this many pairs.
     compress: Option<usize>,
+    /// Other origins' batches applied in the last `keep` clocks, by (origin, clock): what
+    /// this peer hands a peer that becomes its child in an origin's tree after a loss, and
+    /// its children on resume (kept only when the run continues after losses or
+    /// checkpoints).
+    log: Option<BTreeMap<(PeerId, u64), Arc<FactorBatch>>>,
+    /// How many clocks of batches `log` keeps.
+    keep: u64,
+    /// Since a repair left some survivor unable to reach another: the lost peers then
+    /// known, which pair, and the clock it was found at. It may be a peer dead but not yet
+    /// known lost; if it lasts past `keep` clocks (or to the run's end), the peer stops
+    /// ([`Error::RelayCut`]).
+    cut: Option<(String, String, u64)>,
+    /// After a repair or a resume: copies of batches this peer already has are dropped,
+    /// and a batch may come from an in-neighbour that is no longer its origin's parent
+    /// here (it sent before it learned of the loss); see [`Relay::check`].
+    settling: bool,
+}
+
+/// What to do with a relayed batch that passed [`Relay::check`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    /// The origin's next clock: applied.
+    Next,
+    /// Clocks `missed` before it will never come (a repair's parent did not hold them):
+    /// applied, and the missed ones counted.
+    After { missed: u64 },
+    /// A copy of one already received, or one its parent here will send: dropped.
+    Copy,
 }
 
 impl Relay {
-    fn new(routes: Arc<crate::Routes>, me: PeerId, compress: Option<usize>) -> Self {
-        let relayed = (0..routes.peers() as u32)
-            .map(PeerId)
-            .filter(|&o| o != me && routes.parent(o, me) != Some(o))
-            .collect();
-        Self {
+    fn new(
+        routes: Arc<crate::Routes>,
+        me: PeerId,
+        compress: Option<usize>,
+        keep: Option<u64>,
+    ) -> Self {
+        let mut r = Self {
             next: vec![0; routes.peers()],
+            base: Arc::clone(&routes),
             routes,
             me,
-            relayed,
+            relayed: Vec::new(),
             compress,
+            log: keep.map(|_| BTreeMap::new()),
+            keep: keep.unwrap_or(0),
+            cut: None,
+            settling: false,
+        };
+        r.relayed = r.relayed_origins(&BTreeSet::new());
+        r
+    }
+
+    fn relayed_origins(&self, gone: &BTreeSet<PeerId>) -> Vec<PeerId> {
+        (0..self.routes.peers() as u32)
+            .map(PeerId)
+            .filter(|&o| o != self.me && !gone.contains(&o))
+            .filter(|&o| self.routes.parent(o, self.me).is_some_and(|p| p != o))
+            .collect()
+    }
+
+    /// Keeps `batch` (applied by this peer, of another origin) for a later repair.
+    fn remember(&mut self, batch: &Arc<FactorBatch>, clock: u64) {
+        let keep = self.keep;
+        if let Some(log) = &mut self.log {
+            log.insert((batch.origin, batch.clock), Arc::clone(batch));
+            log.retain(|k, _| k.1 + keep >= clock);
         }
+    }
+
+    /// The trees after the losses `gone`; for each peer that became this peer's child in
+    /// some origin's tree, the batches of that origin this peer holds, oldest first.
+    fn reroute(&mut self, gone: &BTreeSet<PeerId>, clock: u64) -> Vec<(PeerId, Arc<FactorBatch>)> {
+        let lost: Vec<PeerId> = gone.iter().copied().collect();
+        let (routes, cut) = self.base.without(&lost);
+        let routes = Arc::new(routes);
+        let names = || {
+            lost.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        self.cut = match (cut, self.cut.take()) {
+            (None, _) => None,
+            // Still cut: since the first time.
+            (Some(e), Some((_, _, since))) => Some((names(), e.to_string(), since)),
+            (Some(e), None) => Some((names(), e.to_string(), clock)),
+        };
+        let mut hand = Vec::new();
+        for o in (0..routes.peers() as u32).map(PeerId) {
+            if o == self.me {
+                continue;
+            }
+            let before = self.routes.children(o, self.me);
+            for &c in routes.children(o, self.me) {
+                if before.contains(&c) {
+                    continue;
+                }
+                if let Some(log) = &self.log {
+                    hand.extend(
+                        log.range((o, 0)..=(o, u64::MAX))
+                            .map(|(_, b)| (c, Arc::clone(b))),
+                    );
+                }
+            }
+        }
+        self.routes = routes;
+        self.relayed = self.relayed_origins(gone);
+        self.settling = true;
+        hand
+    }
+
+    /// [`Error::RelayCut`] when a cut has lasted past `keep` clocks, or to the run's end
+    /// (`clock` ≥ `clocks`).
+    fn check_cut(&self, me: PeerId, clock: u64, clocks: u64) -> Result<()> {
+        match &self.cut {
+            Some((lost, reason, since)) if clock > since + self.keep || clock >= clocks => {
+                Err(Error::RelayCut {
+                    me,
+                    lost: lost.clone(),
+                    clock,
+                    reason: reason.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// What a checkpoint holds ([`NodeState::relay`]): per origin the clock expected next
+    /// *applied* (a batch received but still `pending` at the cut is not in W: it comes
+    /// again from its parent on resume), and the kept batches, each a wire frame.
+    fn save_state(
+        &self,
+        pending: &BTreeMap<(u64, PeerId, u64), (Arc<FactorBatch>, bool)>,
+    ) -> Vec<u8> {
+        let mut next = self.next.clone();
+        for &(_, origin, clock) in pending.keys() {
+            if origin != self.me
+                && let Some(n) = next.get_mut(origin.index())
+            {
+                *n = (*n).min(clock);
+            }
+        }
+        let mut out = Vec::new();
+        out.extend_from_slice(&(next.len() as u64).to_le_bytes());
+        for n in next {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        let log: Vec<&Arc<FactorBatch>> = self.log.iter().flat_map(|l| l.values()).collect();
+        out.extend_from_slice(&(log.len() as u64).to_le_bytes());
+        for b in log {
+            let frame = wire::encode(&Message::Relayed {
+                carrier: 0,
+                batch: Arc::clone(b),
+            });
+            out.extend_from_slice(&(frame.len() as u64).to_le_bytes());
+            out.extend_from_slice(&frame);
+        }
+        out
+    }
+
+    /// Back to [`save_state`](Self::save_state)'s bytes, for a `j × d` W.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] for bytes that are not relay's state of this run.
+    fn restore_state(&mut self, bytes: &[u8], j: usize, d: usize) -> Result<()> {
+        let bad = |why: String| Error::Checkpoint {
+            reason: format!("relay's state: {why}"),
+        };
+        let mut r = bytes;
+        let u64_of = |r: &mut &[u8], what: &str| -> Result<u64> {
+            let (head, rest) = r
+                .split_at_checked(8)
+                .ok_or_else(|| bad(format!("truncated in {what}")))?;
+            *r = rest;
+            Ok(u64::from_le_bytes(head.try_into().expect("8 bytes")))
+        };
+        let peers = self.routes.peers();
+        if u64_of(&mut r, "its peer count")? != peers as u64 {
+            return Err(bad(format!("not of a run of {peers} peers")));
+        }
+        let mut next = Vec::with_capacity(peers);
+        for _ in 0..peers {
+            next.push(u64_of(&mut r, "the next clocks")?);
+        }
+        let n = u64_of(&mut r, "its batch count")?;
+        let expect = wire::Expect { j, d, peers };
+        let mut log = BTreeMap::new();
+        for k in 0..n {
+            let len = u64_of(&mut r, "a batch's length")?;
+            let len = usize::try_from(len).map_err(|_| bad(format!("batch {k} too long")))?;
+            let (frame, rest) = r
+                .split_at_checked(len)
+                .ok_or_else(|| bad(format!("truncated in batch {k}")))?;
+            r = rest;
+            let Message::Relayed { batch, .. } =
+                wire::decode(frame, &expect).map_err(|e| bad(format!("batch {k}: {e}")))?
+            else {
+                return Err(bad(format!("batch {k} is not a relayed batch")));
+            };
+            log.insert((batch.origin, batch.clock), batch);
+        }
+        if !r.is_empty() {
+            return Err(bad(format!("{} bytes after its batches", r.len())));
+        }
+        self.next = next;
+        if let Some(l) = &mut self.log {
+            *l = log;
+        }
+        self.settling = true;
+        Ok(())
+    }
+
+    /// Every batch held, for this peer's children in its origin's tree (on resume).
+    fn held_for_children(&self) -> Vec<(PeerId, Arc<FactorBatch>)> {
+        let Some(log) = &self.log else {
+            return Vec::new();
+        };
+        log.values()
+            .flat_map(|b| {
+                self.routes
+                    .children(b.origin, self.me)
+                    .iter()
+                    .map(move |&c| (c, Arc::clone(b)))
+            })
+            .collect()
     }
 
     /// Checks a relayed batch of `origin`'s clock `clock`, carried by `from`'s clock
     /// `carrier` after `delivered` of its own batches, in a run of `clocks` clocks.
+    ///
+    /// It must come from this peer's parent in the origin's tree and be the origin's next
+    /// clock. While settling after a repair or a resume: a copy of a clock already
+    /// received is dropped; one from an in-neighbour that is no longer the parent is
+    /// taken only if it is the next clock (else dropped: the parent sends it); a later
+    /// clock from the parent is taken, the ones before it counted as missed.
     fn check(
         &self,
         from: PeerId,
@@ -600,7 +809,7 @@ impl Relay {
         batch: &FactorBatch,
         delivered: u64,
         clocks: u64,
-    ) -> Result<()> {
+    ) -> Result<Take> {
         let (origin, clock) = (batch.origin, batch.clock);
         let refuse = |reason: String| {
             Err(Error::BadRelay {
@@ -613,28 +822,6 @@ impl Relay {
         if origin.index() >= self.routes.peers() || origin == self.me {
             return refuse(format!("{origin} is not another peer of the run"));
         }
-        match self.routes.parent(origin, self.me) {
-            Some(p) if p == from && p != origin => {}
-            Some(p) if p == origin => {
-                return refuse(format!(
-                    "{origin} sends to this peer itself: its batches are never relayed here"
-                ));
-            }
-            Some(p) => {
-                return refuse(format!(
-                    "{from} is not this peer's parent in {origin}'s relay tree ({p} is)"
-                ));
-            }
-            None => return refuse("no relay tree leads here".into()),
-        }
-        let expected = self.next[origin.index()];
-        if clock != expected {
-            return refuse(if clock < expected {
-                "duplicate (already received)".into()
-            } else {
-                format!("out of order (clock {expected} is missing)")
-            });
-        }
         if clock >= clocks {
             return refuse("beyond the run's last clock".into());
         }
@@ -644,7 +831,47 @@ impl Relay {
                  after {delivered} of its own batches"
             ));
         }
-        Ok(())
+        let expected = self.next[origin.index()];
+        let parent = self.routes.parent(origin, self.me);
+        match parent {
+            Some(p) if p == from && p != origin => {}
+            Some(p) if p == origin => {
+                // Its batches come from itself (a repair removes arcs, adds none: it did
+                // before too); a copy on a tree of before the repair is dropped.
+                if self.settling {
+                    return Ok(Take::Copy);
+                }
+                return refuse(format!(
+                    "{origin} sends to this peer itself: its batches are never relayed here"
+                ));
+            }
+            _ if self.settling => {
+                // Sent on a tree of before the repair (or one a cut left without a path
+                // here).
+                return Ok(if clock == expected {
+                    Take::Next
+                } else {
+                    Take::Copy
+                });
+            }
+            Some(p) => {
+                return refuse(format!(
+                    "{from} is not this peer's parent in {origin}'s relay tree ({p} is)"
+                ));
+            }
+            None => return refuse("no relay tree leads here".into()),
+        }
+        match clock.cmp(&expected) {
+            std::cmp::Ordering::Equal => Ok(Take::Next),
+            std::cmp::Ordering::Less if self.settling => Ok(Take::Copy),
+            std::cmp::Ordering::Greater if self.settling => Ok(Take::After {
+                missed: clock - expected,
+            }),
+            std::cmp::Ordering::Less => refuse("duplicate (already received)".into()),
+            std::cmp::Ordering::Greater => {
+                refuse(format!("out of order (clock {expected} is missing)"))
+            }
+        }
     }
 
     /// Whether every relayed origin's batches of the `clocks` clocks have arrived.
@@ -912,6 +1139,9 @@ impl<M: Model> Side<M> for PeerSide {
         time: &mut dyn TimeSource,
     ) -> Result<()> {
         let clocks = worker.plan.clocks;
+        if let Some(relay) = &self.relay {
+            relay.check_cut(worker.id, worker.clock, clocks)?;
+        }
         // Consensus pairs folded into the copies of the in-neighbours' replicas, a clock
         // after the batches (see `gossip`): charged with the clock's apply (timing only: as
         // many as were received).
@@ -964,6 +1194,11 @@ impl<M: Model> Side<M> for PeerSide {
                 // Forwarded when applied: in the transmission of the clock it is applied
                 // before, the same on every run under BSP.
                 self.forward(worker, batch, worker.clock);
+            }
+            if let Some(relay) = &mut self.relay
+                && batch.origin != worker.id
+            {
+                relay.remember(batch, worker.clock);
             }
         }
         if !worker.plan.timing_only {
@@ -1024,6 +1259,7 @@ impl<M: Model> Side<M> for PeerSide {
             self.gossip_due = Some(t);
         }
         let fb = Arc::new(fb);
+        self.sent_own = t + 1;
         let msg = Message::Factors {
             batch: Arc::clone(&fb),
             mean_iter_us: worker.mean_iter_us(),
@@ -1122,6 +1358,10 @@ impl<M: Model> Side<M> for PeerSide {
             .mixer
             .as_ref()
             .map_or_else(Vec::new, |m| m.save_state(state.clock));
+        state.relay = self
+            .relay
+            .as_ref()
+            .map_or_else(Vec::new, |r| r.save_state(&self.pending));
     }
 }
 
@@ -1227,10 +1467,15 @@ impl<M: Model> Engine<M> {
                 wire: cfg.wire,
                 compressor: cfg.compress.map(crate::compress::Compressor::new),
                 prioritizer: cfg.prioritize.map(crate::Prioritizer::new),
-                relay: cfg
-                    .relay
-                    .clone()
-                    .map(|r| Relay::new(r, cfg.id, cfg.relay_compress)),
+                relay: cfg.relay.clone().map(|r| {
+                    // What a repair or a resume may need to hand on: the batches of the
+                    // clocks still travelling the trees (their height), and as many more as
+                    // peers may be apart.
+                    let slack = cfg.consistency.staleness_bound().unwrap_or(cfg.max_drift);
+                    let keep = (cfg.on_peer_loss == PeerLoss::Continue || cfg.checkpoint_every > 0)
+                        .then(|| u64::from(r.height()) + slack + 4);
+                    Relay::new(r, cfg.id, cfg.relay_compress, keep)
+                }),
                 mixer,
                 gossip_rank: cfg
                     .gossip
@@ -1255,6 +1500,7 @@ impl<M: Model> Engine<M> {
                     crate::tree::Summer::new(cfg.id, cfg.peers, t, stats, apart)
                 }),
                 tree_stats: BTreeMap::new(),
+                sent_own: 0,
             },
             worker,
             cfg,
@@ -1463,6 +1709,36 @@ impl<M: Model> Engine<M> {
             }
             None => {}
         }
+        match &mut self.side.relay {
+            Some(_) if state.relay.is_empty() && !self.cfg.timing_only => {
+                return Err(Error::Checkpoint {
+                    reason: "written by a run without --relay (no batches kept for the relay \
+                             trees); this run relays"
+                        .into(),
+                });
+            }
+            Some(r) if !state.relay.is_empty() => {
+                r.restore_state(&state.relay, dim.0, dim.1)?;
+                // The kept batches go to the children again, ahead of this peer's clock t
+                // (they drop those they have): what was in flight at the cut.
+                let carrier = state.clock;
+                for (to, batch) in r.held_for_children() {
+                    let msg = Message::Relayed { carrier, batch };
+                    self.worker.metrics.bytes_sent +=
+                        wire::encoded_len_with(&msg, self.side.wire) as u64;
+                    self.worker.outputs.push_back(Output { to, msg });
+                }
+            }
+            None if !state.relay.is_empty() => {
+                return Err(Error::Checkpoint {
+                    reason: "written by a run with --relay; this run does not relay (the \
+                             batches still travelling its trees would be lost)"
+                        .into(),
+                });
+            }
+            _ => {}
+        }
+        self.side.sent_own = state.clock;
         self.worker.restore(&state, state.clock)
     }
 
@@ -1617,6 +1893,7 @@ impl<M: Model> Engine<M> {
         }
         self.retake(peer, true);
         self.retree();
+        self.reroute();
         Ok(true)
     }
 
@@ -1685,6 +1962,27 @@ impl<M: Model> Engine<M> {
         }
     }
 
+    /// Relay: computes every origin's tree again without the lost peers
+    /// ([`crate::Routes::without`]) and hands each peer that became this peer's child in an
+    /// origin's tree the batches of that origin it holds (the receiver drops those it has).
+    ///
+    /// The arcs left may not connect the survivors (if only for a peer dead but not yet
+    /// known lost): [`Relay::check_cut`] stops the peer if that lasts.
+    fn reroute(&mut self) {
+        let Some(relay) = &mut self.side.relay else {
+            return;
+        };
+        let hand = relay.reroute(&self.gone, self.worker.clock);
+        // In this peer's stream after the own batches it has sent, as a forward of now.
+        let carrier = self.side.sent_own;
+        for (to, batch) in hand {
+            let msg = Message::Relayed { carrier, batch };
+            self.worker.metrics.bytes_sent += wire::encoded_len_with(&msg, self.side.wire) as u64;
+            self.worker.metrics.relayed_sent += 1;
+            self.worker.outputs.push_back(Output { to, msg });
+        }
+    }
+
     /// Counts `peer` lost and refuses to go on when the peers left (this one included)
     /// are no strict majority of the run's ([`Config::quorum`]), or, whatever the quorum
     /// rule, when this peer is left alone having never received a frame from anyone
@@ -1736,6 +2034,11 @@ impl<M: Model> Engine<M> {
                 self.worker.record_loss(peer);
                 self.retree();
             }
+            if self.side.relay.is_some() {
+                // Every loss may cut some origin's tree.
+                self.worker.record_loss(peer);
+                self.reroute();
+            }
         }
         if !self.worker.done
             && peer != self.cfg.id
@@ -1767,7 +2070,7 @@ impl<M: Model> Engine<M> {
     /// ([`crate::tree::Config::repaired`] gives a transport the same lists): this records
     /// `topology` only.
     pub fn set_neighbors(&mut self, out: Vec<PeerId>, inn: Vec<PeerId>, topology: String) {
-        if self.side.tree.is_some() {
+        if self.side.tree.is_some() || self.side.relay.is_some() {
             self.worker.metrics.topology = Some(topology);
             return;
         }
@@ -1843,6 +2146,11 @@ impl<M: Model> Engine<M> {
         if down && (near || self.former.contains(&from)) {
             // The tree mode's down messages: taken from a neighbour or a former one alike.
             return self.receive(from, msg);
+        }
+        if self.gone.contains(&from) && !self.worker.inbound.awaits(from) {
+            // Sent before the sender was lost (its last frames in flight): dropped, as
+            // every frame of a lost peer after its loss is.
+            return Ok(());
         }
         if self.former.contains(&from) && !self.worker.inbound.awaits(from) {
             // Sent before the sender learned of a topology change that dropped this arc
@@ -2060,13 +2368,20 @@ impl<M: Model> Engine<M> {
             .inbound
             .delivered_by(from)
             .ok_or_else(|| refuse("the sender is not an in-neighbour of this peer"))?;
-        relay.check(from, carrier, batch, delivered, self.worker.plan.clocks)?;
+        let take = relay.check(from, carrier, batch, delivered, self.worker.plan.clocks)?;
+        if take == Take::Copy {
+            self.worker.metrics.bytes_received += wire::encoded_len_with(msg, self.cfg.wire) as u64;
+            return Ok(());
+        }
         let (j, d) = self.side.replica.dim();
         batch.validate(j, d)?;
         self.worker.metrics.bytes_received += wire::encoded_len_with(msg, self.cfg.wire) as u64;
         self.worker.metrics.relayed_received += 1;
         if let Some(relay) = &mut self.side.relay {
-            relay.next[batch.origin.index()] += 1;
+            if let Take::After { missed } = take {
+                self.worker.metrics.relay_missed += missed;
+            }
+            relay.next[batch.origin.index()] = batch.clock + 1;
         }
         self.side.pending.insert(
             (carrier, batch.origin, batch.clock),

@@ -182,6 +182,25 @@ pub enum Error {
         /// Clocks this node had completed.
         clock: u64,
     },
+    /// Relay after a loss: the topology's arcs that are left (relay adds none) no longer
+    /// connect every survivor to every other, so some survivor's batches would reach only
+    /// part of the run.
+    #[error(
+        "{me} stops at clock {clock}: without {lost} the relay trees do not reach every \
+         peer left ({reason}); relay keeps the topology's arcs and adds none, so a run that \
+         goes on after losses needs a topology that stays strongly connected without them \
+         (a larger --out-degree)"
+    )]
+    RelayCut {
+        /// This node.
+        me: PeerId,
+        /// The peers lost, as `p1, p3`.
+        lost: String,
+        /// Clocks this node had completed.
+        clock: u64,
+        /// Which survivor cannot reach which.
+        reason: String,
+    },
     /// A checkpoint state cannot be read or does not fit this node.
     #[error("checkpoint {reason}")]
     Checkpoint {

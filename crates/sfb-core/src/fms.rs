@@ -395,6 +395,7 @@ impl<M: Model> Server<M> {
             model: self.model.save_state(),
             compressor: Vec::new(),
             mixer: Vec::new(),
+            relay: Vec::new(),
             sampler: None,
             awaited: (0..self.cfg.clients as u32).map(PeerId).collect(),
             metrics: self.metrics.clone(),

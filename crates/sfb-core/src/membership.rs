@@ -384,6 +384,7 @@ mod tests {
             model: Vec::new(),
             compressor: Vec::new(),
             mixer: Vec::new(),
+            relay: Vec::new(),
             sampler: None,
             awaited: Vec::new(),
             metrics: crate::metrics::PeerMetrics {

@@ -84,6 +84,11 @@ pub struct PeerMetrics {
     /// Forwarded batches this peer re-compressed before forwarding (`--relay-compress`).
     #[serde(default)]
     pub relay_compressed: u64,
+    /// Relayed batches this peer will never get: a peer that became its parent in their
+    /// origin's tree after a loss no longer held them (`--relay`, see
+    /// [`crate::relay`]'s peer loss).
+    #[serde(default)]
+    pub relay_missed: u64,
     /// Clocks whose apply was re-compressed (`--aggregate`).
     #[serde(default)]
     pub aggregated_applies: u64,

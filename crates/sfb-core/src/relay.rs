@@ -92,13 +92,50 @@ impl Routes {
             }
             sorted.push(l);
         }
+        match Self::build(sorted, &vec![false; peers]) {
+            (routes, None) => Ok(routes),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// The trees of this topology after the loss of `lost`: the arcs into lost peers are
+    /// gone, the others stay (no new ones: a relayed batch goes on in the positions its
+    /// sender's stream gave it), and each origin's tree is computed again by the same
+    /// search, so every survivor computes the same trees from the same set. A lost
+    /// origin keeps its tree over the survivors, so its batches that reached a survivor
+    /// before the loss still reach every survivor its out-neighbours reach.
+    ///
+    /// With them, the first pair of survivors of which one cannot reach the other through
+    /// the arcs left ([`RouteError::Unreachable`]), if any: the trees then span what each
+    /// origin reaches. (A peer not yet known lost may be why: it is dead too.)
+    pub fn without(&self, lost: &[PeerId]) -> (Self, Option<RouteError>) {
+        let mut blocked = vec![false; self.peers];
+        for p in lost {
+            if let Some(b) = blocked.get_mut(p.index()) {
+                *b = true;
+            }
+        }
+        let out = self
+            .out
+            .iter()
+            .map(|l| l.iter().copied().filter(|m| !blocked[m.index()]).collect())
+            .collect();
+        Self::build(out, &blocked)
+    }
+
+    /// Breadth-first trees over `sorted` (sorted, valid out-lists), never entering a
+    /// `blocked` peer; with them the first origin not blocked that does not reach every
+    /// peer not blocked (a blocked origin need not).
+    fn build(sorted: Vec<Vec<PeerId>>, blocked: &[bool]) -> (Self, Option<RouteError>) {
+        let peers = sorted.len();
         let mut parent = vec![NONE; peers * peers];
         let mut depth = vec![0u32; peers * peers];
         let mut kids: Vec<Vec<PeerId>> = vec![Vec::new(); peers * peers];
         let mut queue = std::collections::VecDeque::with_capacity(peers);
+        let mut cut = None;
         for o in 0..peers {
             let row = o * peers;
-            let mut seen = vec![false; peers];
+            let mut seen = blocked.to_vec();
             seen[o] = true;
             queue.clear();
             queue.push_back(o);
@@ -113,8 +150,11 @@ impl Routes {
                     }
                 }
             }
+            if blocked[o] || cut.is_some() {
+                continue;
+            }
             if let Some(to) = seen.iter().position(|&s| !s) {
-                return Err(RouteError::Unreachable {
+                cut = Some(RouteError::Unreachable {
                     from: PeerId(o as u32),
                     to: PeerId(to as u32),
                 });
@@ -128,14 +168,15 @@ impl Routes {
             children.extend(k);
         }
         start.push(children.len());
-        Ok(Self {
+        let routes = Self {
             peers,
             parent,
             depth,
             start,
             children,
             out: sorted,
-        })
+        };
+        (routes, cut)
     }
 
     /// Peers of the topology.
@@ -202,6 +243,52 @@ mod tests {
 
     fn ids(v: &[u32]) -> Vec<PeerId> {
         v.iter().map(|&x| PeerId(x)).collect()
+    }
+
+    /// `i → i+1, i+2` over `p` peers.
+    fn circulant(p: u32) -> Vec<Vec<PeerId>> {
+        (0..p).map(|i| ids(&[(i + 1) % p, (i + 2) % p])).collect()
+    }
+
+    #[test]
+    fn the_trees_route_around_a_lost_peer_and_keep_a_lost_origins_tree() {
+        let r = Routes::new(&circulant(6)).unwrap();
+        let lost = ids(&[2]);
+        let (w, cut) = r.without(&lost);
+        assert_eq!(cut, None);
+        for o in (0..6).filter(|&o| o != 2) {
+            for n in (0..6).filter(|&n| n != 2 && n != o) {
+                // Every survivor still gets every survivor's batches, never through 2.
+                let mut at = PeerId(n);
+                while let Some(p) = w.parent(PeerId(o), at) {
+                    assert_ne!(p, PeerId(2), "{o} → {n}");
+                    at = p;
+                }
+                assert_eq!(at, PeerId(o));
+            }
+            assert!(!w.children(PeerId(o), PeerId(o)).contains(&PeerId(2)));
+            assert_eq!(w.parent(PeerId(o), PeerId(2)), None);
+        }
+        // 1 sent to 2 and 3: now to 3 alone, and 3 passes 1's batches on to 4 and 5.
+        assert_eq!(w.out_neighbors(PeerId(1)), ids(&[3]).as_slice());
+        assert_eq!(w.children(PeerId(1), PeerId(3)), ids(&[4, 5]).as_slice());
+        // The lost origin's batches still reach every survivor from its out-neighbours.
+        assert_eq!(w.children(PeerId(2), PeerId(2)), ids(&[3, 4]).as_slice());
+        assert_eq!(w.parent(PeerId(2), PeerId(5)), Some(PeerId(3)));
+        assert_eq!(w.parent(PeerId(2), PeerId(0)), Some(PeerId(4)));
+        // The same set gives the same trees whatever its order.
+        assert_eq!(w, r.without(&ids(&[2, 2])).0);
+        // 0 sent to 1 and 2 only: without both it reaches nobody.
+        let (w, cut) = r.without(&ids(&[2, 1]));
+        assert_eq!(
+            cut,
+            Some(RouteError::Unreachable {
+                from: PeerId(0),
+                to: PeerId(3)
+            })
+        );
+        // The others' trees still span what they reach.
+        assert_eq!(w.parent(PeerId(3), PeerId(0)), Some(PeerId(4)));
     }
 
     fn ring(p: u32, q: u32) -> Vec<Vec<PeerId>> {

@@ -574,6 +574,7 @@ impl<M: Model> Worker<M> {
             model: self.model.save_state(),
             compressor: Vec::new(),
             mixer: Vec::new(),
+            relay: Vec::new(),
             sampler: Some(self.shard.sampler_state()),
             awaited,
             metrics: self.metrics.clone(),

@@ -39,6 +39,7 @@
 //!     model: Vec::new(),
 //!     compressor: Vec::new(),
 //!     mixer: Vec::new(),
+//!     relay: Vec::new(),
 //!     sampler: None,
 //!     awaited: vec![PeerId(1 - id)],
 //!     metrics: Default::default(),
@@ -69,14 +70,16 @@ use crate::{Error, Result};
 /// Magic bytes at the start of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"SFBCKPT\n";
 
-/// The file format version this build writes and reads (7: the meta carries the run's
+/// The file format version this build writes and reads (8: a node's state holds relay's
+/// next clocks and kept batches, so a version-7 node state does not decode; 7: the meta
+/// carries the run's
 /// agreement, so a run with another seed, step size or data is refused on resume; 6: a
 /// node's metrics carry the
 /// stop its stop rules agreed; 5: the gossip mode's state holds
 /// the consensus messages of the clock before the cut, folded a clock later; 4: a node's state holds the
 /// gossip mode's consensus state, so a version-3 node state does not decode; 3: a node's
 /// metrics carry the prioritizer's largest-pair energy).
-pub const FORMAT: u32 = 7;
+pub const FORMAT: u32 = 8;
 
 /// What run a checkpoint belongs to; a resumed run refuses a file whose meta differs from
 /// its own (the node's own checks then cover shape, topology, optimizer and data).
@@ -509,6 +512,7 @@ mod tests {
             model: vec![4],
             compressor: Vec::new(),
             mixer: Vec::new(),
+            relay: Vec::new(),
             sampler: None,
             awaited: vec![PeerId(0)],
             metrics: Default::default(),
@@ -592,7 +596,7 @@ mod tests {
         assert!(refuse(&long).contains("trailing bytes"));
         let mut v3 = bytes.clone();
         v3[8] = 3;
-        assert!(refuse(&v3).contains("format version 3, this sfb reads version 7"));
+        assert!(refuse(&v3).contains("format version 3, this sfb reads version 8"));
         // Another run's files.
         let other = |meta: Meta| Store::open(dir.path(), 2, meta).unwrap().encode(&state(5));
         let e = refuse(&other(Meta::new("sfb", "dml", 2, 7)));

@@ -1483,10 +1483,11 @@ impl<K: Kind> Builder<K> {
                 if !(crashes.is_empty() && cuts.is_empty() && pauses.is_empty()) {
                     let out = self.resolve_topology()?;
                     let tree = self.s.spec.tree_fanout().filter(|_| self.s.spec.tree());
+                    let relay = self.s.spec.net.relay;
                     net = net
                         .detect_after(self.s.detect())
                         .repair(Box::new(move |k, lost| {
-                            repair_fn(out.clone(), k, tree)?(lost)
+                            repair_fn(out.clone(), k, tree, relay)?(lost)
                         }));
                 }
                 for &(p, c) in &crashes {
@@ -1697,7 +1698,7 @@ impl<K: Kind> Builder<K> {
             keep: sfb_net::driver::Keep::Last,
             progress: Some(Arc::new(move |r: &ClockRecord| to_sink.write(r))),
             // After a loss every survivor repairs the file's topology the same way.
-            repair: repair_fn(out, id, file.tree_fanout()),
+            repair: repair_fn(out, id, file.tree_fanout(), self.s.spec.net.relay),
             liveness_timeout: self.s.detect(),
             stragglers: self.s.stragglers(),
             ..Options::default()
@@ -2920,12 +2921,31 @@ pub(crate) fn repair_fn(
     out: Vec<Vec<usize>>,
     me: usize,
     tree: Option<usize>,
+    relay: bool,
 ) -> Option<sfb_net::driver::RepairFn> {
     if let Some(q) = tree {
         let peers = out.len();
         let t = sfb_core::tree::Config::new(q, 1);
         return Some(Arc::new(move |lost: &[sfb_core::PeerId]| {
             t.repaired(peers, lost, sfb_core::PeerId(me as u32))
+        }));
+    }
+    if relay {
+        // Relay keeps the topology's arcs between survivors and adds none
+        // (`sfb_core::Routes::without`): the engine routes around the lost peers itself.
+        return Some(Arc::new(move |lost: &[sfb_core::PeerId]| {
+            let gone = |n: &usize| lost.iter().any(|p| p.index() == *n);
+            let mut in_old = vec![Vec::new(); out.len()];
+            for (n, l) in out.iter().enumerate().filter(|(n, _)| !gone(n)) {
+                in_old[n] = l.iter().copied().filter(|m| !gone(m)).collect::<Vec<_>>();
+            }
+            let my_out = in_old[me].clone();
+            let my_in: Vec<usize> = (0..out.len())
+                .filter(|n| !gone(n) && in_old[*n].contains(&me))
+                .collect();
+            let ids = |v: Vec<usize>| v.into_iter().map(|x| sfb_core::PeerId(x as u32)).collect();
+            let fingerprint = format!("{:016x}", crate::checkpoint::topology_fingerprint(&in_old));
+            Some((ids(my_out), ids(my_in), fingerprint))
         }));
     }
     let topology = sfb_topology::Topology::new(out).ok()?;

@@ -474,7 +474,7 @@ impl NodeRun<'_> {
             // SFB: after a loss every survivor repairs the cluster file's topology the same
             // way (sfb-topology's repair of the same set of lost peers).
             let out: Vec<Vec<usize>> = (0..file.peers()).map(|i| file.out(i).to_vec()).collect();
-            opts.repair = crate::cluster::repair_fn(out, id, file.tree_fanout());
+            opts.repair = crate::cluster::repair_fn(out, id, file.tree_fanout(), run.net.relay);
         }
         // A resumed node's streams carry the clocks from its checkpoint on.
         opts.start_clock = start_clock;

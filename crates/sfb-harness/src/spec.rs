@@ -988,8 +988,10 @@ pub struct NetOptions {
     /// Relay for partial broadcast (`--relay`, SFB; [`sfb_core::relay`]): every peer
     /// forwards other peers' batches along their shortest-path trees in the topology, so
     /// every replica applies every update (hop-distance clocks late) while each peer keeps
-    /// `Q` connections. A run with relay fails on a peer loss and takes no checkpoints.
-    /// Default: false.
+    /// `Q` connections. By default a run with relay fails on a peer loss; with
+    /// `--on-peer-loss continue` it routes around lost peers ([`sfb_core::relay`]).
+    /// Checkpoints hold the batches still travelling the trees. No `--rejoin`. Default:
+    /// false.
     pub relay: bool,
     /// With `relay`: every forwarder re-compresses the batches it forwards to at most R
     /// pairs (`--relay-compress rank:R`; no error feedback, what is cut is lost): fewer
@@ -1319,7 +1321,8 @@ impl FaultOptions {
     }
 
     /// The peer-loss policy of a run under `consistency`: the one given, else fail under
-    /// BSP or with `trees` (relay: a loss cuts the relay trees) and continue otherwise.
+    /// BSP or with `trees` (relay and the tree mode: a loss reshapes their trees, which a
+    /// run asks for by name) and continue otherwise.
     pub fn peer_loss(&self, consistency: &ConsistencySpec, trees: bool) -> sfb_core::PeerLoss {
         match self.on_peer_loss {
             Some(p) => p.into(),
@@ -1737,21 +1740,12 @@ impl RunSpec {
                     "it forwards peers' factor batches along the peer topology",
                 );
             }
-            if matches!(
-                f.on_peer_loss,
-                Some(PeerLossSpec::Continue | PeerLossSpec::ContinueAlone)
-            ) || f.rejoin
-            {
+            if f.rejoin {
                 return refuse(
-                    "--on-peer-loss fail (the default with --relay)",
-                    "a lost peer cuts the relay trees through it, and the batches in flight \
-                     on them",
-                );
-            }
-            if f.checkpoint_dir.is_some() {
-                return refuse(
-                    "no checkpoints",
-                    "a checkpoint's cut would miss the batches still being relayed",
+                    "no --rejoin",
+                    "a peer back in the run would need the relay trees rebuilt around it and \
+                     every batch it missed; relay goes on without lost peers (--on-peer-loss \
+                     continue) but does not take them back",
                 );
             }
         }

@@ -355,10 +355,11 @@ fn the_builder_is_a_spec_and_every_model_gets_its_checks() {
     let dir = std::env::temp_dir().join(format!("sfb-refused-ck-{}", std::process::id()));
     let relay = user(&|mut s| {
         s.net.relay = true;
+        s.fault.rejoin = true;
         s.fault.checkpoint_dir = Some(dir.clone());
         s
     });
-    assert!(relay.contains("checkpoint"), "{relay}");
+    assert!(relay.contains("rejoin"), "{relay}");
     assert!(
         !dir.exists(),
         "a refused run wrote its checkpoint directory"

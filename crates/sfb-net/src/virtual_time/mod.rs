@@ -1254,9 +1254,19 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         }
         self.stats.ticks += 1;
         let slot = &mut self.slots[i];
-        let progress = self.nodes[i]
-            .on_tick(&mut slot.clock)
-            .map_err(|e| node_err(slot.clock.time(), e))?;
+        let progress = match self.nodes[i].on_tick(&mut slot.clock) {
+            Ok(p) => p,
+            // A node's own refusal to go on after losses (relay cut apart): it stops, the
+            // others go on.
+            Err(e @ sfb_core::Error::RelayCut { .. }) => {
+                // As a process that exits: the others learn it is gone.
+                self.stop_failed(i, &e);
+                let at = self.slots[i].clock.time() + self.cfg.detect_after;
+                self.schedule(at, i, Kind::Detect);
+                return Ok(());
+            }
+            Err(e) => return Err(node_err(slot.clock.time(), e)),
+        };
         let at = slot.clock.time();
         self.observer.on_tick(at, i, progress, &self.nodes);
         while let Some(out) = self.nodes[i].poll_output() {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ndarray::{Array2, ArrayView2};
+use proptest::prelude::*;
 use sfb_core::wire::Message;
 use sfb_core::{
     Config, Consistency, Engine, Model, ModelError, PeerId, Progress, Routes, Shard, SvList,
@@ -266,5 +267,176 @@ fn forwarders_that_re_compress_still_deliver_every_batch_once_with_fewer_pairs()
     assert_eq!(compressed, first_hop);
     for n in &outcome.nodes {
         assert_eq!(n.node.metrics().batches_applied, (P as u64) * CLOCKS);
+    }
+}
+
+/// Issue 31: relay under peer loss (`--on-peer-loss continue`), as data.
+mod loss {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use sfb_core::wire::Message;
+    use sfb_core::{Engine, PeerId, Routes};
+    use sfb_models::Mlr;
+    use sfb_net::virtual_time::{Observer, RepairFn};
+
+    use crate::consistency::{engines_with, network};
+    use crate::crashes::CrashCase;
+
+    /// The topology's lists without the lost peers (relay adds no arcs): what every
+    /// survivor's transport is told.
+    fn repair_of(out: Vec<Vec<PeerId>>) -> RepairFn {
+        Box::new(move |me, lost| {
+            let gone = |p: &PeerId| lost.contains(p);
+            let mine = out[me].iter().copied().filter(|p| !gone(p)).collect();
+            let inn = (0..out.len())
+                .filter(|&n| !gone(&PeerId(n as u32)) && out[n].contains(&PeerId(me as u32)))
+                .map(|n| PeerId(n as u32))
+                .collect();
+            Some((mine, inn, format!("without {lost:?}")))
+        })
+    }
+
+    /// Every `(origin, clock)` of another origin delivered to each peer, by factors or relay.
+    #[derive(Default)]
+    struct Got(BTreeMap<usize, BTreeSet<(u32, u64)>>);
+
+    impl Observer<Engine<Mlr>> for Got {
+        fn on_deliver(&mut self, _: Duration, _: PeerId, to: PeerId, msg: &Message) {
+            let batch = match msg {
+                Message::Factors { batch, .. } | Message::Relayed { batch, .. } => batch,
+                _ => return,
+            };
+            self.0
+                .entry(to.index())
+                .or_default()
+                .insert((batch.origin.0, batch.clock));
+        }
+    }
+
+    pub(super) fn check(c: &CrashCase) -> Result<(), TestCaseError> {
+        let b = &c.base;
+        let t = b.topo.build(b.peers);
+        let out: Vec<Vec<PeerId>> = (0..b.peers)
+            .map(|i| t.out(i).iter().map(|&n| PeerId(n as u32)).collect())
+            .collect();
+        let routes = std::sync::Arc::new(Routes::new(&out).unwrap());
+        let nodes = engines_with(&t, &b.model.consistency(), b.clocks, b.data_seed, |cfg| {
+            cfg.relay = Some(std::sync::Arc::clone(&routes));
+            cfg.on_peer_loss = sfb_core::PeerLoss::Continue;
+        });
+        let mut net = network(nodes, b)
+            .repair(repair_of(out))
+            .detect_after(Duration::from_micros(700));
+        for &(p, us) in &c.crashes {
+            net = net.crash(PeerId(p), Duration::from_micros(us));
+        }
+        let mut got = Got::default();
+        // No stall, whatever crashed when.
+        let done = net
+            .run_with(&mut got)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let crashed: Vec<PeerId> = done
+            .nodes
+            .iter()
+            .filter(|n| n.crashed)
+            .map(|n| n.node.config().id)
+            .collect();
+        let survivors: Vec<u32> = (0..b.peers as u32)
+            .filter(|p| !crashed.contains(&PeerId(*p)))
+            .collect();
+        // Whether the arcs left may not connect the survivors, for the losses a peer knows
+        // of at some moment (any subset of the crashed): then a survivor may stop, saying
+        // so, and its neighbours lose it in turn.
+        let may_cut = (1u32..1 << crashed.len()).any(|m| {
+            let some: Vec<PeerId> = (0..crashed.len())
+                .filter(|k| m >> k & 1 == 1)
+                .map(|k| crashed[k])
+                .collect();
+            routes.without(&some).1.is_some()
+        });
+        for (i, n) in done.nodes.iter().enumerate() {
+            if n.crashed {
+                continue;
+            }
+            if let Some(e) = &n.failed {
+                prop_assert!(
+                    may_cut
+                        && [
+                            "relay trees do not reach",
+                            "no majority",
+                            "never heard from"
+                        ]
+                        .iter()
+                        .any(|w| e.contains(w)),
+                    "p{}: {} (crashed {:?})",
+                    i,
+                    e,
+                    crashed
+                );
+                continue;
+            }
+            if may_cut {
+                continue;
+            }
+            prop_assert_eq!(n.node.clock(), b.clocks, "p{}", i);
+            let m = n.node.metrics();
+            prop_assert_eq!(m.relay_missed, 0, "p{}", i);
+            // Every surviving origin's every batch reached it...
+            let seen = got.0.get(&i).cloned().unwrap_or_default();
+            for &o in survivors.iter().filter(|&&o| o != i as u32) {
+                for clock in 0..b.clocks {
+                    prop_assert!(
+                        seen.contains(&(o, clock)),
+                        "p{} never got p{}'s clock {} (crashed {:?})",
+                        i,
+                        o,
+                        clock,
+                        crashed
+                    );
+                }
+            }
+            // ...and it applied each once: its own, every surviving origin's, and at most
+            // the distinct ones of lost origins it got (those that arrive after it learned
+            // of the loss are dropped, as without relay).
+            let others = (survivors.len() as u64 - 1) * b.clocks;
+            prop_assert!(
+                (b.clocks + others..=b.clocks + seen.len() as u64).contains(&m.batches_applied),
+                "p{} applied {} batches, got {} distinct (crashed {:?})",
+                i,
+                m.batches_applied,
+                seen.len(),
+                crashed
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The crash cases of `crashes.rs`, cut to a minority.
+fn minority_crash_case() -> impl Strategy<Value = crate::crashes::CrashCase> {
+    crate::crashes::crash_case().prop_map(|mut c| {
+        let keep = (c.base.peers - 1) / 2;
+        c.crashes.truncate(keep);
+        c
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        rng_seed: proptest::test_runner::RngSeed::Fixed(31),
+        failure_persistence: None,
+        ..ProptestConfig::with_cases(512)
+    })]
+
+    /// Issue 31: relay goes on after a minority of crashes (any peer, any moment, BSP or
+    /// SSP, full, random and Kautz topologies): no run stalls; a survivor stops only when
+    /// the arcs left may not connect the survivors, and says so; where they do, every
+    /// survivor finishes, gets every surviving origin's every batch and applies each once,
+    /// with none missed by a repair.
+    #[test]
+    fn relay_routes_around_a_minority_of_crashes(c in minority_crash_case()) {
+        loss::check(&c)?;
     }
 }
