@@ -96,6 +96,28 @@ proptest! {
     fn survivors_follow_the_membership_rule(c in crash_case()) {
         check(&c)?;
     }
+
+    /// Restarts as data (issue 31, item 5): a minority crashes at any moment and each
+    /// crashed node comes back 0.1-4 ms after the others count it lost (BSP or SSP, full,
+    /// random and Kautz topologies). No run stalls; every node that never crashed finishes
+    /// every clock; a node back in time is taken back with a state equal, bitwise, to its
+    /// donor's at the transfer clock, and finishes every clock; one back after the run
+    /// ended gives up, saying so.
+    ///
+    /// Ignored: it finds a stall not fixed yet (issue 31). A node taken back awaits the
+    /// in-neighbours of the topology restored for it, and one of them may have finished
+    /// its run before it learned of the return, having sent the returned node nothing
+    /// since the loss (the repaired topology did not have that arc): the returned node
+    /// waits for it forever (case 8 of this seed: 8 peers, a Q = 1 ring, 3 crashes; with
+    /// one crash a case, case 383: 4 peers, Q = 2, SSP(3), `p1 at clock 12 waits on p2
+    /// (delivered 8 clocks)`). Over libp2p the finished peer's process exits, its stream
+    /// ends and the waiting node counts it lost; the virtual-time driver does not model a
+    /// finished node's streams ending. Run it with `--ignored`.
+    #[test]
+    #[ignore = "finds a rejoin stall not fixed yet (issue 31); see its docs"]
+    fn a_restarted_node_rejoins_equal_to_its_donor(c in restart_case()) {
+        check_restarts(&c)?;
+    }
 }
 
 /// Runs `c` and checks the membership rule's promises on it.
@@ -673,4 +695,73 @@ fn a_restart_after_the_run_ended_gives_up_and_the_run_does_not_stall() {
         assert!(n.failed.is_none(), "{:?}", n.failed);
         assert_eq!(n.node.clock(), 10);
     }
+}
+
+/// A minority crash case whose crashed nodes each come back, as fresh engines waiting to
+/// rejoin, some time after the others count them lost.
+#[derive(Debug, Clone)]
+struct RestartCase {
+    crash: CrashCase,
+    /// Per crash, µs after the others count it lost.
+    back_after_us: Vec<u64>,
+}
+
+fn restart_case() -> impl Strategy<Value = RestartCase> {
+    crash_case()
+        .prop_flat_map(|mut c| {
+            c.crashes.truncate((c.base.peers - 1) / 2);
+            let n = c.crashes.len();
+            (Just(c), proptest::collection::vec(100..4_000u64, n))
+        })
+        .prop_map(|(crash, back_after_us)| RestartCase {
+            crash,
+            back_after_us,
+        })
+}
+
+fn check_restarts(c: &RestartCase) -> Result<(), TestCaseError> {
+    let b = &c.crash.base;
+    let t = b.topo.build(b.peers);
+    let build = || {
+        engines_with(&t, &b.model.consistency(), b.clocks, b.data_seed, |cfg| {
+            cfg.on_peer_loss = PeerLoss::Continue;
+        })
+    };
+    let mut net = network(build(), b)
+        .repair(repair_of(&t))
+        .detect_after(DETECT);
+    for (&(p, us), &after) in c.crash.crashes.iter().zip(&c.back_after_us) {
+        let fresh = build().swap_remove(p as usize).rejoining();
+        let at = Duration::from_micros(us + after) + DETECT;
+        net = net
+            .crash(PeerId(p), Duration::from_micros(us))
+            .restart(PeerId(p), at, fresh);
+    }
+    // No stall, whatever crashed and came back when.
+    let out = net.run().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    for (i, n) in out.nodes.iter().enumerate() {
+        if n.restarted_at.is_none() {
+            prop_assert!(!n.crashed, "p{} crashed and never came back", i);
+            prop_assert!(n.failed.is_none(), "p{}: {:?}", i, n.failed);
+            prop_assert_eq!(n.node.clock(), b.clocks, "p{}", i);
+            continue;
+        }
+        match &n.rejoined {
+            Some(r) => {
+                prop_assert!(
+                    r.equal,
+                    "p{} adopted a state unlike its donor's: {:?}",
+                    i,
+                    r
+                );
+                prop_assert!(n.failed.is_none(), "p{}: {:?}", i, n.failed);
+                prop_assert_eq!(n.node.clock(), b.clocks, "p{}", i);
+            }
+            None => {
+                let why = n.failed.as_deref().unwrap_or_default();
+                prop_assert!(why.contains("no node took it back"), "p{}: {}", i, why);
+            }
+        }
+    }
+    Ok(())
 }
