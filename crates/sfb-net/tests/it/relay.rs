@@ -414,11 +414,14 @@ mod loss {
     }
 }
 
-/// The crash cases of `crashes.rs`, cut to a minority.
+/// The crash cases of `crashes.rs`, cut to a minority, one in four made asynchronous.
 fn minority_crash_case() -> impl Strategy<Value = crate::crashes::CrashCase> {
-    crate::crashes::crash_case().prop_map(|mut c| {
+    (crate::crashes::crash_case(), 0..4u8).prop_map(|(mut c, k)| {
         let keep = (c.base.peers - 1) / 2;
         c.crashes.truncate(keep);
+        if k == 0 {
+            c.base.model = crate::consistency::Model::Async;
+        }
         c
     })
 }
@@ -430,8 +433,8 @@ proptest! {
         ..ProptestConfig::with_cases(512)
     })]
 
-    /// Issue 31: relay goes on after a minority of crashes (any peer, any moment, BSP or
-    /// SSP, full, random and Kautz topologies): no run stalls; a survivor stops only when
+    /// Issue 31: relay goes on after a minority of crashes (any peer, any moment, BSP,
+    /// SSP or async, full, random and Kautz topologies): no run stalls; a survivor stops only when
     /// the arcs left may not connect the survivors, and says so; where they do, every
     /// survivor finishes, gets every surviving origin's every batch and applies each once,
     /// with none missed by a repair.
