@@ -531,7 +531,8 @@ enum Kind {
     },
     /// This node crashes ([`Crash`]).
     Crash,
-    /// The others learn that this crashed node is lost.
+    /// The others learn that this node is lost: it crashed, or it stopped and its
+    /// streams ended while a node waited for it.
     Detect,
     /// Partition `k` ([`Config::partitions`]) has lasted `detect_after`: each side learns
     /// that the other is lost.
@@ -884,6 +885,42 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
     }
 
     fn run(mut self) -> Result<Outcome<N>> {
+        loop {
+            self.run_events()?;
+            if !self.streams_end() {
+                break;
+            }
+        }
+        self.outcome()
+    }
+
+    /// A node that waits for one that has stopped (finished its run, or stopped by its
+    /// own rule) without being counted lost: the stopped node's streams end, as a process's
+    /// do when it exits, and after [`Config::detect_after`] the others learn it is gone
+    /// (each node's membership decides what that means to it: nothing to one that got all
+    /// its clocks). Whether any was found (the run then goes on).
+    fn streams_end(&mut self) -> bool {
+        let mut ended = Vec::new();
+        for k in (0..self.nodes.len()).filter(|&k| !self.slots[k].done) {
+            for (p, _) in self.nodes[k].waiting_on() {
+                let Some(d) = self.slots.iter().position(|s| s.id == p) else {
+                    continue;
+                };
+                if self.slots[d].done && !self.slots[d].crashed && !self.lost.contains(&p) {
+                    ended.push(d);
+                }
+            }
+        }
+        ended.sort_unstable();
+        ended.dedup();
+        for &d in &ended {
+            let at = self.now.max(self.slots[d].finished_at) + self.cfg.detect_after;
+            self.schedule(at, d, Kind::Detect);
+        }
+        !ended.is_empty()
+    }
+
+    fn run_events(&mut self) -> Result<()> {
         while let Some(Reverse(ev)) = self.queue.pop() {
             self.stats.events += 1;
             self.now = ev.at;
@@ -946,6 +983,10 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 Kind::Restart => self.restart(ev.node, ev.at)?,
             }
         }
+        Ok(())
+    }
+
+    fn outcome(mut self) -> Result<Outcome<N>> {
         // A node that came back after everyone it could rejoin had finished is never taken
         // back: it gives up, as a process does after its rejoin timeout.
         for (n, s) in self.nodes.iter().zip(&mut self.slots) {
