@@ -109,6 +109,11 @@ pub struct SimFlags {
     /// simulated seconds, as SIGSTOP stops a process (repeatable).
     #[arg(long = "pause", value_name = "PEERS@FROM..UNTIL")]
     pub pauses: Vec<sim::Window>,
+    /// PEERS@FROM..UNTIL:FACTOR: the links of PEERS carry their frames FACTOR times slower
+    /// (link delay and NIC time) from FROM until UNTIL simulated seconds (repeatable; e.g.
+    /// 3@1..5:10): a degraded or congested link, not a cut.
+    #[arg(long = "slow", value_name = "PEERS@FROM..UNTIL:FACTOR")]
+    pub slow: Vec<sim::Slowdown>,
 }
 
 impl SimFlags {
@@ -137,6 +142,7 @@ impl SimFlags {
             restart_after_s: self.restart_after,
             partitions: self.partitions.clone(),
             pauses: self.pauses.clone(),
+            slow: self.slow.clone(),
         }
     }
 }

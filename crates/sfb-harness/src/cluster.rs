@@ -1517,6 +1517,13 @@ impl<K: Kind> Builder<K> {
                     }
                     faults.push(format!("pause: {w} s"));
                 }
+                for w in &sim.slow {
+                    let (from, until) = w.window().span();
+                    for id in ids(&w.window()) {
+                        net = net.slow(id, from, until, w.factor);
+                    }
+                    faults.push(format!("slow links: {} s, {}x", w.window(), w.factor));
+                }
                 if !faults.is_empty() {
                     tracing::info!("simulated faults: {}", faults.join("; "));
                 }

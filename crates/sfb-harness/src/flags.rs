@@ -487,6 +487,9 @@ pub const FLAGS: &[Flag] = &[
     row!("sim.pauses", "--pause", |s, d| Arg::Repeat(
         s.sim.pauses.iter().map(ToString::to_string).collect()
     )),
+    row!("sim.slow", "--slow", |s, d| Arg::Repeat(
+        s.sim.slow.iter().map(ToString::to_string).collect()
+    )),
     row!("sim.crash_fraction", "--crash-fraction", |s, d| set(s
         .sim
         .crash_fraction

@@ -256,6 +256,58 @@ pub struct SimOptions {
     /// time, as SIGSTOP does a process. Default: none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pauses: Vec<Window>,
+    /// Slow links: each makes its peers' links (frames they send or are sent) `factor`
+    /// times slower, delay and NIC time, over a span of simulated time. Default: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub slow: Vec<Slowdown>,
+}
+
+/// Slow links of some peers over a span of simulated time (`--slow`), written
+/// `PEER[,PEER…]@FROM..UNTIL:FACTOR`, e.g. `3@1..5:10` (10 times slower from 1 s to 5 s).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Slowdown {
+    /// The peers.
+    pub peers: Vec<usize>,
+    /// Start, simulated seconds from the run's start.
+    pub from_s: f64,
+    /// End (exclusive), simulated seconds.
+    pub until_s: f64,
+    /// How many times slower (at least 1).
+    pub factor: f64,
+}
+
+impl Slowdown {
+    /// Its peers and span.
+    pub fn window(&self) -> Window {
+        Window {
+            peers: self.peers.clone(),
+            from_s: self.from_s,
+            until_s: self.until_s,
+        }
+    }
+}
+
+impl std::str::FromStr for Slowdown {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let bad = || format!("{s:?}: expected PEER[,PEER…]@FROM..UNTIL:FACTOR, e.g. 3@1..5:10");
+        let (window, factor) = s.rsplit_once(':').ok_or_else(bad)?;
+        let w: Window = window.parse().map_err(|_| bad())?;
+        Ok(Self {
+            peers: w.peers,
+            from_s: w.from_s,
+            until_s: w.until_s,
+            factor: factor.trim().parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+impl fmt::Display for Slowdown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.window(), self.factor)
+    }
 }
 
 /// Some peers over a span of simulated time (`--partition`, `--pause`), written
@@ -395,6 +447,7 @@ impl Default for SimOptions {
             crashes: Vec::new(),
             partitions: Vec::new(),
             pauses: Vec::new(),
+            slow: Vec::new(),
             crash_fraction: None,
             restart_fraction: None,
             restart_after_s: None,

@@ -1770,9 +1770,24 @@ impl RunSpec {
         Ok(())
     }
 
-    /// The simulated partitions and pauses: SFB peers of the run, over a span that ends
-    /// after it starts; a cut leaves someone on the other side.
+    /// The simulated partitions, pauses and slow links: SFB peers of the run, over a span
+    /// that ends after it starts; a cut leaves someone on the other side; a slowdown's
+    /// factor at least 1.
     fn check_windows(&self) -> Result<()> {
+        for w in &self.sim.slow {
+            check(
+                "sim.slow",
+                "a factor of 1 or more",
+                w.factor,
+                w.factor.is_finite() && w.factor >= 1.0,
+            )?;
+        }
+        let slow: Vec<crate::sim::Window> = self
+            .sim
+            .slow
+            .iter()
+            .map(crate::sim::Slowdown::window)
+            .collect();
         let kinds = [
             (
                 "sim.partitions",
@@ -1780,6 +1795,7 @@ impl RunSpec {
                 &self.sim.partitions,
             ),
             ("sim.pauses", "sim.pauses peer", &self.sim.pauses),
+            ("sim.slow", "sim.slow peer", &slow),
         ];
         for (field, peer_field, windows) in kinds {
             if windows.is_empty() {

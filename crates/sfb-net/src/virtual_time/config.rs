@@ -210,6 +210,21 @@ pub struct Pause {
     pub until: Duration,
 }
 
+/// The links of `node` are `factor` times slower from `from` until `until`: a frame it
+/// sends or is sent in that span takes `factor` times the link delay, and `factor` times
+/// as long to leave the sender's NIC (a congested or degraded link, not a cut).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slow {
+    /// The node whose links are slow.
+    pub node: PeerId,
+    /// Start of the span.
+    pub from: Duration,
+    /// End of the span (exclusive).
+    pub until: Duration,
+    /// How many times slower, at least 1.
+    pub factor: f64,
+}
+
 /// The nodes of `side` and the others cannot reach each other from `from` until `until`:
 /// frames between the two sides are held on the cut links and handed over when they heal
 /// (as a transport holds what it cannot deliver yet). If the cut lasts
@@ -288,6 +303,8 @@ pub struct Config {
     pub stragglers: Stragglers,
     /// Pauses of nodes. Default: none.
     pub pauses: Vec<Pause>,
+    /// Slow links of nodes. Default: none.
+    pub slow: Vec<Slow>,
     /// Lost frames. Default: none.
     pub losses: Vec<Loss>,
     /// Crashed nodes. Default: none.
@@ -318,6 +335,7 @@ impl Default for Config {
             costs: Costs::default(),
             stragglers: Stragglers::None,
             pauses: Vec::new(),
+            slow: Vec::new(),
             losses: Vec::new(),
             crashes: Vec::new(),
             partitions: Vec::new(),
@@ -354,6 +372,18 @@ impl Config {
                 node: p.node,
                 from: p.from,
                 until: p.until,
+            });
+        }
+        if let Some(w) = self
+            .slow
+            .iter()
+            .find(|w| w.from > w.until || !(w.factor.is_finite() && w.factor >= 1.0))
+        {
+            return Err(Error::InvalidSlow {
+                node: w.node,
+                factor: w.factor,
+                from: w.from,
+                until: w.until,
             });
         }
         for (side, rate) in [

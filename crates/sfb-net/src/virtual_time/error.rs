@@ -118,6 +118,21 @@ pub enum Error {
         /// End.
         until: Duration,
     },
+    /// A slow-link span that ends before it starts, or a factor below 1 or not finite.
+    #[error(
+        "slow links of {node}: factor {factor} from {from:?} until {until:?} (a factor of 1 \
+         or more over a span that does not end before it starts)"
+    )]
+    InvalidSlow {
+        /// The node.
+        node: PeerId,
+        /// The factor.
+        factor: f64,
+        /// Start.
+        from: Duration,
+        /// End.
+        until: Duration,
+    },
     /// A node refused a frame or failed a step.
     #[error("{node} at virtual time {at:?}: {source}")]
     Node {

@@ -25,6 +25,8 @@
 //! - **Pauses** ([`Pause`]): a paused node starts no step and takes no frames; they queue
 //!   and are handed over when the pause ends. A step under way when a pause starts
 //!   completes (pauses act between steps).
+//! - **Slow links** ([`Slow`]): over a span, a node's frames (sent or received) take a
+//!   multiple of the link delay and of the sender's NIC time.
 //! - **Losses** ([`Loss`]): lost frames are never delivered; see [`Loss`] for what the
 //!   nodes then do.
 //! - **Crashes** ([`Crash`]): a crashed node stops for good; [`Config::detect_after`]
@@ -98,7 +100,7 @@
 //!   [`Config::keep_records`] off); each event costs O(log events in flight).
 //! - *Cost model*: [`Costs::of`] maps each [`Work`] to a duration; `sfb sim` fills it from
 //!   flop and byte counts at given machine rates, or from a calibration on this machine.
-//! - *Faults*: pauses, losses, crashes and partitions are data in [`Config`], restarts
+//! - *Faults*: pauses, slow links, losses, crashes and partitions are data in [`Config`], restarts
 //!   nodes given to [`Network::restart`].
 //! - *Observation*: an [`Observer`] sees every delivery, tick and record (for streaming
 //!   metrics or checking invariants) without the driver keeping anything.
@@ -118,7 +120,7 @@ use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
 use sfb_core::{Event, NodeState, PeerId, Progress, StateMachine, Stragglers, TimeSource, Work};
 
-pub use config::{Config, Costs, Crash, CrashAt, Latency, Loss, Nic, Partition, Pause};
+pub use config::{Config, Costs, Crash, CrashAt, Latency, Loss, Nic, Partition, Pause, Slow};
 pub use error::{Blocked, Error};
 pub use fms::FmsNode;
 pub use host::Hosts;
@@ -418,6 +420,17 @@ impl<N: StateMachine> Network<N> {
     /// `from` until `until`.
     pub fn partition(mut self, side: Vec<PeerId>, from: Duration, until: Duration) -> Self {
         self.cfg.partitions.push(Partition { side, from, until });
+        self
+    }
+
+    /// Makes `node`'s links `factor` times slower from `from` until `until` ([`Slow`]).
+    pub fn slow(mut self, node: PeerId, from: Duration, until: Duration, factor: f64) -> Self {
+        self.cfg.slow.push(Slow {
+            node,
+            from,
+            until,
+            factor,
+        });
         self
     }
 
@@ -748,6 +761,9 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             .collect();
         for p in &cfg.pauses {
             slots[find(p.node, "pause")?].pauses.push((p.from, p.until));
+        }
+        for w in &cfg.slow {
+            find(w.node, "slow link")?;
         }
         for s in &mut slots {
             s.pauses.sort_unstable();
@@ -1381,6 +1397,15 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             return Ok(());
         }
         let delay = link.delay(latency);
+        // Slow links of either end over the span covering the send.
+        let slow = self
+            .cfg
+            .slow
+            .iter()
+            .filter(|w| (w.node == from || w.node == to) && w.from <= at && at < w.until)
+            .map(|w| w.factor)
+            .fold(1.0, f64::max);
+        let delay = delay.mul_f64(slow);
         let nic = self.cfg.nic;
         let bytes = if nic.limited() {
             sfb_core::wire::encoded_len_with(&msg, nic.dtype)
@@ -1395,7 +1420,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         };
         // The NIC model (see [`Nic`]); without rates it reduces to `at + delay`.
         let start = at.max(self.slots[i].egress_free);
-        let out = start + Nic::serialize(bytes, nic.egress);
+        let out = start + Nic::serialize(bytes, nic.egress).mul_f64(slow);
         self.slots[i].egress_free = out;
         let lives = (self.slots[i].life, self.slots[j].life);
         let link = self.links.get_mut(&(i, j)).expect("made above");

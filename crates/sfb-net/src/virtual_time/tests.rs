@@ -172,6 +172,95 @@ fn a_paused_node_does_nothing_and_the_others_wait_for_it() {
     assert!(m.flush_s < 0.001, "{m:?}");
 }
 
+/// Slow links as data (issue 31, item 5): p1's links 10× slower for 5 ms in the middle of a
+/// BSP run. Every frame to or from p1 sent in that span takes 10× the link delay; the run
+/// takes longer in virtual time, p0 waits for p1 meanwhile, and the replicas are bitwise
+/// those of the run without the fault (BSP does not depend on delays). Under SSP(2) the
+/// others run ahead of p1 by at most the bound.
+#[test]
+fn a_slow_link_delays_its_frames_and_changes_no_bsp_result() {
+    let latency = Duration::from_micros(200);
+    let (from, until) = (2 * MS, 7 * MS);
+    let plain = Network::new(engines(3, Consistency::Bsp, 30))
+        .latency(Latency::fixed(latency))
+        .run()
+        .unwrap();
+    #[derive(Default)]
+    struct Sent(Vec<(PeerId, PeerId, Duration)>);
+    impl<N> Observer<N> for Sent {
+        fn on_deliver(&mut self, at: Duration, from: PeerId, to: PeerId, _: &Message) {
+            self.0.push((from, to, at));
+        }
+    }
+    let mut sent = Sent::default();
+    let slow = Network::new(engines(3, Consistency::Bsp, 30))
+        .latency(Latency::fixed(latency))
+        .slow(PeerId(1), from, until, 10.0)
+        .run_with(&mut sent)
+        .unwrap();
+    assert!(
+        slow.end > plain.end + 4 * latency,
+        "{:?} vs {:?}",
+        slow.end,
+        plain.end
+    );
+    for (a, b) in plain.nodes.iter().zip(&slow.nodes) {
+        assert_eq!(a.node.replica().checksum(), b.node.replica().checksum());
+    }
+    // Frames of p1 delivered in the span came 2 ms (10 × 200 µs) after they were sent:
+    // none arrived there sooner than that after the span began.
+    let p1 = |(f, t, _): &&(PeerId, PeerId, Duration)| *f == PeerId(1) || *t == PeerId(1);
+    assert!(
+        sent.0
+            .iter()
+            .filter(p1)
+            .all(|&(_, _, at)| at < from + latency || at >= from + 10 * latency)
+    );
+    assert!(
+        sent.0
+            .iter()
+            .filter(p1)
+            .any(|&(_, _, at)| at >= from && at < until)
+    );
+    let w0 = |r: &Outcome<Engine<Ls>>| r.nodes[0].node.metrics().wait_s;
+    assert!(
+        w0(&slow) > w0(&plain) + 0.002,
+        "{} vs {}",
+        w0(&slow),
+        w0(&plain)
+    );
+    // SSP(2): the bound holds while p1's links are slow.
+    let ssp = Network::new(engines(3, Consistency::Ssp { staleness: 2 }, 30))
+        .latency(Latency::fixed(latency))
+        .slow(PeerId(1), from, until, 10.0)
+        .run()
+        .unwrap();
+    for n in &ssp.nodes {
+        assert!(
+            n.node.metrics().max_staleness <= 2,
+            "{:?}",
+            n.node.metrics()
+        );
+    }
+    // Refused: a factor below 1, a span that ends before it starts, an unknown node.
+    for (node, a, b, f) in [(0, MS, 2 * MS, 0.5), (0, 2 * MS, MS, 2.0)] {
+        let e = Network::new(engines(2, Consistency::Bsp, 2))
+            .slow(PeerId(node), a, b, f)
+            .run();
+        assert!(matches!(e, Err(Error::InvalidSlow { .. })), "{f}");
+    }
+    let e = Network::new(engines(2, Consistency::Bsp, 2))
+        .slow(PeerId(5), MS, 2 * MS, 2.0)
+        .run();
+    assert!(matches!(
+        e,
+        Err(Error::UnknownNode {
+            node: PeerId(5),
+            what: "slow link"
+        })
+    ));
+}
+
 #[test]
 fn the_event_cap_ends_a_run() {
     let err = Network::new(engines(2, Consistency::Bsp, 50))
