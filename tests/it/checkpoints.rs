@@ -242,25 +242,39 @@ fn kill_at_30(c: &mut common::Started, victim: usize) {
 
 #[test]
 fn libp2p_peers_killed_at_clock_30_resume_bitwise() {
-    let dir = tempdir(GROUP, "p2p-sfb");
-    let want = uninterrupted(&dir, &["--peers", "4"]);
-    let cluster = init(&dir, &["--peers", "4", "--out-degree", "3"]);
-    let ck = dir.join("ck");
-    let mut c = start_nodes(&dir, &cluster, 4, false, &ck, &[]);
-    kill_at_30(&mut c, 2);
-    drop(c);
-    let files = checkpoint_files(&ck);
-    assert!(files.iter().any(|f| f.starts_with("peer-2.c")), "{files:?}");
-    // Every node again, from the latest clock they all have.
-    let mut c = start_nodes(&dir, &cluster, 4, false, &ck, &["--resume"]);
-    let pids = c.children.pids();
-    c.children.wait_all(Duration::from_secs(120));
-    drop(c);
-    assert_gone(&pids);
-    let got: Vec<String> = (0..4)
-        .map(|i| report_checksum(&dir, &i.to_string()))
-        .collect();
-    assert_eq!(got, checksums(&want), "{files:?}");
+    // Full broadcast, and relay over a Q = 2 topology (the batches still travelling its
+    // trees at the cut are in the checkpoints and handed on again on resume).
+    for (name, q, extra) in [
+        ("p2p-sfb", "3", &[][..]),
+        ("p2p-relay", "2", &["--relay"][..]),
+    ] {
+        let dir = tempdir(GROUP, name);
+        let want = uninterrupted(
+            &dir,
+            &[&["--peers", "4", "--out-degree", q], extra].concat(),
+        );
+        let cluster = init(&dir, &["--peers", "4", "--out-degree", q]);
+        let ck = dir.join("ck");
+        let mut c = start_nodes(&dir, &cluster, 4, false, &ck, extra);
+        kill_at_30(&mut c, 2);
+        drop(c);
+        let files = checkpoint_files(&ck);
+        assert!(
+            files.iter().any(|f| f.starts_with("peer-2.c")),
+            "{name}: {files:?}"
+        );
+        // Every node again, from the latest clock they all have.
+        let resume = [extra, &["--resume"][..]].concat();
+        let mut c = start_nodes(&dir, &cluster, 4, false, &ck, &resume);
+        let pids = c.children.pids();
+        c.children.wait_all(Duration::from_secs(120));
+        drop(c);
+        assert_gone(&pids);
+        let got: Vec<String> = (0..4)
+            .map(|i| report_checksum(&dir, &i.to_string()))
+            .collect();
+        assert_eq!(got, checksums(&want), "{name}: {files:?}");
+    }
 }
 
 #[test]
