@@ -71,6 +71,10 @@ fn gossip_reaches_the_least_squares_optimum_where_the_paper_mode_stalls() {
     let s = gossip.summary();
     let d = s.max_replica_divergence.expect("in-memory runs measure it");
     assert!(d < 1e-3, "divergence {d}");
+    // The summary names the mode each run took (the default, chosen here: gossip).
+    let mode = |r: &MemRun<LeastSquares>| r.summary().topology.and_then(|t| t.mode);
+    assert_eq!(mode(&gossip).as_deref(), Some("gossip"));
+    assert_eq!(mode(&paper).as_deref(), Some("paper"));
 }
 
 #[test]
@@ -146,6 +150,9 @@ fn a_tree_run_reaches_the_least_squares_optimum_with_identical_replicas_at_q_byt
     // bound; here about 0.6 of it: a leaf sends K pairs up, an inner peer K up and K to
     // each child).
     let (full, _) = run_on(12, None, 11, bsp, None);
+    let mode = |s: &sfb::core::metrics::Summary| s.topology.clone().and_then(|t| t.mode);
+    assert_eq!(mode(&s).as_deref(), Some("tree"));
+    assert_eq!(mode(&full.summary()).as_deref(), Some("full"));
     let ratio = s.bytes_per_clock / full.summary().bytes_per_clock;
     let bound = 1.25 * 3.0 / 11.0;
     assert!(ratio <= bound, "ratio {ratio} > {bound}");

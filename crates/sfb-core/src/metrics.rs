@@ -241,6 +241,11 @@ pub struct TopologyInfo {
     /// Σ over ordered peer pairs of the hop distance (the SFB paper's eq. 3; `P(P − 1)`
     /// for full broadcast).
     pub cost: u64,
+    /// How batches travel on it: `full` (broadcast), or the partial-broadcast mode the run
+    /// took, named or chosen for it: `tree`, `gossip`, `paper`, `relay`. Absent when not
+    /// known (summaries of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// The `stop` block of a summary: the stop the run's stop rules agreed

@@ -219,6 +219,7 @@ impl Resolved {
         TopologyInfo {
             source: self.source.clone(),
             cost,
+            mode: None,
         }
     }
 
@@ -2116,10 +2117,37 @@ impl<K: Kind> Builder<K> {
     /// Whether this run's SFB peers use the gossip mode ([`sfb_core::gossip`]): partial
     /// broadcast, and `--partial gossip` or no mode named, and no relay.
     pub fn gossips(&self) -> bool {
+        self.partial_lists()
+            && !self.s.spec.net.relay
+            && match self.s.spec.net.partial {
+                Some(crate::PartialSpec::Gossip) => true,
+                Some(crate::PartialSpec::Paper | crate::PartialSpec::Tree) => false,
+                None => true,
+            }
+    }
+
+    /// How batches travel ([`TopologyInfo::mode`]): `full`, `tree`, `relay`, `gossip` or
+    /// `paper` (the mode named, or chosen: call after the choice, `resolved_partial`).
+    fn mode_name(&self) -> &'static str {
+        if self.s.spec.tree() {
+            "tree"
+        } else if !self.partial_lists() {
+            "full"
+        } else if self.s.spec.net.relay {
+            "relay"
+        } else if self.gossips() {
+            "gossip"
+        } else {
+            "paper"
+        }
+    }
+
+    /// Whether some peer sends to fewer than all the others.
+    fn partial_lists(&self) -> bool {
         let p = self.s.spec.peers;
         let topo = &self.s.spec.topology;
         let partial_lists = |out: &[Vec<usize>]| out.iter().any(|l| l.len() + 1 < p);
-        let partial = match (&self.s.resolved, &topo.file, &topo.explicit) {
+        match (&self.s.resolved, &topo.file, &topo.explicit) {
             (Some(r), _, _) => partial_lists(&r.out),
             // Not built yet: read again (a file that cannot be read fails the build).
             (None, Some(path), _) => {
@@ -2127,14 +2155,7 @@ impl<K: Kind> Builder<K> {
             }
             (None, None, Some(out)) => partial_lists(out),
             (None, None, None) => topo.out_degree.is_some_and(|q| q + 1 < p),
-        };
-        partial
-            && !self.s.spec.net.relay
-            && match self.s.spec.net.partial {
-                Some(crate::PartialSpec::Gossip) => true,
-                Some(crate::PartialSpec::Paper | crate::PartialSpec::Tree) => false,
-                None => true,
-            }
+        }
     }
 
     /// Peer `id`'s engine with these neighbours; `relay`: with the topology's relay trees
@@ -2592,7 +2613,10 @@ impl<K: Kind> Builder<K> {
                 .map(ToString::to_string)
                 .collect(),
             topology: match (&self.s.resolved, backend) {
-                (Some(r), "sfb") => Some(r.info()),
+                (Some(r), "sfb") => Some(TopologyInfo {
+                    mode: Some(self.mode_name().into()),
+                    ..r.info()
+                }),
                 _ => None,
             },
         }
@@ -2604,7 +2628,11 @@ impl<K: Kind> Builder<K> {
     /// # Errors
     /// As [`resolve_topology`](Self::resolve_topology).
     pub fn topology_info(&mut self) -> Result<TopologyInfo> {
-        Ok(self.resolved()?.info())
+        let info = self.resolved()?.info();
+        Ok(TopologyInfo {
+            mode: Some(self.mode_name().into()),
+            ..info
+        })
     }
 
     /// The in-memory driver's options, and the record sink they hand every record to

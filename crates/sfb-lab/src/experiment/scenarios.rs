@@ -735,10 +735,11 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
 /// none was named (`sfb_harness::auto`; a tree names itself in its arms' topology).
 fn mode_ran(report: &Report, named: Option<sfb_harness::PartialSpec>) -> sfb_harness::PartialSpec {
     let tree = report.arms.iter().any(|a| {
-        a.summary
-            .topology
-            .as_ref()
-            .is_some_and(|t| t.source.starts_with("tree of fan-out"))
+        a.summary.topology.as_ref().is_some_and(|t| match &t.mode {
+            Some(m) => m == "tree",
+            // A summary of a version before `mode`.
+            None => t.source.starts_with("tree of fan-out"),
+        })
     });
     if tree {
         sfb_harness::PartialSpec::Tree
