@@ -77,12 +77,17 @@ pub enum Action {
 pub struct Membership {
     lost: Vec<PeerId>,
     repair: Option<RepairFn>,
+    /// Nodes this node was told are back while it was itself rejoining, and not lost again
+    /// since: a neighbour's state sent before their return still counts them lost, and
+    /// this node's later news wins ([`Membership::adopt`]).
+    back_meanwhile: Vec<PeerId>,
 }
 
 impl std::fmt::Debug for Membership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Membership")
             .field("lost", &self.lost)
+            .field("back_meanwhile", &self.back_meanwhile)
             .field("repair", &self.repair.is_some())
             .finish()
     }
@@ -95,6 +100,7 @@ impl Membership {
         Self {
             lost: Vec::new(),
             repair,
+            back_meanwhile: Vec::new(),
         }
     }
 
@@ -176,9 +182,11 @@ impl Membership {
             "{me} rejoined the run at clock {}",
             node.clock()
         )));
+        // Not those it was told came back while it waited: the state may predate that.
+        let back = std::mem::take(&mut self.back_meanwhile);
         let news: Vec<PeerId> = gone
             .into_iter()
-            .filter(|p| *p != me && !self.lost.contains(p))
+            .filter(|p| *p != me && !self.lost.contains(p) && !back.contains(p))
             .collect();
         if !news.is_empty() {
             let names: Vec<String> = news.iter().map(ToString::to_string).collect();
@@ -190,6 +198,19 @@ impl Membership {
         for peer in news {
             self.gone(node, peer, None, false, actions)?;
         }
+        // Those that came back while this node waited may be waiting still, for a state
+        // from a node that sends to them (this one, perhaps, which had none to give).
+        if !back.is_empty() {
+            let out = self.rewire(node, actions);
+            for peer in back {
+                if out.as_ref().is_none_or(|o| o.contains(&peer))
+                    && let Some(state) = node.rejoin_state()
+                {
+                    actions.push(Action::Connect(peer));
+                    actions.push(Action::SendState(peer, Box::new(state)));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -200,7 +221,11 @@ impl Membership {
         actions: &mut Vec<Action>,
     ) {
         let Some(i) = self.lost.iter().position(|&p| p == joined) else {
-            // Not lost here: a stream opened, or news already taken.
+            // Not lost here: a stream opened, or news already taken; or news this node,
+            // rejoining, has no view for yet (kept for the state it adopts).
+            if node.rejoining() && !self.back_meanwhile.contains(&joined) {
+                self.back_meanwhile.push(joined);
+            }
             return;
         };
         self.lost.remove(i);
@@ -239,6 +264,7 @@ impl Membership {
             // (it rejoined): it is here.
             return Ok(());
         }
+        self.back_meanwhile.retain(|&p| p != peer);
         let me = node.id();
         let was_needed = match &why {
             Some(_) => node.peer_lost(peer)?,
@@ -371,6 +397,9 @@ mod tests {
         }
         fn adopt(&mut self, _: NodeState) -> Result<bool> {
             Ok(std::mem::take(&mut self.rejoining))
+        }
+        fn rejoining(&self) -> bool {
+            self.rejoining
         }
     }
 
@@ -542,5 +571,46 @@ mod tests {
         m.on_news(&mut node, News::State(Box::new(s)), &mut a)
             .unwrap();
         assert!(a.is_empty());
+    }
+    /// Issue 31 (found by the restart property): a node told, while it rejoins, that p2 is
+    /// back adopts a state sent before that return (p2 still lost there). It does not count
+    /// p2 lost, and, as a node that sends to p2, hands p2 its state (p2 may be waiting for
+    /// one that nobody else can send).
+    #[test]
+    fn a_return_told_while_rejoining_wins_over_an_older_state() {
+        let mut node = Node {
+            rejoining: true,
+            ..Node::default()
+        };
+        let mut m = Membership::new(repair());
+        let mut a = Vec::new();
+        m.on_news(&mut node, News::Notice(Notice::Joined(2)), &mut a)
+            .unwrap();
+        assert!(kinds(&a).is_empty(), "{a:?}");
+        m.on_news(
+            &mut node,
+            News::State(Box::new(state(vec![(2, 3)]))),
+            &mut a,
+        )
+        .unwrap();
+        assert_eq!(m.lost(), []);
+        assert_eq!(
+            kinds(&a),
+            ["rewired 3", "connect p2", "state to p2"],
+            "{a:?}"
+        );
+        // Lost again after it was told of the return: the loss counts.
+        let mut node = Node {
+            rejoining: true,
+            ..Node::default()
+        };
+        let mut m = Membership::new(repair());
+        let mut a = Vec::new();
+        for n in [Notice::Joined(2), Notice::Lost(2)] {
+            m.on_news(&mut node, News::Notice(n), &mut a).unwrap();
+        }
+        m.on_news(&mut node, News::State(Box::new(state(Vec::new()))), &mut a)
+            .unwrap();
+        assert_eq!(m.lost(), [PeerId(2)]);
     }
 }

@@ -916,6 +916,16 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
     /// (each node's membership decides what that means to it: nothing to one that got all
     /// its clocks). Whether any was found (the run then goes on).
     fn streams_end(&mut self) -> bool {
+        // Nothing is left to happen: a node back after a crash that nobody took back never
+        // will be (those that send to it have finished); it gives up, as a process does
+        // after its rejoin timeout.
+        for (n, s) in self.nodes.iter().zip(&mut self.slots) {
+            if !s.done && s.restarted_at.is_some() && n.rejoining() {
+                s.done = true;
+                s.failed = Some("restarted, and no node took it back (the run had ended)".into());
+                s.finished_at = s.clock.time();
+            }
+        }
         let mut ended = Vec::new();
         for k in (0..self.nodes.len()).filter(|&k| !self.slots[k].done) {
             for (p, _) in self.nodes[k].waiting_on() {
@@ -1096,6 +1106,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         slot.inbox.clear();
         slot.restarted_at = Some(at);
         let id = slot.id;
+        // Back in the run: if it stops again, its streams end again (`streams_end`).
+        self.lost.retain(|&p| p != id);
         for k in 0..self.nodes.len() {
             if k == i || self.slots[k].done {
                 continue;
