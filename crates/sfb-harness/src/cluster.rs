@@ -2129,17 +2129,12 @@ impl<K: Kind> Builder<K> {
     /// How batches travel ([`TopologyInfo::mode`]): `full`, `tree`, `relay`, `gossip` or
     /// `paper` (the mode named, or chosen: call after the choice, `resolved_partial`).
     fn mode_name(&self) -> &'static str {
-        if self.s.spec.tree() {
-            "tree"
-        } else if !self.partial_lists() {
-            "full"
-        } else if self.s.spec.net.relay {
-            "relay"
-        } else if self.gossips() {
-            "gossip"
-        } else {
-            "paper"
-        }
+        mode_name(
+            self.s.spec.tree(),
+            !self.partial_lists(),
+            self.s.spec.net.relay,
+            self.s.spec.net.partial,
+        )
     }
 
     /// Whether some peer sends to fewer than all the others.
@@ -2947,11 +2942,31 @@ impl<M: Model> FmsRun<M> {
     }
 }
 
+/// How batches travel ([`TopologyInfo::mode`]) in a run with a tree, or on a full graph,
+/// or with relay, or in the partial-broadcast mode named (`None`: gossip, the default
+/// where the tree was not chosen).
+pub(crate) fn mode_name(
+    tree: bool,
+    full: bool,
+    relay: bool,
+    partial: Option<crate::PartialSpec>,
+) -> &'static str {
+    match (tree, full, relay, partial) {
+        (true, ..) => "tree",
+        (_, true, ..) => "full",
+        (_, _, true, _) => "relay",
+        (.., Some(crate::PartialSpec::Paper)) => "paper",
+        _ => "gossip",
+    }
+}
+
 /// Node `me`'s neighbours in the topology `out` repaired for a set of lost peers
 /// ([`sfb_topology::repair`], deterministic: every survivor computes the same graph), with
 /// the fingerprint of the repaired graph in the original ids; `None` if `out` is not a
 /// valid topology. With `tree` (the tree mode's fan-out): the tree laid out over the
 /// survivors ([`sfb_core::tree::Config::repaired`]), as each engine lays it out.
+/// With `relay`: `out` without the lost peers (relay adds no arcs;
+/// [`sfb_core::Routes::without`]).
 pub(crate) fn repair_fn(
     out: Vec<Vec<usize>>,
     me: usize,

@@ -429,18 +429,12 @@ impl NodeRun<'_> {
         } = self;
         // The graph this node trains on is the cluster file's, whatever the spec says.
         let topology = (!full_w).then(|| file.topology()).flatten().map(|t| {
-            let full = t.out_degree() + 1 >= file.peers();
-            let mode = if file.tree_fanout().is_some() {
-                "tree"
-            } else if full {
-                "full"
-            } else if run.net.relay {
-                "relay"
-            } else if run.net.partial == Some(crate::PartialSpec::Paper) {
-                "paper"
-            } else {
-                "gossip"
-            };
+            let mode = crate::cluster::mode_name(
+                file.tree_fanout().is_some(),
+                t.out_degree() + 1 >= file.peers(),
+                run.net.relay,
+                run.net.partial,
+            );
             (
                 t.out_degree(),
                 sfb_core::metrics::TopologyInfo {

@@ -1012,16 +1012,9 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         Ok(())
     }
 
-    fn outcome(mut self) -> Result<Outcome<N>> {
-        // A node that came back after everyone it could rejoin had finished is never taken
-        // back: it gives up, as a process does after its rejoin timeout.
-        for (n, s) in self.nodes.iter().zip(&mut self.slots) {
-            if !s.done && s.restarted_at.is_some() && n.rejoining() {
-                s.done = true;
-                s.failed = Some("restarted, and no node took it back (the run had ended)".into());
-                s.finished_at = s.clock.time();
-            }
-        }
+    /// The run's outcome once nothing is left to happen (`streams_end` has given up the
+    /// nodes back that nobody took back), or the stall.
+    fn outcome(self) -> Result<Outcome<N>> {
         if self.slots.iter().any(|s| !s.done) {
             let blocked = self
                 .nodes
