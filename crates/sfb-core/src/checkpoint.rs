@@ -98,6 +98,10 @@ pub struct NodeState {
     /// The nodes this one waits for (in-neighbours; the clients; the server), sorted: a
     /// state is refused by a run with another topology.
     pub awaited: Vec<PeerId>,
+    /// The nodes the writer counted lost when it took the state, as its
+    /// [`Membership`](crate::Membership) saw them: a rejoin state carries the donor's view
+    /// (its counters name only the losses of its own neighbours). Empty in checkpoints.
+    pub lost: Vec<PeerId>,
     /// Counters so far.
     pub metrics: PeerMetrics,
     /// Seconds of the run so far (a resumed run's records continue from it).
@@ -119,6 +123,7 @@ struct Head {
     relay: u64,
     sampler: Option<SamplerState>,
     awaited: Vec<PeerId>,
+    lost: Vec<PeerId>,
     metrics: PeerMetrics,
     wall_s: f64,
     first_objective: Option<f64>,
@@ -148,6 +153,7 @@ impl NodeState {
             relay: self.relay.len() as u64,
             sampler: self.sampler,
             awaited: self.awaited.clone(),
+            lost: self.lost.clone(),
             metrics: self.metrics.clone(),
             wall_s: self.wall_s,
             first_objective: self.first_objective,
@@ -238,6 +244,7 @@ impl NodeState {
             relay,
             sampler: head.sampler,
             awaited: head.awaited,
+            lost: head.lost,
             metrics: head.metrics,
             wall_s: head.wall_s,
             first_objective: head.first_objective,
@@ -498,6 +505,7 @@ mod tests {
                 len: 10,
             }),
             awaited: vec![PeerId(0), PeerId(1)],
+            lost: Vec::new(),
             metrics: PeerMetrics {
                 clocks: 30,
                 ..PeerMetrics::default()

@@ -1569,14 +1569,22 @@ impl<M: Model> Engine<M> {
     /// A rejoining peer takes a neighbour's W, optimizer state and clock (`state`, taken
     /// by the neighbour at its clock boundary) and goes on from that clock: every
     /// in-neighbour is awaited from its next frame, of whatever clock. Its own model state
-    /// and sampler are its own (they are not transferred). Ignored when the engine is not
-    /// rejoining (a second neighbour's state).
+    /// and sampler are its own (they are not transferred).
+    ///
+    /// A state that comes when the engine no longer rejoins (a second neighbour's) is not
+    /// adopted, but it says where its sender's frames to this node start: the sender took
+    /// it at its clock `c` when it learned of the return, and sends this node its clocks
+    /// from `c` on (those before went to the others). A sender still awaited as fresh
+    /// then counts as having delivered `c` clocks. Without that, a sender that was ahead
+    /// and had already computed its last clock sends nothing more, and the two wait for
+    /// each other. Returns `false`.
     ///
     /// # Errors
     /// [`Error::Checkpoint`] for a state of another shape or optimizer, or a non-finite W
     /// (nothing changes).
     pub fn adopt(&mut self, mut state: NodeState) -> Result<bool> {
         if !self.rejoining {
+            self.worker.inbound.starts_at(state.id, state.clock);
             return Ok(false);
         }
         let w = state.w.take().ok_or_else(|| Error::Checkpoint {
@@ -1895,6 +1903,15 @@ impl<M: Model> Engine<M> {
         self.retree();
         self.reroute();
         Ok(true)
+    }
+
+    /// Peer `peer` finished the run and sends nothing more (see
+    /// [`StateMachine::peer_finished`](crate::StateMachine::peer_finished)): if it is
+    /// awaited, it counts as having delivered every clock, so this node neither waits for
+    /// it nor counts it lost. Clocks it sent while this node was out of its topology (this
+    /// node was away, or a repair had parted them) are not applied here.
+    pub fn peer_finished(&mut self, peer: PeerId) {
+        self.worker.inbound.finished(peer, self.worker.plan.clocks);
     }
 
     /// Tree mode: lays the tree out again over the peers not lost ([`crate::tree`]'s

@@ -172,8 +172,14 @@ impl Membership {
         state: NodeState,
         actions: &mut Vec<Action>,
     ) -> Result<()> {
-        // The losses the neighbour knows of, some of them while this node was away.
-        let gone = state.metrics.gone();
+        // The losses the neighbour knows of, some of them while this node was away: its
+        // view, and its counters' (a state written before the view travelled with it).
+        let mut gone = state.metrics.gone();
+        for &p in &state.lost {
+            if !gone.contains(&p) {
+                gone.push(p);
+            }
+        }
         if !node.adopt(state)? {
             return Ok(());
         }
@@ -204,7 +210,7 @@ impl Membership {
             let out = self.rewire(node, actions);
             for peer in back {
                 if out.as_ref().is_none_or(|o| o.contains(&peer))
-                    && let Some(state) = node.rejoin_state()
+                    && let Some(state) = self.rejoin_state(node)
                 {
                     actions.push(Action::Connect(peer));
                     actions.push(Action::SendState(peer, Box::new(state)));
@@ -238,7 +244,7 @@ impl Membership {
             .is_none_or(|out| out.contains(&joined));
         if sends_to_it {
             actions.push(Action::Connect(joined));
-            if let Some(state) = node.rejoin_state() {
+            if let Some(state) = self.rejoin_state(node) {
                 actions.push(Action::SendState(joined, Box::new(state)));
             }
         }
@@ -306,6 +312,13 @@ impl Membership {
         }));
         self.rewire(node, actions);
         Ok(())
+    }
+
+    /// The node's state for a node coming back, carrying this view's losses.
+    fn rejoin_state<N: StateMachine + ?Sized>(&self, node: &N) -> Option<NodeState> {
+        let mut state = node.rejoin_state()?;
+        state.lost.clone_from(&self.lost);
+        Some(state)
     }
 
     /// Rewires the node for the lost nodes so far, if it repairs; the new out-neighbours.
@@ -416,6 +429,7 @@ mod tests {
             relay: Vec::new(),
             sampler: None,
             awaited: Vec::new(),
+            lost: Vec::new(),
             metrics: crate::metrics::PeerMetrics {
                 lost_peers: lost,
                 ..Default::default()
@@ -612,5 +626,35 @@ mod tests {
         m.on_news(&mut node, News::State(Box::new(state(Vec::new()))), &mut a)
             .unwrap();
         assert_eq!(m.lost(), [PeerId(2)]);
+    }
+
+    /// A donor counts lost more than its counters say (only its neighbours' losses are
+    /// counted there): a rejoin state carries its view, the node back takes it, and the
+    /// states this node hands out carry its own.
+    #[test]
+    fn a_rejoin_state_carries_its_senders_view() {
+        let mut node = Node {
+            rejoining: true,
+            ..Node::default()
+        };
+        let mut m = Membership::new(repair());
+        let mut a = Vec::new();
+        let mut donor = state(Vec::new());
+        donor.lost = vec![PeerId(3)];
+        m.on_news(&mut node, News::State(Box::new(donor)), &mut a)
+            .unwrap();
+        assert_eq!(m.lost(), [PeerId(3)]);
+        assert_eq!(node.reported, [PeerId(3)]);
+        // p2 goes, then p3 comes back: the state handed to p3 says p2 is lost.
+        a.clear();
+        m.on_news(&mut node, News::Notice(Notice::Lost(2)), &mut a)
+            .unwrap();
+        m.on_news(&mut node, News::Notice(Notice::Joined(3)), &mut a)
+            .unwrap();
+        let sent = a.iter().find_map(|x| match x {
+            Action::SendState(to, st) => Some((*to, st.lost.clone())),
+            _ => None,
+        });
+        assert_eq!(sent, Some((PeerId(3), vec![PeerId(2)])), "{a:?}");
     }
 }

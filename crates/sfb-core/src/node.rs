@@ -40,6 +40,16 @@ pub trait StateMachine {
     /// # Errors
     /// [`Error::PeerLost`](crate::Error::PeerLost) when the node stops instead.
     fn peer_lost(&mut self, peer: PeerId) -> Result<bool>;
+    /// Node `peer` finished the run (it computed and sent every clock) and sends nothing
+    /// more: a new in-neighbour after a repair or a return that this node will never get
+    /// the rest of its clocks from. Not a loss: it counts as having delivered every clock
+    /// ([`Engine::peer_finished`]). Default: as [`peer_lost`](Self::peer_lost).
+    ///
+    /// # Errors
+    /// As [`peer_lost`](Self::peer_lost).
+    fn peer_finished(&mut self, peer: PeerId) -> Result<bool> {
+        self.peer_lost(peer)
+    }
     /// Another node reports `peer` lost, or `peer` said it leaves ([`Engine::loss_reported`]).
     /// Default: as [`peer_lost`](Self::peer_lost).
     ///
@@ -110,6 +120,10 @@ impl<M: Model> StateMachine for Engine<M> {
     }
     fn finish(&mut self, time: &mut dyn TimeSource) {
         Engine::finish(self, time);
+    }
+    fn peer_finished(&mut self, peer: PeerId) -> Result<bool> {
+        Engine::peer_finished(self, peer);
+        Ok(false)
     }
     fn peer_lost(&mut self, peer: PeerId) -> Result<bool> {
         Engine::peer_lost(self, peer)

@@ -30,9 +30,10 @@ use crate::{Error, FactorBatch, NodeState, PeerId, Result, VFactors};
 #[cfg(target_endian = "big")]
 compile_error!("sfb's wire format copies f32 arrays as little-endian bytes");
 
-/// Version written at the start of every frame (4: membership notices, rejoin states and
+/// Version written at the start of every frame (6: a rejoin state carries its sender's
+/// membership view; 5: the tree mode's sums, [`Message::Sum`]; 4: membership notices, rejoin states and
 /// gossip public copies in the one codec; 3: stop proposals; 2: relayed batches).
-pub const WIRE_VERSION: u16 = 5;
+pub const WIRE_VERSION: u16 = 6;
 
 /// Membership news between nodes ([`Message::Notice`]): what a node learned about
 /// another, passed on once by each receiver so that every survivor learns the same set

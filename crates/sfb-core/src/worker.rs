@@ -238,6 +238,36 @@ impl Inbound {
         self.delivered[i] = delivered;
     }
 
+    /// `q`, if awaited and fresh (nothing received since it was added), sends this node
+    /// its clocks from `clock` on: it counts as having delivered `clock` clocks and holds
+    /// the barrier from there. A clock at or below what it counts already changes nothing.
+    pub(crate) fn starts_at(&mut self, q: PeerId, clock: u64) {
+        let Some(i) = self.position(q) else {
+            return;
+        };
+        if self.fresh[i] && clock > self.delivered[i] {
+            self.settle(i, clock);
+        }
+    }
+
+    /// `q`, if awaited, has finished the run and sends nothing more: it counts as having
+    /// delivered `clocks` (every clock of the run), whatever it did deliver.
+    pub(crate) fn finished(&mut self, q: PeerId, clocks: u64) {
+        if let Some(i) = self.position(q) {
+            let at = self.delivered[i].max(clocks);
+            self.settle(i, at);
+        }
+    }
+
+    /// The node at position `i` counts as having delivered `delivered` clocks, its next
+    /// frame being of that clock.
+    fn settle(&mut self, i: usize, delivered: u64) {
+        self.fresh[i] = false;
+        self.repaired[i] = false;
+        self.holds[i] = false;
+        self.delivered[i] = delivered;
+    }
+
     /// Whether `q` is awaited and has sent nothing since a repair added it.
     pub(crate) fn is_fresh(&self, q: PeerId) -> bool {
         self.position(q).is_some_and(|i| self.fresh[i])
@@ -577,6 +607,7 @@ impl<M: Model> Worker<M> {
             relay: Vec::new(),
             sampler: Some(self.shard.sampler_state()),
             awaited,
+            lost: Vec::new(),
             metrics: self.metrics.clone(),
             wall_s: self.wall_offset_s + self.started.map_or(0.0, |s| secs(s, now)),
             first_objective: self.first_objective,

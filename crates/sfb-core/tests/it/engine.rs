@@ -494,6 +494,41 @@ fn bsp_blocks_until_in_neighbours_deliver() {
     );
 }
 
+/// A node back in the run adopts the first state; a later sender's state says where that
+/// sender's frames to it start (it may have sent its earlier clocks while this node was
+/// away, or finished the run), and a sender that finished counts as having delivered
+/// every clock: neither is waited for.
+#[test]
+fn a_node_back_awaits_each_sender_from_where_its_frames_start() {
+    let mut cfg = Config::full_broadcast(PeerId(0), 3);
+    cfg.clocks = 10;
+    cfg.batch_size = 2;
+    let from = |id, clock| {
+        let mut c = Config::full_broadcast(PeerId(id), 3);
+        c.clocks = 10;
+        let mut s = engine_for(c, Echo).state();
+        s.clock = clock;
+        s
+    };
+    let mut e = engine_for(cfg.clone(), Echo).rejoining();
+    let t = &mut ManualTime::default();
+    assert!(e.adopt(from(1, 2)).unwrap());
+    assert_eq!(e.clock(), 2);
+    // p2 was ahead, at clock 10: the end of the run.
+    assert!(!e.adopt(from(2, 10)).unwrap());
+    assert_eq!(e.on_tick(t).unwrap(), Progress::Stepped);
+    assert_eq!(e.on_tick(t).unwrap(), Progress::Blocked);
+    assert_eq!(e.waiting_on(), vec![(PeerId(1), 2)]);
+    // p1 sends its clock 2, then finishes without sending this node more.
+    e.on_message(PeerId(1), msg(batch(1, 2)), t).unwrap();
+    assert_eq!(e.on_tick(t).unwrap(), Progress::Stepped);
+    e.peer_finished(PeerId(1));
+    while e.on_tick(t).unwrap() == Progress::Stepped {}
+    assert_eq!(e.on_tick(t).unwrap(), Progress::Done);
+    assert_eq!(e.clock(), 10);
+    assert!(e.metrics().lost_peers.is_empty());
+}
+
 #[test]
 fn ssp_lets_a_peer_run_s_clocks_ahead() {
     let mut cfg = Config::full_broadcast(PeerId(0), 2);
@@ -660,6 +695,7 @@ fn node_state(clock: u64, w: Array2<f32>) -> sfb_core::NodeState {
         relay: Vec::new(),
         sampler: None,
         awaited: Vec::new(),
+        lost: Vec::new(),
         metrics: sfb_core::metrics::PeerMetrics::default(),
         wall_s: 0.0,
         first_objective: None,

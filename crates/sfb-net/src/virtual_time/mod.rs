@@ -592,6 +592,10 @@ struct Link {
     last_arrival: Duration,
     /// Frames in flight, in order, with the lives they were sent between.
     queue: VecDeque<(Lives, Message)>,
+    /// Frames put on the link that the receiver has not taken or dropped yet (in flight,
+    /// held on a cut, in its NIC or its inbox): the stream of a sender that has finished
+    /// ends only after them.
+    unread: u64,
     /// Frame numbers to lose.
     lost: Vec<std::ops::Range<u64>>,
 }
@@ -604,6 +608,7 @@ impl Link {
             sent: 0,
             last_arrival: Duration::ZERO,
             queue: VecDeque::new(),
+            unread: 0,
             lost,
         }
     }
@@ -864,6 +869,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             || lives != (self.slots[from].life, self.slots[j].life)
         {
             self.stats.dropped += 1;
+            self.read(from, j);
             return;
         }
         if let Some(heals) = self.cut_until(from, j, at) {
@@ -890,6 +896,33 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         };
         slot.transport_free = end;
         end
+    }
+
+    /// Node `to` has taken (or dropped) a frame of the link from node `from`.
+    fn read(&mut self, from: usize, to: usize) {
+        if let Some(l) = self.links.get_mut(&(from, to)) {
+            l.unread = l.unread.saturating_sub(1);
+        }
+    }
+
+    /// Node `i` drops what its inbox holds (it crashed, or a new life starts).
+    fn drop_inbox(&mut self, i: usize) {
+        let held: Vec<PeerId> = self.slots[i].inbox.drain(..).map(|(p, _)| p).collect();
+        for p in held {
+            if let Some(&f) = self.index.get(&p) {
+                self.read(f, i);
+            }
+        }
+    }
+
+    /// Whether node `from` has finished its run (not crashed, not stopped by a refusal)
+    /// and every frame it sent to node `to` has been taken: its stream to `to` has ended.
+    fn finished_towards(&self, from: usize, to: usize) -> bool {
+        let s = &self.slots[from];
+        s.done
+            && !s.crashed
+            && s.failed.is_none()
+            && self.links.get(&(from, to)).is_none_or(|l| l.unread == 0)
     }
 
     /// Queues a wake-up of node `i` at `at` unless one is queued.
@@ -927,15 +960,29 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             }
         }
         let mut ended = Vec::new();
+        let mut finished = Vec::new();
         for k in (0..self.nodes.len()).filter(|&k| !self.slots[k].done) {
             for (p, _) in self.nodes[k].waiting_on() {
-                let Some(d) = self.slots.iter().position(|s| s.id == p) else {
+                let Some(&d) = self.index.get(&p) else {
                     continue;
                 };
-                if self.slots[d].done && !self.slots[d].crashed && !self.lost.contains(&p) {
+                if self.finished_towards(d, k) {
+                    // It finished the run: its stream to `k` ends with its last frame.
+                    finished.push((k, p));
+                } else if self.slots[d].done && !self.slots[d].crashed && !self.lost.contains(&p) {
                     ended.push(d);
                 }
             }
+        }
+        let woken = !finished.is_empty();
+        for (k, p) in finished {
+            let at = self.now.max(self.slots[k].clock.time());
+            self.slots[k].clock.advance_to(at);
+            if let Err(e) = self.nodes[k].peer_finished(p) {
+                self.stop_failed(k, &e);
+                continue;
+            }
+            self.wake(k, at);
         }
         ended.sort_unstable();
         ended.dedup();
@@ -943,7 +990,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             let at = self.now.max(self.slots[d].finished_at) + self.cfg.detect_after;
             self.schedule(at, d, Kind::Detect);
         }
-        !ended.is_empty()
+        woken || !ended.is_empty()
     }
 
     fn run_events(&mut self) -> Result<()> {
@@ -1071,7 +1118,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         slot.done = true;
         slot.crashed = true;
         slot.finished_at = at;
-        slot.inbox.clear();
+        self.drop_inbox(i);
         let detect = at + self.cfg.detect_after;
         self.schedule(detect, i, Kind::Detect);
         if let Some(&(after, _)) = self.spares.get(&i) {
@@ -1096,9 +1143,9 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         slot.failed = None;
         slot.cut_off = None;
         slot.told.clear();
-        slot.inbox.clear();
         slot.restarted_at = Some(at);
         let id = slot.id;
+        self.drop_inbox(i);
         // Back in the run: if it stops again, its streams end again (`streams_end`).
         self.lost.retain(|&p| p != id);
         for k in 0..self.nodes.len() {
@@ -1129,20 +1176,29 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         for a in actions {
             match a {
                 sfb_core::Action::Rewired { inn, .. } => {
-                    // A new in-neighbour that has finished sends nothing more: its streams
-                    // have ended, as a transport would report (the engine counts it
-                    // finished if it delivered every clock, else lost).
-                    let ended: Vec<PeerId> = inn
-                        .iter()
-                        .copied()
-                        .filter(|p| {
-                            self.index
-                                .get(p)
-                                .is_some_and(|&j| self.slots[j].done && !self.slots[j].crashed)
-                        })
-                        .collect();
-                    for p in ended {
-                        if let Err(e) = self.nodes[k].peer_lost(p) {
+                    // An in-neighbour that has stopped sends nothing more: once its frames
+                    // are taken its streams have ended, as a transport would report. One
+                    // that finished the run is no loss (the engine counts it as having
+                    // delivered every clock); one that stopped refusing to go on is.
+                    let mut ended = Vec::new();
+                    for p in inn {
+                        let Some(&j) = self.index.get(&p) else {
+                            continue;
+                        };
+                        let s = &self.slots[j];
+                        if self.finished_towards(j, k) {
+                            ended.push((p, true));
+                        } else if s.done && !s.crashed && s.failed.is_some() {
+                            ended.push((p, false));
+                        }
+                    }
+                    for (p, finished) in ended {
+                        let r = if finished {
+                            self.nodes[k].peer_finished(p)
+                        } else {
+                            self.nodes[k].peer_lost(p)
+                        };
+                        if let Err(e) = r {
                             self.stop_failed(k, &e);
                             return Ok(false);
                         }
@@ -1296,6 +1352,9 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             source,
         };
         while let Some((from, msg)) = self.slots[i].inbox.pop_front() {
+            if let Some(&f) = self.index.get(&from) {
+                self.read(f, i);
+            }
             let slot = &mut self.slots[i];
             self.observer.on_deliver(slot.clock.time(), from, id, &msg);
             self.stats.delivered += 1;
@@ -1401,6 +1460,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             self.stats.dropped += 1;
             return Ok(());
         }
+        link.unread += 1;
         let delay = link.delay(latency);
         // Slow links of either end over the span covering the send.
         let slow = self
