@@ -279,7 +279,9 @@ fn a_slow_peer_outlives_the_peer_timeout_while_it_heartbeats() {
 fn a_peer_stopped_past_the_timeout_under_continue_stops_on_waking_and_the_majority_finishes() {
     // Issue 31's split brain: the three others declared the stopped peer lost and trained
     // on; on waking it declared *them* lost and trained alone to the end, exit 0. Now it
-    // holds no majority and stops, naming whom it lost; the majority's results stand.
+    // holds no majority: it pauses and tries to rejoin for --heal-timeout (3 s here); the
+    // others have finished, so it stops, naming whom it lost; the majority's results
+    // stand.
     const CLOCKS: u64 = 400;
     let dir = tempdir(GROUP, "split");
     let mut c = start_peers(
@@ -296,6 +298,8 @@ fn a_peer_stopped_past_the_timeout_under_continue_stops_on_waking_and_the_majori
             "2",
             "--straggler",
             "rotate:5",
+            "--heal-timeout",
+            "3",
             "--eval-every",
             "0",
             "--synthetic",
@@ -331,6 +335,7 @@ fn a_peer_stopped_past_the_timeout_under_continue_stops_on_waking_and_the_majori
         line.contains("p2 stops at clock") && line.contains("of the run's 4 peers"),
         "{line}"
     );
+    assert!(err.contains("it pauses and tries to rejoin"), "{err}");
     for i in others {
         let v: Value =
             serde_json::from_str(&std::fs::read_to_string(report(&dir, i)).unwrap()).unwrap();
@@ -338,6 +343,74 @@ fn a_peer_stopped_past_the_timeout_under_continue_stops_on_waking_and_the_majori
     }
     drop(c);
     assert_gone(&pids);
+}
+
+#[test]
+fn a_peer_stopped_past_the_timeout_pauses_and_rejoins_while_the_run_goes_on() {
+    // Issue 31, item 2: the minority pauses and rejoins by state transfer when it reaches
+    // the run again. Peer 2 is stopped past the 2 s peer timeout; the others count it lost
+    // and train on; woken while they still run, it finds itself cut off from the
+    // majority, pauses, and gets back in as `--rejoin` does: every peer finishes every
+    // clock, exit 0, and the others count it lost once and back once.
+    const CLOCKS: u64 = 2000;
+    let dir = tempdir(GROUP, "heal");
+    let mut c = start_peers(
+        &dir,
+        4,
+        &[
+            "--consistency",
+            "ssp:2",
+            "--on-peer-loss",
+            "continue",
+            "--clocks",
+            &CLOCKS.to_string(),
+            "--peer-timeout",
+            "2",
+            // About 5 ms a clock: the others outlast the victim's way back.
+            "--straggler",
+            "rotate:5",
+            "--eval-every",
+            "0",
+            "--synthetic",
+            "classes=4,features=10,samples=400",
+        ],
+    );
+    let pids = c.children.pids();
+    c.wait_clock(VICTIM, 10);
+    signal(pids[VICTIM], "STOP");
+    // Under SSP(2) peer 0 passes clock 13 only once it has lost the stopped peer.
+    c.wait_clock(0, 40);
+    signal(pids[VICTIM], "CONT");
+    let errs = c.children.wait_all(Duration::from_secs(120));
+    drop(c);
+    assert_gone(&pids);
+    let err = &errs[VICTIM];
+    assert!(err.contains("it pauses and tries to rejoin"), "{err}");
+    assert!(err.contains("is back in the run after its cut"), "{err}");
+    for l in err.lines().filter(|l| {
+        l.contains("pauses and tries")
+            || l.contains("rejoined the run")
+            || l.contains("back in the run")
+    }) {
+        eprintln!("the woken peer: {l}");
+    }
+    for i in 0..4 {
+        let v: Value =
+            serde_json::from_str(&std::fs::read_to_string(report(&dir, i)).unwrap()).unwrap();
+        let m = &v["report"]["metrics"];
+        assert_eq!(m["clocks"], CLOCKS, "peer {i}: {v}");
+        if i != VICTIM {
+            let peers = |k: &str| -> Vec<u64> {
+                m[k].as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x[0].as_u64().unwrap())
+                    .collect()
+            };
+            assert_eq!(peers("lost_peers"), [2], "peer {i}: {m}");
+            assert_eq!(peers("rejoined_peers"), [2], "peer {i}: {m}");
+        }
+    }
 }
 
 #[test]

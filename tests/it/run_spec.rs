@@ -205,6 +205,7 @@ fn every_option_lands_in_the_spec() {
             resume_at: None,
             on_peer_loss: Some(sfb::harness::PeerLossSpec::Continue),
             rejoin: false,
+            heal_timeout_s: 600.0,
             lost_shards: Some(sfb::harness::LostShardsSpec::Drop),
         },
         sim: sfb::harness::sim::SimOptions::default(),

@@ -442,18 +442,55 @@ fn partitions_and_pauses_are_data_and_only_a_majority_trains_on() {
     assert!(ok && free["sim"].get("faults").is_none(), "{free}");
 
     // The majority (p0, p1, p2) waits out the peer timeout, counts p3 lost and trains on to
-    // the end; p3 stops as the minority, is not in the figures, and the run succeeds.
-    let (ok, cut) = run("cut", &["--partition", "3@0.001..70.001"]);
-    assert!(ok, "{cut}");
-    assert_eq!(cut["lost_peers"].as_array().unwrap().len(), 1, "{cut}");
-    assert_eq!(cut["lost_peers"][0]["peer"], 3, "{cut}");
-    assert_eq!(cut["replica_checksums"].as_array().unwrap().len(), 3);
-    assert!(num(&cut["sim"], "simulated_s") >= 60.0, "{cut}");
-    for want in ["partition: 3@0.001..70.001 s", "p3 stopped as the minority"] {
-        assert!(faults(&cut).contains(want), "{}", faults(&cut));
+    // the end; p3 pauses as the minority and, when the cut heals, finds the run ended: it is
+    // not in the figures, and the run succeeds. With --heal-timeout 0 it stops at once.
+    for (name, extra, want) in [
+        (
+            "cut",
+            &[][..],
+            "p3 paused, cut off as the minority, at 60.001000 s; came back when the cut \
+             healed and was not taken back (the run had ended)",
+        ),
+        (
+            "cut-stop",
+            &["--heal-timeout", "0"][..],
+            "p3 stopped as the minority of a cut at clock 60",
+        ),
+    ] {
+        let args: Vec<&str> = ["--partition", "3@0.001..70.001"]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        let (ok, cut) = run(name, &args);
+        assert!(ok, "{cut}");
+        assert_eq!(cut["lost_peers"].as_array().unwrap().len(), 1, "{cut}");
+        assert_eq!(cut["lost_peers"][0]["peer"], 3, "{cut}");
+        assert_eq!(cut["replica_checksums"].as_array().unwrap().len(), 3);
+        let t = num(&cut["sim"], "simulated_s");
+        assert!((60.0..61.0).contains(&t), "{cut}");
+        for want in ["partition: 3@0.001..70.001 s", want] {
+            assert!(faults(&cut).contains(want), "{}", faults(&cut));
+        }
+        let (o, f) = (num(&cut, "objective"), num(&free, "objective"));
+        assert!(o < f * 1.05, "after the cut {o}, without {f}");
     }
-    let (o, f) = (num(&cut, "objective"), num(&free, "objective"));
-    assert!(o < f * 1.05, "after the cut {o}, without {f}");
+
+    // A cut that heals while the majority trains: p3 pauses, rejoins by state transfer
+    // and finishes with the others (issue 31, item 2).
+    let (ok, healed) = run(
+        "healed",
+        &["--peer-timeout", "0.005", "--partition", "3@0.001..0.010"],
+    );
+    assert!(ok, "{healed}");
+    assert_eq!(healed["replica_checksums"].as_array().unwrap().len(), 4);
+    assert!(
+        faults(&healed)
+            .contains("p3 paused, cut off as the minority, at 0.006000 s; rejoined at clock"),
+        "{}",
+        faults(&healed)
+    );
+    let (o, f) = (num(&healed, "objective"), num(&free, "objective"));
+    assert!(o < f * 1.05, "after the healed cut {o}, without {f}");
 
     // A cut shorter than the timeout loses nobody: everyone waits, then all go on.
     let (ok, short) = run("short", &["--partition", "3@0.001..30"]);
@@ -487,7 +524,11 @@ fn partitions_and_pauses_are_data_and_only_a_majority_trains_on() {
     assert!(ok && pause["lost_peers"].is_null(), "{pause}");
     assert!(faults(&pause).contains("pause: 2@0.001..3 s"), "{pause}");
     // The same flags, the same report.
-    assert_eq!(run("cut-again", &["--partition", "3@0.001..70.001"]).1, cut);
+    let healed_again = run(
+        "healed-again",
+        &["--peer-timeout", "0.005", "--partition", "3@0.001..0.010"],
+    );
+    assert_eq!(healed_again.1, healed);
 }
 
 /// Issue 31: crashes and restarts as data on `sfb sim`, with the default partial-broadcast

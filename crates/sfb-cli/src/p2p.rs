@@ -315,6 +315,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "on_peer_loss",
     "lost_shards",
     "rejoin",
+    "heal_timeout",
     "fms_push",
     "bandwidth",
     "burst",

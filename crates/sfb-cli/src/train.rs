@@ -244,6 +244,13 @@ pub struct TrainArgs {
     /// back.
     #[arg(long)]
     pub rejoin: bool,
+    /// sfb peer: seconds a peer cut off from the majority (the minority side of a
+    /// partition, or a peer stopped, past --peer-timeout) tries to get back in: it pauses,
+    /// says so, and rejoins by state transfer as --rejoin does once it reaches the run
+    /// again; when the time runs out it stops cut off (exit 3). 0: stop at once. Relay
+    /// and the tree mode cannot rejoin: they stop at once.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+    pub heal_timeout: f64,
     /// A lost peer's data shard: takeover (the survivors split it between them, the same
     /// way whatever order they learn of losses in, and give it back if it rejoins) or drop
     /// (no longer trained on). Default: takeover for mlr, sc and mlr-primal with sgd; drop
@@ -360,6 +367,7 @@ impl TrainArgs {
                 PeerLossArg::ContinueAlone => sfb_harness::PeerLossSpec::ContinueAlone,
             }),
             rejoin: self.rejoin,
+            heal_timeout_s: self.heal_timeout,
             lost_shards: self.lost_shards.map(|p| match p {
                 LostShardsArg::Takeover => sfb_harness::LostShardsSpec::Takeover,
                 LostShardsArg::Drop => sfb_harness::LostShardsSpec::Drop,

@@ -39,8 +39,17 @@ pub enum News {
         /// How the links noticed.
         why: String,
     },
-    /// A neighbour's news about another node.
+    /// News about a node, as every node learns it (the virtual-time driver's).
     Notice(Notice),
+    /// News about a node from neighbour `from`: a loss or leave told by a node this one
+    /// counts lost is ignored (it speaks from a view of its own: cut off, it counts the
+    /// rest lost), a return is taken.
+    Told {
+        /// The neighbour that sent it.
+        from: PeerId,
+        /// The news.
+        notice: Notice,
+    },
     /// A neighbour's state, for this node if it is rejoining.
     State(Box<NodeState>),
 }
@@ -132,6 +141,18 @@ impl Membership {
                 self.joined(node, PeerId(p), actions);
                 Ok(())
             }
+            News::Told { from, notice }
+                if self.is_lost(from) && !matches!(notice, Notice::Joined(_)) =>
+            {
+                // A node this one went on without speaks from a view of its own (it was cut
+                // off, and counts the rest lost): not news.
+                actions.push(Action::Debug(format!(
+                    "{}: {notice:?} from {from}, counted lost here: ignored",
+                    node.id()
+                )));
+                Ok(())
+            }
+            News::Told { notice, .. } => self.on_news(node, News::Notice(notice), actions),
             News::Notice(Notice::Lost(p)) => self.gone(node, PeerId(p), None, false, actions),
             News::Notice(Notice::Left(p)) => self.gone(node, PeerId(p), None, true, actions),
             News::Down { peer, why } => self.gone(node, peer, Some(why), false, actions),
@@ -656,5 +677,35 @@ mod tests {
             _ => None,
         });
         assert_eq!(sent, Some((PeerId(3), vec![PeerId(2)])), "{a:?}");
+    }
+
+    /// A node this one went on without (cut off, it counts the rest lost) announces losses
+    /// from its own view: they are not news here, or one stale node would push a healthy
+    /// majority under its quorum. Its return is.
+    #[test]
+    fn losses_told_by_a_node_counted_lost_are_ignored() {
+        let mut node = Node::default();
+        let mut m = Membership::new(repair());
+        let mut a = Vec::new();
+        m.on_news(&mut node, News::Notice(Notice::Lost(2)), &mut a)
+            .unwrap();
+        a.clear();
+        let told = |notice| News::Told {
+            from: PeerId(2),
+            notice,
+        };
+        m.on_news(&mut node, told(Notice::Lost(1)), &mut a).unwrap();
+        m.on_news(&mut node, told(Notice::Left(3)), &mut a).unwrap();
+        assert_eq!(m.lost(), [PeerId(2)]);
+        assert!(kinds(&a).is_empty(), "{a:?}");
+        // From a node in the run the same news counts; the stale node's return is taken.
+        let from3 = News::Told {
+            from: PeerId(3),
+            notice: Notice::Lost(1),
+        };
+        m.on_news(&mut node, from3, &mut a).unwrap();
+        m.on_news(&mut node, told(Notice::Joined(2)), &mut a)
+            .unwrap();
+        assert_eq!(m.lost(), [PeerId(1)]);
     }
 }

@@ -1506,10 +1506,31 @@ impl<K: Kind> Builder<K> {
                 let ids = |w: &crate::sim::Window| -> Vec<PeerId> {
                     w.peers.iter().map(|&p| PeerId(p as u32)).collect()
                 };
+                // The minority of a cut pauses and rejoins when it heals, within the heal
+                // timeout, as a libp2p peer does (where the mode can rejoin).
+                let mut rejoin_spec = self.s.spec.clone();
+                rejoin_spec.fault.rejoin = true;
+                let heal = self.s.spec.fault.heal_timeout_s;
+                let heals = heal > 0.0 && rejoin_spec.validate().is_ok();
+                let p = self.s.spec.peers;
+                let mut pausing = std::collections::BTreeSet::new();
                 for w in cuts {
                     let (from, until) = w.span();
                     net = net.partition(ids(w), from, until);
                     faults.push(format!("partition: {w} s"));
+                    // An even split leaves no majority to take anyone back.
+                    if heals && 2 * w.peers.len() != p {
+                        let minority: Vec<usize> = if 2 * w.peers.len() < p {
+                            w.peers.clone()
+                        } else {
+                            (0..p).filter(|i| !w.peers.contains(i)).collect()
+                        };
+                        pausing.extend(minority);
+                    }
+                }
+                for i in pausing {
+                    let fresh = self.build_peer(i as u32)?.rejoining();
+                    net = net.rejoin_when_healed(PeerId(i as u32), seconds(heal), fresh);
                 }
                 for w in pauses {
                     let (from, until) = w.span();
@@ -1541,10 +1562,25 @@ impl<K: Kind> Builder<K> {
                         || (n.restarted_at.is_some() && n.rejoined.is_none())
                 };
                 for n in &run.nodes {
+                    let id = sfb_core::StateMachine::id(&n.node);
+                    let paused = n.paused_cut_off.map(|at| {
+                        format!(
+                            "{id} paused, cut off as the minority, at {:.6} s; ",
+                            at.as_secs_f64()
+                        )
+                    });
+                    let (prefix, back) = match &paused {
+                        Some(p) => (p.as_str(), "when the cut healed"),
+                        None => ("", "after its crash"),
+                    };
+                    let who = if paused.is_some() {
+                        String::new()
+                    } else {
+                        format!("{id} ")
+                    };
                     if let Some(r) = &n.rejoined {
                         faults.push(format!(
-                            "{} rejoined at clock {} from {}{}",
-                            sfb_core::StateMachine::id(&n.node),
+                            "{prefix}{who}rejoined at clock {} from {} {back}{}",
                             r.clock,
                             r.from,
                             if r.equal {
@@ -1555,8 +1591,8 @@ impl<K: Kind> Builder<K> {
                         ));
                     } else if n.restarted_at.is_some() {
                         faults.push(format!(
-                            "{} restarted and was not taken back (the run had ended)",
-                            sfb_core::StateMachine::id(&n.node)
+                            "{prefix}{who}came back {back} and was not taken back (the run had \
+                             ended)"
                         ));
                     }
                 }
@@ -1592,7 +1628,17 @@ impl<K: Kind> Builder<K> {
                     ));
                 }
                 let w = nodes.first().map(|n| n.w.to_owned());
-                let mut report = sim_report(report, run.end, run.stats.events);
+                // The run's time: when the last node in its figures finished (a node out of
+                // them may have given up later, as a paused one whose cut healed after the
+                // end).
+                let end = run
+                    .nodes
+                    .iter()
+                    .filter(|n| !out_of_run(n))
+                    .map(|n| n.finished_at)
+                    .max()
+                    .unwrap_or(run.end);
+                let mut report = sim_report(report, end, run.stats.events);
                 report.faults = faults;
                 let records = run.nodes.into_iter().flat_map(|n| n.records).collect();
                 (summary, records, report, w)

@@ -375,6 +375,10 @@ pub const FLAGS: &[Flag] = &[
     row!("fault.on_peer_loss", "--on-peer-loss", |s, d| word(
         s.fault.on_peer_loss.as_ref()
     )),
+    row!("fault.heal_timeout_s", "--heal-timeout", |s, d| changed(
+        &s.fault.heal_timeout_s,
+        &d.fault.heal_timeout_s
+    )),
     row!("fault.lost_shards", "--lost-shards", |s, d| word(
         s.fault.lost_shards.as_ref()
     )),

@@ -21,6 +21,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -300,7 +301,85 @@ where
     // A failed write of its metrics makes the node leave the run at once (its neighbours
     // go on under the run's peer-loss policy); it then fails, naming the file.
     let sink = Arc::new(RecordSink::create(run.output.metrics.as_deref())?);
-    let out = drive_node((spec, &run, key), file, (id, role), fms, p, &sink, make);
+    // The cluster file with the addresses exchanged on stdin, if they were.
+    let resolved = std::sync::Mutex::new(None);
+    let mut out = drive_node(
+        (spec, &run, key.clone()),
+        (file.clone(), &resolved),
+        (id, role),
+        fms,
+        p,
+        &sink,
+        make,
+    );
+    // Cut off from the majority: pause, and get back in by state transfer once the links
+    // heal, for up to the heal timeout. A hand-run peer only: a launcher's nodes share
+    // one host, where a cut is a stopped process, and the launcher counts it lost.
+    // A node that never heard from the run (refused, another file or key) is not cut
+    // off: it was never in.
+    let was_in = sink.last().iter().any(|r| r.bytes_received > 0);
+    if let Err(first) = &out
+        && !fms
+        && !spec.owned_by_launcher
+        && was_in
+        && is_minority(first)
+        && let Some(mut again) = heal_spec(&run)
+    {
+        // Back on the addresses of the first attempt (its own port too), not asking for
+        // them again.
+        let file = resolved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .unwrap_or_else(|| file.clone());
+        let spec = &NodeSpec {
+            exchange_addrs: false,
+            key_on_stdin: false,
+            ..spec.clone()
+        };
+        let until = std::time::Instant::now() + Duration::from_secs_f64(run.fault.heal_timeout_s);
+        let me = file.core_id(id);
+        tracing::warn!(
+            "{me} is cut off from the majority of the run ({first}); it pauses and tries to \
+             rejoin by state transfer for up to {} s (--heal-timeout)",
+            run.fault.heal_timeout_s
+        );
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            // A pause between attempts, so that a link still cut is not dialled in a loop.
+            let gap = Duration::from_secs_f64((run.net.peer_timeout_s / 4.0).min(5.0));
+            if std::time::Instant::now() + gap >= until || pause(gap)? {
+                break;
+            }
+            again.fault.rejoin = true;
+            let next = drive_node(
+                (spec, &again, key.clone()),
+                (file.clone(), &resolved),
+                (id, role),
+                fms,
+                p,
+                &sink,
+                make,
+            );
+            match &next {
+                Ok(_) => {
+                    tracing::warn!("{me} is back in the run after its cut (attempt {attempt})");
+                    out = next;
+                    break;
+                }
+                // Asked to stop while it tried: it stays the node cut off.
+                Err(e) if not_taken_back(e) && STOP_ASKED.load(Relaxed) => break,
+                Err(e) if is_minority(e) || not_taken_back(e) => {
+                    tracing::info!("{me}: not back yet (attempt {attempt}): {e}");
+                }
+                Err(_) => {
+                    out = next;
+                    break;
+                }
+            }
+        }
+    }
     if let Err(e) = &out {
         // A summary marked failed, from the node's last record.
         crate::records::write_partial_summary(&run, &e.to_string(), &sink.last());
@@ -308,11 +387,75 @@ where
     out
 }
 
+/// A node of this process was asked to stop by a signal (it then stops pausing after a cut).
+static STOP_ASKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Waits `gap` while listening for SIGTERM and SIGINT; whether one came.
+fn pause(gap: Duration) -> crate::Result<bool> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io("starting the async runtime"))?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(io("listening for SIGTERM"))?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(io("listening for SIGINT"))?;
+        let asked = tokio::select! {
+            () = tokio::time::sleep(gap) => false,
+            _ = term.recv() => true,
+            _ = int.recv() => true,
+        };
+        if asked {
+            STOP_ASKED.store(true, Relaxed);
+        }
+        Ok(asked || STOP_ASKED.load(Relaxed))
+    })
+}
+
+/// The driver's error inside `e`, if it is one.
+fn net_error(e: &crate::Error) -> Option<&sfb_net::Error> {
+    match e {
+        crate::Error::Net(n) | crate::Error::Launch(Error::Net(n)) => Some(n),
+        _ => None,
+    }
+}
+
+/// Whether `e` is a node's stop as the minority of a cut.
+fn is_minority(e: &crate::Error) -> bool {
+    let core = match e {
+        crate::Error::Core(c) => Some(c),
+        _ => match net_error(e) {
+            Some(sfb_net::Error::Peer { source, .. }) => Some(source),
+            _ => None,
+        },
+    };
+    matches!(core, Some(sfb_core::Error::Minority { .. }))
+}
+
+/// Whether `e` is a rejoining node's give-up: no neighbour took it back in time.
+fn not_taken_back(e: &crate::Error) -> bool {
+    matches!(net_error(e), Some(sfb_net::Error::NotTakenBack { .. }))
+}
+
+/// The spec of a node that pauses after a cut and rejoins, if it may: a heal timeout,
+/// and a mode that can rejoin.
+fn heal_spec(run: &RunSpec) -> Option<RunSpec> {
+    if run.fault.heal_timeout_s <= 0.0 {
+        return None;
+    }
+    let mut again = run.clone();
+    again.fault.rejoin = true;
+    again.fault.resume = false;
+    again.fault.resume_at = None;
+    again.validate().ok().map(|()| again)
+}
+
 /// Builds node `id` (in `role`) of `file` and drives it to the end, its records to `sink`
 /// ([`run_node`]'s body).
 fn drive_node<K: crate::cluster::ModelSource>(
     (spec, run, key): (&NodeSpec, &RunSpec, Option<Vec<u8>>),
-    file: ClusterFile,
+    (file, resolved): (ClusterFile, &std::sync::Mutex<Option<ClusterFile>>),
     (id, role): (usize, Role),
     fms: bool,
     p: usize,
@@ -338,6 +481,7 @@ where
         prep: builder.preprocessing(),
         agreement: builder.agreement(),
         sink: Arc::clone(sink),
+        resolved,
     };
     match (fms, role) {
         (true, Role::Server) => {
@@ -404,6 +548,8 @@ struct NodeRun<'a> {
     agreement: Vec<(String, String)>,
     /// The node's own metrics file (`run.output.metrics`).
     sink: Arc<RecordSink>,
+    /// Where the cluster file goes once the addresses exchanged on stdin are in it.
+    resolved: &'a std::sync::Mutex<Option<ClusterFile>>,
 }
 
 impl NodeRun<'_> {
@@ -426,6 +572,7 @@ impl NodeRun<'_> {
             prep,
             agreement,
             sink,
+            resolved,
         } = self;
         // The graph this node trains on is the cluster file's, whatever the spec says.
         let topology = (!full_w).then(|| file.topology()).flatten().map(|t| {
@@ -528,6 +675,7 @@ impl NodeRun<'_> {
                     }
                     // 0: stop at whatever clock the node is at.
                     on_signal.store(0, std::sync::atomic::Ordering::Relaxed);
+                    STOP_ASKED.store(true, Relaxed);
                 }
             });
             let started = Node::start(&file, id, &shape, &opts).await?;
@@ -547,6 +695,9 @@ impl NodeRun<'_> {
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 file.set_addrs(addrs).map_err(Error::from)?;
+                *resolved
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(file.clone());
             }
             Ok::<_, crate::Error>(
                 started

@@ -1248,6 +1248,13 @@ pub struct FaultOptions {
     /// them, then trains on; the others take it back (the topology returns to what it was
     /// without the loss).
     pub rejoin: bool,
+    /// How long a libp2p peer cut off from the majority (the minority side of a partition
+    /// past the peer timeout, or a peer stopped for that long) tries to get back into the
+    /// run by state transfer, seconds (`--heal-timeout`): it pauses, says so, and rejoins
+    /// as `--rejoin` does once its links heal, or stops cut off (exit 3) when this runs
+    /// out. 0: it stops at once. Default 600. Modes that cannot rejoin (relay, the tree)
+    /// stop at once.
+    pub heal_timeout_s: f64,
     /// What becomes of a lost peer's data shard (`--lost-shards`): `takeover` (the
     /// survivors split it deterministically, [`sfb_core::takeover_indices`], and give it
     /// back when the peer rejoins) or `drop`. Default: takeover for the models whose state
@@ -1300,6 +1307,7 @@ impl Default for FaultOptions {
             resume_at: None,
             on_peer_loss: None,
             rejoin: false,
+            heal_timeout_s: 600.0,
             lost_shards: None,
         }
     }
@@ -1503,6 +1511,7 @@ impl RunSpec {
         let n = &self.net;
         preflight::seconds("net.timeout_s", n.timeout_s, false)?;
         preflight::seconds("net.peer_timeout_s", n.peer_timeout_s, false)?;
+        preflight::seconds("fault.heal_timeout_s", self.fault.heal_timeout_s, true)?;
         preflight::seconds("net.startup_timeout_s", n.startup_timeout_s, false)?;
         if self.transport == Transport::Mem {
             let set = [
@@ -2344,6 +2353,7 @@ mod tests {
                 resume_at: Some(14),
                 on_peer_loss: Some(PeerLossSpec::Continue),
                 rejoin: true,
+                heal_timeout_s: 30.0,
                 lost_shards: Some(LostShardsSpec::Drop),
             },
             sim: crate::sim::SimOptions {

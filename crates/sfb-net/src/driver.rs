@@ -483,8 +483,14 @@ where
         Error::Joined { joined, .. } => (News::Notice(Notice::Joined(joined.0)), None),
         e => {
             let news = match &e {
-                Error::LostNotice { lost, .. } => News::Notice(Notice::Lost(lost.0)),
-                Error::Left { left, .. } => News::Notice(Notice::Left(left.0)),
+                Error::LostNotice { from, lost, .. } => News::Told {
+                    from: *from,
+                    notice: Notice::Lost(lost.0),
+                },
+                Error::Left { from, left, .. } => News::Told {
+                    from: *from,
+                    notice: Notice::Left(left.0),
+                },
                 other => match other.lost_peer() {
                     Some(peer) => News::Down {
                         peer,

@@ -307,6 +307,8 @@ pub enum Error {
     Left {
         /// This node.
         peer: PeerId,
+        /// The neighbour that said so.
+        from: PeerId,
         /// The node that left.
         left: PeerId,
     },
@@ -315,6 +317,8 @@ pub enum Error {
     LostNotice {
         /// This node.
         peer: PeerId,
+        /// The neighbour that reports it.
+        from: PeerId,
         /// The node lost.
         lost: PeerId,
     },

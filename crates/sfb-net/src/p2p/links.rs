@@ -124,8 +124,9 @@ impl QueueLinks {
                 peer: self.me,
                 to: self.nodes[to],
             }),
-            Inbound::Lost(lost) => Err(Error::LostNotice {
+            Inbound::Lost { from, lost } => Err(Error::LostNotice {
                 peer: self.me,
+                from,
                 lost,
             }),
             Inbound::Joined(joined) => Err(Error::Joined {
@@ -136,8 +137,9 @@ impl QueueLinks {
                 peer: self.me,
                 state,
             }),
-            Inbound::Left(left) => Err(Error::Left {
+            Inbound::Left { from, left } => Err(Error::Left {
                 peer: self.me,
+                from,
                 left,
             }),
         }

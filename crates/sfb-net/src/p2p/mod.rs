@@ -297,15 +297,17 @@ enum Inbound {
     Fatal(Error),
     /// The writer to this node index failed; its task holds the error.
     WriterFailed(usize),
-    /// A neighbour says this node (sfb-core id) is lost ([`sfb_core::wire::Notice::Lost`]).
-    Lost(PeerId),
+    /// Neighbour `from` says node `lost` (sfb-core ids) is lost
+    /// ([`sfb_core::wire::Notice::Lost`]).
+    Lost { from: PeerId, lost: PeerId },
     /// A node opened a stream to this one, or a neighbour says it is back
     /// ([`sfb_core::wire::Notice::Joined`]).
     Joined(PeerId),
     /// A neighbour's state, for a rejoining node.
     State(Box<sfb_core::NodeState>),
-    /// An in-neighbour says it is leaving ([`sfb_core::wire::Notice::Left`]).
-    Left(PeerId),
+    /// In-neighbour `from` says node `left` is leaving ([`sfb_core::wire::Notice::Left`]):
+    /// itself, or one it passes the news of on.
+    Left { from: PeerId, left: PeerId },
 }
 
 fn protocol() -> StreamProtocol {

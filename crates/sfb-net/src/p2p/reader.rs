@@ -215,9 +215,15 @@ impl Readers {
                         {
                             let about = notice.about();
                             let x = match notice {
-                                wire::Notice::Lost(_) => Inbound::Lost(about),
+                                wire::Notice::Lost(_) => Inbound::Lost {
+                                    from: origin,
+                                    lost: about,
+                                },
                                 wire::Notice::Joined(_) => Inbound::Joined(about),
-                                wire::Notice::Left(_) => Inbound::Left(about),
+                                wire::Notice::Left(_) => Inbound::Left {
+                                    from: origin,
+                                    left: about,
+                                },
                             };
                             if self.inbox.send(x).await.is_err() {
                                 return None;

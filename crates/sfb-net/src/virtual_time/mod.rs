@@ -256,8 +256,12 @@ pub struct NodeRun<N> {
     pub cut_off: Option<CutOff>,
     /// The crashed nodes it was told of while it ran, in order (a node back is taken off).
     pub told: Vec<PeerId>,
-    /// When it came back after a crash ([`Network::restart`]), if it did.
+    /// When it came back after a crash ([`Network::restart`]), or after the partition
+    /// that left it a minority healed ([`Network::rejoin_when_healed`]), if it did.
     pub restarted_at: Option<Duration>,
+    /// When it stopped cut off as the minority of a partition before it came back when
+    /// the partition healed ([`Network::rejoin_when_healed`]), if it did.
+    pub paused_cut_off: Option<Duration>,
     /// The state it rejoined with, if it restarted and was taken back.
     pub rejoined: Option<Rejoined>,
 }
@@ -316,6 +320,9 @@ pub struct Network<N> {
     repair: Option<RepairFn>,
     /// Nodes that come back a while after their crash, as `(id, after, node)`.
     restarts: Vec<(PeerId, Duration, N)>,
+    /// Nodes that rejoin when the partition that left them a minority heals, if within
+    /// the time given.
+    heals: Vec<(PeerId, Duration, N)>,
 }
 
 impl<N> std::fmt::Debug for Network<N> {
@@ -340,6 +347,7 @@ impl<N: StateMachine> Network<N> {
             cfg,
             repair: None,
             restarts: Vec::new(),
+            heals: Vec::new(),
         }
     }
 
@@ -348,6 +356,16 @@ impl<N: StateMachine> Network<N> {
     /// [`Config::detect_after`] (the others count it lost first), and `node` must crash.
     pub fn restart(mut self, node: PeerId, after: Duration, fresh: N) -> Self {
         self.restarts.push((node, after, fresh));
+        self
+    }
+
+    /// If `node` stops cut off as the minority of a partition ([`CutOff::Minority`]) that
+    /// heals at most `within` later, it comes back as `fresh` (a node of the same id
+    /// waiting to rejoin) when the partition heals, and rejoins by state transfer as a
+    /// restarted node does: the minority pauses and rejoins (a libp2p peer's
+    /// `--heal-timeout`), where without this it stays stopped.
+    pub fn rejoin_when_healed(mut self, node: PeerId, within: Duration, fresh: N) -> Self {
+        self.heals.push((node, within, fresh));
         self
     }
 
@@ -486,23 +504,27 @@ impl<N: StateMachine> Network<N> {
         let mut sim = Sim::new(self.nodes, self.cfg, observer)?;
         sim.repair = self.repair.map(std::sync::Arc::from);
         sim.members = (0..sim.nodes.len()).map(|k| sim.membership(k)).collect();
+        // A spare for `node`: its index, once `fresh` is checked to be a node of its id
+        // waiting to rejoin.
+        let spare = |sim: &Sim<'_, N, O>, node: PeerId, fresh: &N, what: &'static str| {
+            let Some(&i) = sim.index.get(&node) else {
+                return Err(Error::UnknownNode { node, what });
+            };
+            let why = if fresh.id() != node {
+                format!("is given a node of id {}", fresh.id())
+            } else if !fresh.rejoining() {
+                "is given a node that is not waiting to rejoin".into()
+            } else {
+                return Ok(i);
+            };
+            Err(Error::BadRestart { node, why })
+        };
         for (node, after, fresh) in self.restarts {
             let bad = |why: &str| Error::BadRestart {
                 node,
                 why: why.into(),
             };
-            let Some(&i) = sim.index.get(&node) else {
-                return Err(Error::UnknownNode {
-                    node,
-                    what: "restart",
-                });
-            };
-            if fresh.id() != node {
-                return Err(bad(&format!("is given a node of id {}", fresh.id())));
-            }
-            if !fresh.rejoining() {
-                return Err(bad("is given a node that is not waiting to rejoin"));
-            }
+            let i = spare(&sim, node, &fresh, "restart")?;
             if !sim.cfg.crashes.iter().any(|c| c.node == node) {
                 return Err(bad("comes after no crash of it"));
             }
@@ -514,6 +536,15 @@ impl<N: StateMachine> Network<N> {
             }
             if sim.spares.insert(i, (after, fresh)).is_some() {
                 return Err(bad("is given twice"));
+            }
+        }
+        for (node, within, fresh) in self.heals {
+            let i = spare(&sim, node, &fresh, "rejoin when healed")?;
+            if sim.heal_spares.insert(i, (within, fresh)).is_some() {
+                return Err(Error::BadRestart {
+                    node,
+                    why: "is given twice to rejoin when healed".into(),
+                });
             }
         }
         sim.run()
@@ -666,6 +697,7 @@ struct Slot {
     /// Restarts so far.
     life: u32,
     restarted_at: Option<Duration>,
+    paused_cut_off: Option<Duration>,
     rejoined: Option<Rejoined>,
 }
 
@@ -700,6 +732,9 @@ struct Sim<'o, N, O> {
     repair: Option<std::sync::Arc<RepairOf>>,
     /// Nodes to bring back after their crash, by index: `(after, node)`.
     spares: BTreeMap<usize, (Duration, N)>,
+    /// Nodes that rejoin when the partition that left them a minority heals
+    /// ([`Network::rejoin_when_healed`]).
+    heal_spares: BTreeMap<usize, (Duration, N)>,
     /// Crashed nodes the others were told of, in that order.
     lost: Vec<PeerId>,
     /// Nodes that crash right after completing a clock ([`CrashAt::Clock`]).
@@ -761,6 +796,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 transport_free: Duration::ZERO,
                 life: 0,
                 restarted_at: None,
+                paused_cut_off: None,
                 rejoined: None,
             })
             .collect();
@@ -812,6 +848,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             members: Vec::new(),
             repair: None,
             spares: BTreeMap::new(),
+            heal_spares: BTreeMap::new(),
             lost: Vec::new(),
             crash_clocks,
         };
@@ -1098,6 +1135,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 cut_off: s.cut_off,
                 told: s.told,
                 restarted_at: s.restarted_at,
+                paused_cut_off: s.paused_cut_off,
                 rejoined: s.rejoined,
             })
             .collect();
@@ -1334,6 +1372,29 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             _ => None,
         };
         slot.finished_at = slot.clock.time();
+        let now = slot.finished_at;
+        if slot.cut_off == Some(CutOff::Minority)
+            && let Some(heals) = self.heals_at(k, now)
+            && self
+                .heal_spares
+                .get(&k)
+                .is_some_and(|(within, _)| heals <= now + *within)
+            && let Some((_, fresh)) = self.heal_spares.remove(&k)
+        {
+            // It pauses, and comes back to rejoin when the cut heals.
+            self.slots[k].paused_cut_off = Some(now);
+            self.spares.insert(k, (Duration::ZERO, fresh));
+            self.schedule(heals, k, Kind::Restart);
+        }
+    }
+
+    /// When every partition that separates node `k` from some other node at `at` has
+    /// healed, if one does.
+    fn heals_at(&self, k: usize, at: Duration) -> Option<Duration> {
+        (0..self.slots.len())
+            .filter(|&j| j != k)
+            .filter_map(|j| self.cut_until(k, j, at))
+            .max()
     }
 
     /// Node `i` wakes at `t`: unless paused, takes what has arrived and ticks once.

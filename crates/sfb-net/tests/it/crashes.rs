@@ -491,6 +491,151 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(33),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// The minority pauses and rejoins when the cut heals (issue 31, item 2): a partition
+    /// of any side, three detection delays long, quorum on, every node able to come back
+    /// ([`Network::rejoin_when_healed`]). No run stalls; the majority side finishes every
+    /// clock; a node that stopped as a minority comes back when the cut heals and is taken
+    /// back with a W equal to its donor's state, then finishes every clock, or, if the
+    /// run has ended by then, gives up saying so. An even split leaves no side to take
+    /// anyone back.
+    #[test]
+    fn a_minority_rejoins_when_the_cut_heals(c in cut_case()) {
+        let b = &c.base;
+        let t = b.topo.build(b.peers);
+        let build = || {
+            engines_with(&t, &b.model.consistency(), b.clocks, b.data_seed, |cfg| {
+                cfg.on_peer_loss = PeerLoss::Continue;
+                cfg.quorum = true;
+            })
+        };
+        let from = Duration::from_micros(c.from_us);
+        let side: Vec<PeerId> = c.side.iter().map(|&p| PeerId(p)).collect();
+        let mut net = network(build(), b)
+            .repair(repair_of(&t))
+            .detect_after(DETECT)
+            .partition(side.clone(), from, from + DETECT * 3);
+        for (i, fresh) in build().into_iter().enumerate() {
+            net = net.rejoin_when_healed(PeerId(i as u32), DETECT * 3, fresh.rejoining());
+        }
+        let out = net.run().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let p = b.peers;
+        let mine = side.len();
+        for (i, n) in out.nodes.iter().enumerate() {
+            let inside = side.contains(&PeerId(i as u32));
+            let here = if inside { mine } else { p - mine };
+            if 2 * here > p {
+                prop_assert!(n.failed.is_none(), "p{} of the majority: {:?}", i, n.failed);
+                prop_assert_eq!(n.node.clock(), b.clocks, "p{}", i);
+                prop_assert!(n.paused_cut_off.is_none());
+                continue;
+            }
+            match (&n.paused_cut_off, &n.rejoined, &n.failed) {
+                // Not cut off (it finished before the cut was detected), or alone from the
+                // start (it never heard from anyone: not a minority to take back).
+                (None, _, None) => prop_assert_eq!(n.node.clock(), b.clocks, "p{}", i),
+                (None, _, Some(why)) => prop_assert!(
+                    why.contains("never heard") || (2 * here == p && why.contains("no majority")),
+                    "p{}: {}", i, why
+                ),
+                (Some(_), Some(r), None) => {
+                    prop_assert!(r.equal, "p{} adopted a state unlike its donor's: {:?}", i, r);
+                    prop_assert!(2 * here < p, "p{} taken back after an even split", i);
+                    prop_assert_eq!(n.node.clock(), b.clocks, "p{}", i);
+                }
+                (Some(_), None, Some(why)) => {
+                    prop_assert!(why.contains("no node took it back"), "p{}: {}", i, why);
+                }
+                (Some(_), r, None) => prop_assert!(false, "p{} paused, {:?}, no failure", i, r),
+                (Some(_), Some(_), Some(why)) => {
+                    prop_assert!(false, "p{} rejoined then failed: {}", i, why);
+                }
+            }
+        }
+    }
+}
+
+/// The 70 s partition with the minority pausing (issue 31, item 2), scaled down: p3 of 4
+/// is cut off for 8 ms, past the 5 ms after which the others count it lost. It stops as
+/// the minority, comes back when the cut heals, adopts a neighbour's state (bitwise equal
+/// to what was sent) and finishes every clock with the others.
+#[test]
+fn a_minority_cut_off_pauses_and_rejoins_when_the_cut_heals() {
+    let base = Case {
+        peers: 4,
+        topo: crate::consistency::Topo::Full,
+        model: Model::Ssp(2),
+        clocks: 200,
+        net_seed: 7,
+        data_seed: 8,
+        latency_us: (50, 150),
+        straggler: None,
+    };
+    let t = base.topo.build(4);
+    let build = || {
+        engines_with(&t, &base.model.consistency(), base.clocks, 8, |cfg| {
+            cfg.on_peer_loss = PeerLoss::Continue;
+        })
+    };
+    let from = Duration::from_millis(2);
+    let heals = from + Duration::from_millis(8);
+    let out = network(build(), &base)
+        .repair(repair_of(&t))
+        .detect_after(Duration::from_millis(5))
+        .partition(vec![PeerId(3)], from, heals)
+        .rejoin_when_healed(
+            PeerId(3),
+            Duration::from_secs(1),
+            build().swap_remove(3).rejoining(),
+        )
+        .run()
+        .unwrap();
+    for n in &out.nodes {
+        assert!(n.failed.is_none(), "{:?}: {:?}", n.node.id(), n.failed);
+        assert_eq!(n.node.clock(), 200);
+    }
+    let p3 = &out.nodes[3];
+    let paused = p3.paused_cut_off.expect("p3 paused cut off");
+    assert!(
+        paused >= from + Duration::from_millis(5) && paused < heals,
+        "{paused:?}"
+    );
+    assert_eq!(p3.restarted_at, Some(heals));
+    let r = p3.rejoined.as_ref().expect("p3 taken back");
+    assert!(r.equal && r.clock > 0 && r.clock < 200, "{r:?}");
+    // The others count it back.
+    for n in &out.nodes[..3] {
+        let m = n.node.metrics();
+        assert_eq!(m.lost_peers.iter().map(|l| l.0).collect::<Vec<_>>(), [3]);
+        assert_eq!(
+            m.rejoined_peers.iter().map(|l| l.0).collect::<Vec<_>>(),
+            [3]
+        );
+    }
+    // A cut that heals later than the node keeps trying: it stays stopped.
+    let out = network(build(), &base)
+        .repair(repair_of(&t))
+        .detect_after(Duration::from_millis(5))
+        .partition(vec![PeerId(3)], from, heals)
+        .rejoin_when_healed(
+            PeerId(3),
+            Duration::from_millis(2),
+            build().swap_remove(3).rejoining(),
+        )
+        .run()
+        .unwrap();
+    let p3 = &out.nodes[3];
+    assert_eq!(p3.cut_off, Some(sfb_net::virtual_time::CutOff::Minority));
+    assert!(p3.paused_cut_off.is_none() && p3.restarted_at.is_none());
+}
+
 /// Restarts as data (issue 31, item 5): p2 of 6 crashes after clock 20 and comes back 5 ms
 /// later (the others count it lost after 0.7 ms) as a fresh engine waiting to rejoin. The
 /// others learn it is back; those that send to it hand it their state over the simulated
