@@ -189,8 +189,15 @@ fn options_a_node_cannot_honour_are_refused() {
     std::fs::create_dir_all(&fms_dir).unwrap();
     let fms_file = init(&fms_dir, &["--peers", "2", "--backend", "fms"]);
     let (s, f) = (sfb_file.to_str().unwrap(), fms_file.to_str().unwrap());
-    let e = refused(&["peer", "--cluster", s, "--id", "0", "--fms-push", "dense"]);
-    assert!(e.contains("--fms-push applies to FMS clusters only"), "{e}");
+    for flag in [["--fms-push", "dense"], ["--fms-sync", "lazy"]] {
+        let mut args = vec!["peer", "--cluster", s, "--id", "0"];
+        args.extend(flag);
+        let e = refused(&args);
+        assert!(
+            e.contains("--fms-push and --fms-sync apply to FMS clusters only"),
+            "{e}"
+        );
+    }
     let e = refused(&["server", "--cluster", f, "--straggler", "0:5"]);
     assert!(e.contains("--straggler"), "{e}");
     let e = refused(&["server", "--cluster", s]);

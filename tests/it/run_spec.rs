@@ -171,6 +171,7 @@ fn every_option_lands_in_the_spec() {
             ..TopologyOptions::default()
         },
         fms_push: Push::Dense,
+        fms_sync: sfb::harness::SyncSpec::Eager,
         net: NetOptions {
             timeout_s: 7.0,
             peer_timeout_s: 3.0,

@@ -120,6 +120,98 @@ fn fms_is_simulated_with_the_server_as_a_node() {
     assert!(num(&s, "wall_s") > num(&sfb, "wall_s"));
 }
 
+/// ESSP's comparison (issue 33, item 2), on the simulator: 8 FMS clients under SSP(3),
+/// computing slowly against a fast network (1e9 flop/s, 5 µs links), as in ESSP's setting.
+/// Eager sync (the server pushes W when a clock completes) puts nearly every clock's clock
+/// differential at 1 or less; lazy sync (a client fetches W when its own is too stale)
+/// spreads them up to the bound, sends less, and learns less in the same clocks. Under
+/// BSP the two are the same run, bitwise. `--fms-sync lazy` without FMS is refused.
+#[test]
+fn eager_sync_reads_fresher_w_than_lazy_sync() {
+    let dir = tempdir("sim", "essp");
+    let run = |name: &str, sync: &str, consistency: &str| {
+        let args = [
+            "sim",
+            "--backend",
+            "fms",
+            "--fms-push",
+            "dense",
+            "--optimizer",
+            "sgd",
+            "--fms-sync",
+            sync,
+            "--peers",
+            "8",
+            "--consistency",
+            consistency,
+            "--synthetic",
+            "classes=16,features=256,samples=16000",
+            "--clocks",
+            "200",
+            "--batch",
+            "64",
+            "--eval-every",
+            "50",
+            "--latency",
+            "5us",
+            "--flops",
+            "1e9",
+        ];
+        run_summary(&args, &dir.join(format!("{name}.json")))
+    };
+    let hist = |v: &Value| -> Vec<u64> {
+        v["read_differential"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    let mean = |h: &[u64]| {
+        let n: u64 = h.iter().sum();
+        h.iter()
+            .enumerate()
+            .map(|(d, &c)| d as f64 * c as f64)
+            .sum::<f64>()
+            / n as f64
+    };
+    let (eager, lazy) = (run("eager", "eager", "ssp:3"), run("lazy", "lazy", "ssp:3"));
+    let (he, hl) = (hist(&eager), hist(&lazy));
+    eprintln!(
+        "clock differentials: eager {he:?} (mean {:.2}), lazy {hl:?} (mean {:.2}); bytes {} vs {}; objective {} vs {}",
+        mean(&he),
+        mean(&hl),
+        eager["bytes_sent"],
+        lazy["bytes_sent"],
+        eager["objective"],
+        lazy["objective"]
+    );
+    // One differential per client per clock.
+    assert_eq!(he.iter().sum::<u64>(), 8 * 200);
+    assert_eq!(hl.iter().sum::<u64>(), 8 * 200);
+    assert!(he.len() <= 4 && hl.len() <= 4, "beyond the bound");
+    let near = |h: &[u64]| h.iter().take(2).sum::<u64>() as f64 / h.iter().sum::<u64>() as f64;
+    assert!(near(&he) > 0.9, "eager {he:?}");
+    assert!(near(&hl) < 0.5, "lazy {hl:?}");
+    assert!(num(&lazy, "bytes_sent") < num(&eager, "bytes_sent"));
+    assert!(num(&eager, "objective") < num(&lazy, "objective"));
+    let (be, bl) = (
+        run("eager-bsp", "eager", "bsp"),
+        run("lazy-bsp", "lazy", "bsp"),
+    );
+    assert_eq!(be["replica_checksums"], bl["replica_checksums"]);
+    assert_eq!(be["objective"], bl["objective"]);
+    let out = Command::new(SFB)
+        .args(["run", "--fms-sync", "lazy", "--clocks", "2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--fms-sync needs backend fms"),
+        "{err}"
+    );
+}
+
 #[test]
 fn what_is_not_simulated_is_refused_by_name() {
     let dir = tempdir("sim", "refused");

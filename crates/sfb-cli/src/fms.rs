@@ -19,3 +19,23 @@ impl From<Push> for sfb_harness::Push {
         }
     }
 }
+
+/// When FMS clients get W (`--fms-sync`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Sync {
+    /// The server pushes W to every client as soon as a clock completes (ESSP).
+    #[default]
+    Eager,
+    /// A client fetches W only when the one it holds is too stale for the consistency
+    /// bound (the lazy SSPTable ESSP compares with).
+    Lazy,
+}
+
+impl From<Sync> for sfb_harness::SyncSpec {
+    fn from(s: Sync) -> Self {
+        match s {
+            Sync::Eager => sfb_harness::SyncSpec::Eager,
+            Sync::Lazy => sfb_harness::SyncSpec::Lazy,
+        }
+    }
+}

@@ -317,6 +317,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "rejoin",
     "heal_timeout",
     "fms_push",
+    "fms_sync",
     "bandwidth",
     "burst",
     "peer_timeout",
@@ -389,6 +390,9 @@ pub struct NodeArgs {
     /// must agree).
     #[arg(long, value_enum)]
     pub fms_push: Option<super::fms::Push>,
+    /// FMS only: when clients get W (default eager; server and clients must agree).
+    #[arg(long, value_enum)]
+    pub fms_sync: Option<super::fms::Sync>,
     /// Use this node's private key even if group or others may access its file (by
     /// default such a key is refused, as ssh refuses one: chmod 600 it instead).
     #[arg(long)]
@@ -408,6 +412,7 @@ impl NodeArgs {
         let mut run = RunSpec {
             transport: sfb_harness::Transport::Libp2p,
             fms_push: self.fms_push.unwrap_or_default().into(),
+            fms_sync: self.fms_sync.unwrap_or_default().into(),
             net: self.net.to_options(),
             ..RunSpec::default()
         };
@@ -503,9 +508,9 @@ pub fn peer(args: &PeerArgs, app: &crate::App) -> Result<()> {
         }
         _ => {}
     }
-    if !fms && a.fms_push.is_some() {
+    if !fms && (a.fms_push.is_some() || a.fms_sync.is_some()) {
         bail!(
-            "--fms-push applies to FMS clusters only; {} is an SFB cluster",
+            "--fms-push and --fms-sync apply to FMS clusters only; {} is an SFB cluster",
             a.cluster.display()
         );
     }

@@ -42,6 +42,10 @@ pub struct RunArgs {
     /// FMS only: what clients push to the server (factors, or the dense ΔW of the paper).
     #[arg(long, value_enum, default_value = "factors")]
     pub fms_push: super::fms::Push,
+    /// FMS only: when clients get W: eager (the server pushes it when a clock completes,
+    /// ESSP) or lazy (a client fetches it when its own is too stale for the bound).
+    #[arg(long, value_enum, default_value = "eager")]
+    pub fms_sync: super::fms::Sync,
     /// Seconds the topology optimizer may spend when Q < P−1.
     #[arg(long, default_value_t = 5.0)]
     pub topology_time_limit: f64,
@@ -88,6 +92,7 @@ impl RunArgs {
                 ..TopologyOptions::default()
             },
             fms_push: self.fms_push.into(),
+            fms_sync: self.fms_sync.into(),
             net: self.net.to_options(),
             ..RunSpec::default()
         };

@@ -16,7 +16,11 @@
 //!   next clock `c` is in, it applies them in origin order in **one**
 //!   [`Replica::apply`] call (dense: [`Replica::add_dense`]), then the model's `prox`,
 //!   and pushes the full W as [`Message::Params`] `{ clock: c + 1 }` to every client at
-//!   once (eager, ESSP-style; clients never ask).
+//!   once ([`Sync::Eager`], ESSP: clients never ask). Under [`Sync::Lazy`] (the SSPTable
+//!   ESSP compares with) it pushes nothing when a clock completes: a client that cannot
+//!   go on with the W it holds asks for one ([`Message::Fetch`] `{ clock: t − s }`), and
+//!   the server answers with its newest W once that includes clocks `0..t − s`. The last
+//!   clock's W goes to every client either way (their final evaluation).
 //!
 //! Under BSP this is exactly the sequence of kernel calls of an SFB peer with full
 //! broadcast (which applies, before computing clock `c + 1`, the P batches of clock `c`
@@ -120,6 +124,27 @@ impl std::fmt::Display for Push {
     }
 }
 
+/// When clients get W ([`Config::sync`]): ESSP's comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sync {
+    /// The server pushes W to every client as soon as a clock completes (ESSP's eager
+    /// server push): clients mostly compute on a fresh W.
+    #[default]
+    Eager,
+    /// A client keeps its W until it is too stale for the bound, then fetches the
+    /// server's newest (the lazy SSPTable): fewer W transfers, older W read.
+    Lazy,
+}
+
+impl std::fmt::Display for Sync {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Sync::Eager => "eager",
+            Sync::Lazy => "lazy",
+        })
+    }
+}
+
 /// Configuration shared by the server and its clients.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -138,6 +163,8 @@ pub struct Config {
     pub eval_every: u64,
     /// What clients push. Default: [`Push::Factors`].
     pub push: Push,
+    /// When clients get W. Default: [`Sync::Eager`].
+    pub sync: Sync,
     /// How the server turns the clients' updates into steps on W (the server plays the
     /// optimizer for everyone; clients only compute). Default: plain SGD.
     pub optimizer: crate::Optimizer,
@@ -163,6 +190,7 @@ impl Config {
             lr: 0.1,
             eval_every: 10,
             push: Push::Factors,
+            sync: Sync::Eager,
             optimizer: crate::Optimizer::default(),
             checkpoint_every: 0,
             on_peer_loss: crate::PeerLoss::Fail,
@@ -182,6 +210,7 @@ impl Config {
             lr: cfg.lr,
             eval_every: cfg.eval_every,
             push,
+            sync: Sync::Eager,
             optimizer: cfg.optimizer.clone(),
             checkpoint_every: cfg.checkpoint_every,
             on_peer_loss: cfg.on_peer_loss,
@@ -291,6 +320,10 @@ pub struct Server<M: Model> {
     lost: Vec<PeerId>,
     /// The run was cut short by [`stop_at`](Self::stop_at).
     stopped_early: bool,
+    /// Lazy sync: the clock each client waits for W to include, if it asked.
+    fetches: BTreeMap<PeerId, u64>,
+    /// Lazy sync: the clock of the last W sent to every client.
+    pushed: u64,
 }
 
 impl<M: Model> std::fmt::Debug for Server<M> {
@@ -330,6 +363,8 @@ impl<M: Model> Server<M> {
             wall_offset_s: 0.0,
             lost: Vec::new(),
             stopped_early: false,
+            fetches: BTreeMap::new(),
+            pushed: 0,
         })
     }
 
@@ -403,6 +438,12 @@ impl<M: Model> Server<M> {
             wall_s: self.wall_offset_s + self.started.map_or(0.0, |s| secs(s, now)),
             first_objective: None,
         }
+    }
+
+    /// When clients get W ([`Config::sync`]; the server and its clients must agree).
+    pub fn with_sync(mut self, sync: Sync) -> Self {
+        self.cfg.sync = sync;
+        self
     }
 
     /// The server for clients made like the fresh SFB `engine` (any peer's): its model
@@ -484,6 +525,9 @@ impl<M: Model> Server<M> {
         if let Message::Stop { origin, stop } = &msg {
             return self.offer_stop(from, *origin, *stop);
         }
+        if let Message::Fetch { origin, clock } = msg {
+            return self.fetch(from, origin, clock);
+        }
         let (origin, clock) = match (&msg, self.cfg.push) {
             (Message::Factors { batch, .. }, Push::Factors) => (batch.origin, batch.clock),
             (Message::Delta { origin, clock, .. }, Push::Dense) => (*origin, *clock),
@@ -523,7 +567,8 @@ impl<M: Model> Server<M> {
             | Message::Stop { .. }
             | Message::Notice { .. }
             | Message::State { .. }
-            | Message::Copy { .. } => {
+            | Message::Copy { .. }
+            | Message::Fetch { .. } => {
                 unreachable!("refused above")
             }
         };
@@ -531,6 +576,50 @@ impl<M: Model> Server<M> {
         self.inbound.deliver(i, 0);
         self.pending.insert((clock, origin), update);
         Ok(())
+    }
+
+    /// A client's request for W including clocks `0..clock` (lazy sync): answered now if
+    /// W does, else once it does.
+    fn fetch(&mut self, from: PeerId, origin: PeerId, clock: u64) -> Result<()> {
+        let role = "FMS server with eager sync (clients do not ask for W)";
+        if self.cfg.sync != Sync::Lazy || origin != from {
+            return Err(Error::UnexpectedMessage {
+                from,
+                kind: "fetch",
+                role,
+            });
+        }
+        if from.index() >= self.cfg.clients {
+            return Err(Error::UnknownPeer {
+                origin: from,
+                peers: self.cfg.clients,
+            });
+        }
+        if clock > self.cfg.clocks {
+            return Err(Error::BadClock {
+                origin: from,
+                clock,
+                reason: "a request for W beyond the run's last clock",
+            });
+        }
+        self.metrics.bytes_received += wire::encoded_len(&Message::Fetch { origin, clock }) as u64;
+        if self.clock >= clock {
+            self.send_w(from);
+        } else {
+            let want = self.fetches.entry(from).or_insert(clock);
+            *want = (*want).max(clock);
+        }
+        Ok(())
+    }
+
+    /// Queues the newest W for client `to`.
+    fn send_w(&mut self, to: PeerId) {
+        let msg = Message::Params {
+            clock: self.clock,
+            w: Arc::new(self.replica.w().to_owned()),
+        };
+        self.metrics.bytes_sent += wire::encoded_len(&msg) as u64;
+        self.outputs.push_back(Output { to, msg });
     }
 
     /// The next frame to send (a [`Message::Params`] to one client), if any.
@@ -566,6 +655,11 @@ impl<M: Model> Server<M> {
         let now = time.now();
         let started = *self.started.get_or_insert(now);
         if self.clock >= self.cfg.clocks {
+            if self.cfg.sync == Sync::Lazy && self.pushed < self.clock {
+                // A stop at a clock already completed: its W was not pushed.
+                self.push_w();
+                return Ok(Progress::Stepped);
+            }
             if self.stopped_early && self.cfg.checkpoint_every > 0 {
                 self.events
                     .push_back(Event::Checkpoint(Box::new(self.state(time.now()))));
@@ -651,11 +745,33 @@ impl<M: Model> Server<M> {
         self.metrics.batches_applied += updates.len() as u64;
         self.clock += 1;
         self.metrics.clocks = self.clock;
+        if self.cfg.sync == Sync::Eager || self.clock >= self.cfg.clocks {
+            self.push_w();
+        } else {
+            let now = self.clock;
+            let due: Vec<PeerId> = self
+                .fetches
+                .iter()
+                .filter(|&(p, &want)| want <= now && !self.lost.contains(p))
+                .map(|(&p, _)| p)
+                .collect();
+            for p in due {
+                self.fetches.remove(&p);
+                self.send_w(p);
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues W for every client still served (the last clock's W reaches every client
+    /// for its final evaluation, whatever the sync).
+    fn push_w(&mut self) {
+        self.fetches.clear();
+        self.pushed = self.clock;
         self.send_to_every_client(Message::Params {
             clock: self.clock,
             w: Arc::new(self.replica.w().to_owned()),
         });
-        Ok(())
     }
 
     /// Queues `msg` for every client still served.
@@ -871,6 +987,8 @@ pub struct Client<M: Model> {
     cfg: Config,
     worker: Worker<M>,
     side: ClientSide,
+    /// Lazy sync: the clock this client last asked W to include.
+    asked: u64,
 }
 
 impl<M: Model> std::fmt::Debug for Client<M> {
@@ -899,6 +1017,12 @@ impl<M: Model> Client<M> {
         shard: Shard<M::Sample>,
     ) -> Result<Self> {
         Self::from_parts(id, cfg, (model, shard, None), Replica::new(w0)?)
+    }
+
+    /// When clients get W ([`Config::sync`]; the server and its clients must agree).
+    pub fn with_sync(mut self, sync: Sync) -> Self {
+        self.cfg.sync = sync;
+        self
     }
 
     /// The client that trains exactly what the fresh SFB `engine` would (same id, model,
@@ -987,6 +1111,7 @@ impl<M: Model> Client<M> {
             },
             worker,
             cfg,
+            asked: 0,
         })
     }
 
@@ -1140,7 +1265,34 @@ impl<M: Model> Client<M> {
     /// [`Error::Model`] if `compute_sv` fails or produces invalid factors. Nothing is sent
     /// then; the client should be dropped.
     pub fn on_tick(&mut self, time: &mut dyn TimeSource) -> Result<Progress> {
-        self.worker.step(&mut self.side, time)
+        let (t, w) = (self.worker.clock, self.w_clock());
+        let progress = self.worker.step(&mut self.side, time)?;
+        if self.worker.clock > t {
+            // Clock t computed on the W of clock w.
+            self.worker.metrics.record_read(t - w);
+        }
+        if self.cfg.sync == Sync::Lazy
+            && progress == Progress::Blocked
+            && !self.worker.waiting_on().is_empty()
+        {
+            // It cannot go on with the W it holds: ask for one including clocks
+            // `0..t − s`, once. (The last clock's W comes to every client unasked.)
+            let t = self.worker.clock;
+            let need = t.saturating_sub(self.cfg.staleness());
+            if t < self.worker.plan.clocks && need > self.asked && need > self.w_clock() {
+                self.asked = need;
+                let msg = Message::Fetch {
+                    origin: self.worker.id,
+                    clock: need,
+                };
+                self.worker.metrics.bytes_sent += wire::encoded_len(&msg) as u64;
+                self.worker.outputs.push_back(Output {
+                    to: PeerId::SERVER,
+                    msg,
+                });
+            }
+        }
+        Ok(progress)
     }
 
     /// Runs the evaluator on the held W (timed as `eval_s`).

@@ -100,6 +100,11 @@ pub struct PeerMetrics {
     /// ended) the run.
     #[serde(default)]
     pub stop: Option<crate::stop::Stop>,
+    /// FMS clients: `read_differential[d]` = clocks this client computed on a W `d` clocks
+    /// old (clock `t` on the server's W of clock `t − d`; the last bucket holds everything
+    /// at least that old): ESSP's clock differential. Empty for SFB peers.
+    #[serde(default)]
+    pub read_differential: Vec<u64>,
 }
 
 impl PeerMetrics {
@@ -119,6 +124,15 @@ impl PeerMetrics {
             .filter(|&(_, n)| n > 0)
             .map(|(p, _)| crate::PeerId(p))
             .collect()
+    }
+
+    /// Records one clock computed on a W `d` clocks old ([`read_differential`](Self::read_differential)).
+    pub fn record_read(&mut self, d: u64) {
+        if self.read_differential.len() < STALENESS_BUCKETS {
+            self.read_differential.resize(STALENESS_BUCKETS, 0);
+        }
+        let i = (d as usize).min(STALENESS_BUCKETS - 1);
+        self.read_differential[i] += 1;
     }
 
     /// Records one applied batch's staleness.
@@ -414,6 +428,10 @@ pub struct Summary {
     /// near 1 when a few pairs carry the update. Absent without `--prioritize`.
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub top_pair_energy: f64,
+    /// FMS: the clients' clock differentials summed (index `d`: clocks computed on a W `d`
+    /// clocks old; ESSP's Fig. 2), trailing zeros trimmed. Absent for SFB runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_differential: Vec<u64>,
     /// Share of all the run's batches (`P` peers × clocks) the replica that saw the
     /// fewest applied, own included: 1 with full broadcast or relay, `(Q+1)/P` with
     /// partial broadcast. Absent for FMS runs and partial summaries.
@@ -562,6 +580,22 @@ impl Summary {
                 .max()
                 .unwrap_or(0),
             staleness_histogram: hist,
+            read_differential: {
+                let mut h = vec![0u64; 0];
+                for r in reports {
+                    let d = &r.metrics.read_differential;
+                    if h.len() < d.len() {
+                        h.resize(d.len(), 0);
+                    }
+                    for (a, b) in h.iter_mut().zip(d) {
+                        *a += b;
+                    }
+                }
+                while h.last() == Some(&0) {
+                    h.pop();
+                }
+                h
+            },
             replica_checksums: reports.iter().map(|r| r.checksum.clone()).collect(),
             max_replica_divergence: divergence,
             lost_peers: earliest(reports, |m| &m.lost_peers),

@@ -11,7 +11,8 @@
 //! - [`Message::State`] (a node's state for a rejoining node): [`NodeState::encode`]'s
 //!   bytes;
 //! - [`Message::Copy`] (a gossip peer's public copy, for a new out-neighbour): J·D f32
-//!   row-major.
+//!   row-major;
+//! - [`Message::Fetch`] (an FMS client's request for W, lazy SSP): none.
 //!
 //! [`decode`] validates everything before a message exists: version, header, sizes (with
 //! overflow checks), exact payload length, known origin, shape, sparse structure and finite
@@ -30,10 +31,11 @@ use crate::{Error, FactorBatch, NodeState, PeerId, Result, VFactors};
 #[cfg(target_endian = "big")]
 compile_error!("sfb's wire format copies f32 arrays as little-endian bytes");
 
-/// Version written at the start of every frame (6: a rejoin state carries its sender's
+/// Version written at the start of every frame (7: [`Message::Fetch`], an FMS client's
+/// request for W under lazy SSP; 6: a rejoin state carries its sender's
 /// membership view; 5: the tree mode's sums, [`Message::Sum`]; 4: membership notices, rejoin states and
 /// gossip public copies in the one codec; 3: stop proposals; 2: relayed batches).
-pub const WIRE_VERSION: u16 = 6;
+pub const WIRE_VERSION: u16 = 7;
 
 /// Membership news between nodes ([`Message::Notice`]): what a node learned about
 /// another, passed on once by each receiver so that every survivor learns the same set
@@ -153,6 +155,15 @@ pub enum Message {
         /// The stop.
         stop: Stop,
     },
+    /// An FMS client's request under lazy SSP ([`crate::fms::Sync::Lazy`]): send me W as
+    /// soon as it includes every update of clocks `0..clock` (the server answers with a
+    /// [`Message::Params`] of its newest W).
+    Fetch {
+        /// The client.
+        origin: PeerId,
+        /// The clocks W must include.
+        clock: u64,
+    },
 }
 
 impl Message {
@@ -168,7 +179,8 @@ impl Message {
             | Message::Stop { origin, .. }
             | Message::Notice { origin, .. }
             | Message::State { origin, .. }
-            | Message::Copy { origin, .. } => *origin,
+            | Message::Copy { origin, .. }
+            | Message::Fetch { origin, .. } => *origin,
         }
     }
 
@@ -182,7 +194,8 @@ impl Message {
             | Message::Sum { batch, .. } => batch.clock,
             Message::Params { clock, .. }
             | Message::Delta { clock, .. }
-            | Message::Copy { clock, .. } => *clock,
+            | Message::Copy { clock, .. }
+            | Message::Fetch { clock, .. } => *clock,
             Message::Stop { stop, .. } => stop.clock,
             Message::Notice { .. } => 0,
             Message::State { state, .. } => state.clock,
@@ -190,7 +203,7 @@ impl Message {
     }
 
     /// The kind's name, for errors and logs: `factors`, `relayed`, `mix`, `params`,
-    /// `delta`, `sum-up`, `sum-down`, `stop`, `notice`, `state` or `copy`.
+    /// `delta`, `sum-up`, `sum-down`, `stop`, `notice`, `state`, `copy` or `fetch`.
     pub fn kind(&self) -> &'static str {
         match self {
             Message::Factors { .. } => "factors",
@@ -204,6 +217,7 @@ impl Message {
             Message::Notice { .. } => "notice",
             Message::State { .. } => "state",
             Message::Copy { .. } => "copy",
+            Message::Fetch { .. } => "fetch",
         }
     }
 }
@@ -279,6 +293,11 @@ enum Header {
         clock: u64,
         j: u32,
         d: u32,
+    },
+    /// An FMS client's request for W; no payload.
+    Fetch {
+        origin: u32,
+        clock: u64,
     },
 }
 
@@ -369,7 +388,8 @@ fn batch_of(msg: &Message) -> Option<&FactorBatch> {
         | Message::Stop { .. }
         | Message::Notice { .. }
         | Message::State { .. }
-        | Message::Copy { .. } => None,
+        | Message::Copy { .. }
+        | Message::Fetch { .. } => None,
     }
 }
 
@@ -490,6 +510,10 @@ fn header_of(msg: &Message) -> Header {
             j: w.nrows() as u32,
             d: w.ncols() as u32,
         },
+        Message::Fetch { origin, clock } => Header::Fetch {
+            origin: origin.0,
+            clock: *clock,
+        },
     }
 }
 
@@ -531,7 +555,7 @@ pub fn encoded_len_with(msg: &Message, dtype: Dtype) -> usize {
         Message::Params { w: m, .. }
         | Message::Delta { delta: m, .. }
         | Message::Copy { w: m, .. } => 4 * m.len(),
-        Message::Stop { .. } | Message::Notice { .. } => 0,
+        Message::Stop { .. } | Message::Notice { .. } | Message::Fetch { .. } => 0,
         Message::State { state, .. } => state.encode().len(),
     };
     2 + header + payload
@@ -605,7 +629,7 @@ pub fn encode_into_with(msg: &Message, dtype: Dtype, out: &mut Vec<u8>) {
         | Message::Copy { w: m, .. } => {
             out.extend_from_slice(bytemuck::cast_slice(&row_major(m)));
         }
-        Message::Stop { .. } | Message::Notice { .. } => {}
+        Message::Stop { .. } | Message::Notice { .. } | Message::Fetch { .. } => {}
         Message::State { state, .. } => out.extend_from_slice(&state.encode()),
     }
 }
@@ -898,6 +922,16 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
                 return Err(bad(format!("news about node {about} of {}", expect.peers)));
             }
             Message::Notice { origin, notice }
+        }
+        Header::Fetch { origin, clock } => {
+            let origin = PeerId(origin);
+            if origin.index() >= expect.peers {
+                return Err(Error::UnknownPeer {
+                    origin,
+                    peers: expect.peers,
+                });
+            }
+            Message::Fetch { origin, clock }
         }
         Header::State { origin } => {
             let origin = known(origin, expect)?;

@@ -71,7 +71,8 @@ use crate::{Error, Result};
 /// Magic bytes at the start of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"SFBCKPT\n";
 
-/// The file format version this build writes and reads (9: a node's state holds the
+/// The file format version this build writes and reads (10: a node's metrics carry an FMS
+/// client's clock differentials; 9: a node's state holds the
 /// membership view it was taken under, so a version-8 node state does not decode; 8: a
 /// node's state holds relay's
 /// next clocks and kept batches, so a version-7 node state does not decode; 7: the meta
@@ -82,7 +83,7 @@ pub const MAGIC: &[u8; 8] = b"SFBCKPT\n";
 /// the consensus messages of the clock before the cut, folded a clock later; 4: a node's state holds the
 /// gossip mode's consensus state, so a version-3 node state does not decode; 3: a node's
 /// metrics carry the prioritizer's largest-pair energy).
-pub const FORMAT: u32 = 9;
+pub const FORMAT: u32 = 10;
 
 /// What run a checkpoint belongs to; a resumed run refuses a file whose meta differs from
 /// its own (the node's own checks then cover shape, topology, optimizer and data).
@@ -600,7 +601,7 @@ mod tests {
         assert!(refuse(&long).contains("trailing bytes"));
         let mut v3 = bytes.clone();
         v3[8] = 3;
-        assert!(refuse(&v3).contains("format version 3, this sfb reads version 9"));
+        assert!(refuse(&v3).contains("format version 3, this sfb reads version 10"));
         // Another run's files.
         let other = |meta: Meta| Store::open(dir.path(), 2, meta).unwrap().encode(&state(5));
         let e = refuse(&other(Meta::new("sfb", "dml", 2, 7)));

@@ -2568,7 +2568,8 @@ impl<K: Kind> Builder<K> {
     pub fn build_client(&mut self, id: u32, push: crate::Push) -> Result<Client<K::Model>> {
         self.fms(push);
         let engine = self.engine(id, Vec::new(), Vec::new(), false, false)?;
-        let mut client = Client::from_engine(engine, push.into())?;
+        let mut client =
+            Client::from_engine(engine, push.into())?.with_sync(self.s.spec.fms_sync.into());
         if let Some((store, clock)) = self.resume_from("fms")? {
             let state = store.resume(Role::Client, PeerId(id), clock)?;
             client
@@ -2585,7 +2586,8 @@ impl<K: Kind> Builder<K> {
     pub fn build_server(&mut self, push: crate::Push) -> Result<Server<K::Model>> {
         self.fms(push);
         let engine = self.engine(0, Vec::new(), Vec::new(), false, true)?;
-        let mut server = Server::from_engine(engine, push.into())?;
+        let mut server =
+            Server::from_engine(engine, push.into())?.with_sync(self.s.spec.fms_sync.into());
         if let Some((store, clock)) = self.resume_from("fms")? {
             let state = store.resume(Role::Server, PeerId::SERVER, clock)?;
             server

@@ -298,6 +298,10 @@ pub const FLAGS: &[Flag] = &[
         Push::Dense => Arg::Value("dense".into()),
         _ => Arg::Skip,
     }),
+    row!("fms_sync", "--fms-sync", |s, d| match s.fms_sync {
+        crate::SyncSpec::Lazy => Arg::Value("lazy".into()),
+        _ => Arg::Skip,
+    }),
     row!(
         "train.consistency",
         "--consistency",

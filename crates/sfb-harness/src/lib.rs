@@ -99,7 +99,8 @@ pub use run::{run, run_with};
 pub use spec::{
     Backend, CompressSpec, ConsistencySpec, DataSource, FaultOptions, LostShardsSpec, MethodSpec,
     ModelChoice, NetOptions, OutputOptions, PartialSpec, PeerLossSpec, PrioritizeSpec, Push,
-    RunSpec, ScaleSpec, ScheduleSpec, StragglerSpec, TopologyMethod, TopologyOptions, TrainOptions,
-    Transport, default_lr, default_lr_for_data, default_method, default_warmup, score_step,
+    RunSpec, ScaleSpec, ScheduleSpec, StragglerSpec, SyncSpec, TopologyMethod, TopologyOptions,
+    TrainOptions, Transport, default_lr, default_lr_for_data, default_method, default_warmup,
+    score_step,
 };
 pub use summary::{NodeOutcome, summarize};

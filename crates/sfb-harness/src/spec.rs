@@ -50,6 +50,10 @@ pub struct RunSpec {
     pub topology: TopologyOptions,
     /// FMS: what clients push to the server. Default factors.
     pub fms_push: Push,
+    /// FMS: when clients get W (`--fms-sync`): eager, the server pushes it when a clock
+    /// completes (ESSP), or lazy, a client fetches it when the one it holds is too stale
+    /// for the bound (the SSPTable). Default eager.
+    pub fms_sync: SyncSpec,
     /// Timeouts, bandwidth budget, wire precision, network namespaces.
     pub net: NetOptions,
     /// Files the run's records and summary are written to.
@@ -78,6 +82,7 @@ impl Default for RunSpec {
             train: TrainOptions::default(),
             topology: TopologyOptions::default(),
             fms_push: Push::Factors,
+            fms_sync: SyncSpec::Eager,
             net: NetOptions::default(),
             output: OutputOptions::default(),
             fault: FaultOptions::default(),
@@ -144,6 +149,27 @@ pub enum Push {
     Factors,
     /// The dense ΔW, J·D floats (the paper's FMS).
     Dense,
+}
+
+/// When FMS clients get W ([`RunSpec::fms_sync`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum SyncSpec {
+    /// The server pushes W to every client when a clock completes (ESSP).
+    #[default]
+    Eager,
+    /// A client fetches W when the one it holds is too stale for the bound.
+    Lazy,
+}
+
+impl From<SyncSpec> for sfb_core::fms::Sync {
+    fn from(s: SyncSpec) -> Self {
+        match s {
+            SyncSpec::Eager => sfb_core::fms::Sync::Eager,
+            SyncSpec::Lazy => sfb_core::fms::Sync::Lazy,
+        }
+    }
 }
 
 impl From<Push> for sfb_core::fms::Push {
@@ -1430,6 +1456,14 @@ impl RunSpec {
     pub fn validate(&self) -> Result<()> {
         let p = self.peers;
         check("peers", "at least 1", p as f64, p >= 1)?;
+        if self.fms_sync == SyncSpec::Lazy && self.backend != Backend::Fms {
+            return Err(Error::Requires {
+                field: "fms_sync",
+                requires: "backend fms",
+                why: "lazy sync is how FMS clients get W from the parameter server; SFB \
+                      peers hold their own replicas",
+            });
+        }
         let t = &self.train;
         check("train.batch", "at least 1", t.batch as f64, t.batch >= 1)?;
         if let Some(lr) = t.lr {
@@ -2121,7 +2155,7 @@ impl RunSpec {
                 features.map_or("from the data".into(), |f| f.to_string())
             ),
         };
-        let pairs: [(&str, String); 15] = [
+        let pairs: [(&str, String); 16] = [
             ("backend", self.backend.name().into()),
             (
                 "model",
@@ -2169,6 +2203,7 @@ impl RunSpec {
                 ),
             ),
             ("fms push", j(&self.fms_push)),
+            ("fms sync", j(&self.fms_sync)),
             (
                 "peer loss",
                 format!(
@@ -2333,6 +2368,7 @@ mod tests {
                 ..TopologyOptions::default()
             },
             fms_push: Push::Dense,
+            fms_sync: SyncSpec::Lazy,
             net: NetOptions {
                 bandwidth: Some(Rate(1e6)),
                 wire: Dtype::F16,

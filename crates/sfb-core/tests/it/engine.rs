@@ -608,6 +608,10 @@ fn matrix(seed: u64) -> Array2<f32> {
 /// Any message: factors, a full W (server → client) or a dense ΔW (client → server).
 fn arb_message() -> impl Strategy<Value = Message> {
     prop_oneof![
+        (0u32..4, 0u64..1000).prop_map(|(origin, clock)| Message::Fetch {
+            origin: PeerId(origin),
+            clock,
+        }),
         (0u32..4, 0u32..4, 0u8..3).prop_map(|(origin, about, kind)| Message::Notice {
             origin: PeerId(origin),
             notice: match kind {
@@ -736,6 +740,20 @@ fn wire_refuses_bad_notices_and_states() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("a rejoin state"), "{e}");
+    // An FMS client's request for W: from a client of the run only (not the server),
+    // and nothing after its header.
+    let fetch = |origin| wire::encode(&Message::Fetch { origin, clock: 5 });
+    assert!(matches!(
+        wire::decode(&fetch(PeerId(3)), &EXPECT),
+        Ok(Message::Fetch { clock: 5, .. })
+    ));
+    for origin in [PeerId(4), PeerId::SERVER] {
+        let e = wire::decode(&fetch(origin), &EXPECT).unwrap_err();
+        assert!(matches!(e, Error::UnknownPeer { .. }), "{e}");
+    }
+    let mut long = fetch(PeerId(1));
+    long.push(0);
+    assert!(wire::decode(&long, &EXPECT).is_err());
 }
 
 /// A stop proposal decodes only when it names a known proposer, ends after the clock it
@@ -951,6 +969,7 @@ proptest! {
                 prop_assert!(stats.is_empty() || stats.len() == 8);
                 prop_assert!(stats.iter().all(|x| x.is_finite() && *x >= 0.0));
             }
+            Ok(Message::Fetch { origin, .. }) => prop_assert!(origin.index() < 4),
             Ok(other) => prop_assert!(false, "unknown kind {:?}", other),
             Err(_) => {}
         }
