@@ -371,3 +371,67 @@ fn scale_simulates_full_partial_and_fms_and_finds_the_crossover() {
     assert!(is_png(&out.join("scale-bytes-per-peer.png")));
     assert!(is_png(&out.join("scale-time-per-clock.png")));
 }
+
+/// `--scenario essp` on the simulator, small (P=4, D=32, 20 clocks) in the regime where
+/// the clients' compute sets the pace: four arms (eager and lazy, MLR and L2-MLR), one
+/// clock differential per client per clock, eager's nearer 0 than lazy's, lazy sending
+/// less; the differentials' chart and the notes that read them.
+#[test]
+fn essp_compares_eager_and_lazy_sync_on_two_models() {
+    let out = dir("essp");
+    let (ok, _, stderr) = sfb(&[
+        "bench",
+        "--scenario",
+        "essp",
+        "--transport",
+        "sim",
+        "--peers",
+        "4",
+        "--size",
+        "32",
+        "--clocks",
+        "20",
+        "--eval-every",
+        "5",
+        "--bandwidth",
+        "10gbit",
+        "--latency",
+        "5us",
+        "--flops",
+        "1e9",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let v = json(&out.join("essp.json"));
+    check_arms(
+        &v,
+        &["MLR eager", "MLR lazy", "L2-MLR eager", "L2-MLR lazy"],
+    );
+    let arm = |i: usize| &v["arms"][i]["summary"];
+    let mean = |i: usize| {
+        let h: Vec<f64> = arm(i)["read_differential"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(h.iter().sum::<f64>(), 4.0 * 20.0, "{h:?}");
+        h.iter().enumerate().map(|(d, c)| d as f64 * c).sum::<f64>() / 80.0
+    };
+    for (eager, lazy) in [(0, 1), (2, 3)] {
+        assert!(mean(eager) < mean(lazy), "{} {}", mean(eager), mean(lazy));
+        let bytes = |i: usize| arm(i)["bytes_sent"].as_f64().unwrap();
+        assert!(bytes(lazy) < bytes(eager));
+    }
+    let md = std::fs::read_to_string(out.join("essp.md")).unwrap();
+    assert!(
+        md.contains("Eager reads the fresher W, as ESSP found."),
+        "{md}"
+    );
+    assert!(
+        md.contains("MLR, convergence: final held-out objective"),
+        "{md}"
+    );
+    assert!(is_png(&out.join("essp-clock-differentials.png")));
+}

@@ -170,6 +170,7 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
         "prioritization" => prioritization(opts, runner)?,
         "scale" => scale(opts, runner)?,
         "stragglers" => stragglers(opts, runner)?,
+        "essp" => scenarios::essp(opts, runner)?,
         other => return Err(Error::UnknownScenario(other.into())),
     };
     let simulated = matches!(name, "scale" | "stragglers");
