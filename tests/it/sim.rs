@@ -124,7 +124,8 @@ fn fms_is_simulated_with_the_server_as_a_node() {
 /// computing slowly against a fast network (1e9 flop/s, 5 µs links), as in ESSP's setting.
 /// Eager sync (the server pushes W when a clock completes) puts nearly every clock's clock
 /// differential at 1 or less; lazy sync (a client fetches W when its own is too stale)
-/// spreads them up to the bound, sends less, and learns less in the same clocks. Under
+/// spreads them up to the bound and sends less (what that does to learning is the essp
+/// scenario's question, not asserted on this short run). Under
 /// BSP the two are the same run, bitwise. `--fms-sync lazy` without FMS is refused.
 #[test]
 fn eager_sync_reads_fresher_w_than_lazy_sync() {
@@ -194,7 +195,6 @@ fn eager_sync_reads_fresher_w_than_lazy_sync() {
     assert!(near(&he) > 0.9, "eager {he:?}");
     assert!(near(&hl) < 0.5, "lazy {hl:?}");
     assert!(num(&lazy, "bytes_sent") < num(&eager, "bytes_sent"));
-    assert!(num(&eager, "objective") < num(&lazy, "objective"));
     let (be, bl) = (
         run("eager-bsp", "eager", "bsp"),
         run("lazy-bsp", "lazy", "bsp"),

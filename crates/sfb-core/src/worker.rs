@@ -230,12 +230,9 @@ impl Inbound {
     /// this node holds, whoever brought them.
     pub(crate) fn hold_at(&mut self, q: PeerId, delivered: u64) {
         self.add_fresh(q, delivered);
-        let Some(i) = self.position(q) else {
-            return;
-        };
-        self.fresh[i] = false;
-        self.repaired[i] = false;
-        self.delivered[i] = delivered;
+        if let Some(i) = self.position(q) {
+            self.settle(i, delivered);
+        }
     }
 
     /// `q`, if awaited and fresh (nothing received since it was added), sends this node
