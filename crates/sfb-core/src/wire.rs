@@ -561,6 +561,27 @@ pub fn encoded_len_with(msg: &Message, dtype: Dtype) -> usize {
     2 + header + payload
 }
 
+/// Exact size in bytes of a dense-matrix frame of `rows × cols`, without the matrix: a
+/// [`Message::Delta`] when `delta`, else a [`Message::Params`] (the same as
+/// [`encoded_len`] of one). For pricing shapes no memory holds (`sfb plan` at J = 325k,
+/// D = 20k).
+pub fn dense_frame_len(delta: bool, clock: u64, rows: usize, cols: usize) -> usize {
+    let (j, d) = (rows as u32, cols as u32);
+    let header = if delta {
+        Header::Delta {
+            origin: 0,
+            clock,
+            mean_iter_us: 100_000,
+            j,
+            d,
+        }
+    } else {
+        Header::Params { clock, j, d }
+    };
+    let header = postcard::to_allocvec(&header).map_or(0, |h| h.len());
+    2 + header + 4 * rows * cols
+}
+
 /// Encodes `msg` into a new buffer.
 pub fn encode(msg: &Message) -> Vec<u8> {
     encode_with(msg, Dtype::F32)

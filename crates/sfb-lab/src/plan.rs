@@ -708,20 +708,15 @@ fn frames(j: usize, d: usize, k: usize, p: usize) -> Frames {
         batch: Arc::new(batch),
         mean_iter_us: 100_000,
     });
-    let delta_of = |rows: usize| Message::Delta {
-        origin: PeerId(0),
-        clock: 1000,
-        mean_iter_us: 100_000,
-        delta: Arc::new(Array2::zeros((rows, d))),
-    };
-    let w = Arc::new(Array2::zeros((j, d)));
+    // Dense frames by their size alone: at the SFB paper's shapes (J = 325k, D = 20k) W
+    // is 26 GB, which building to measure had aborted the planner.
     Frames {
         factors,
         mix_one,
         mix_pair,
-        params: len(&Message::Params { clock: 1000, w }),
-        delta: len(&delta_of(j)),
-        ring_chunk: len(&delta_of(j.div_ceil(p))),
+        params: wire::dense_frame_len(false, 1000, j, d) as u64,
+        delta: wire::dense_frame_len(true, 1000, j, d) as u64,
+        ring_chunk: wire::dense_frame_len(true, 1000, j.div_ceil(p), d) as u64,
     }
 }
 

@@ -912,6 +912,33 @@ fn wire_refuses_bad_fms_frames() {
     }
 }
 
+/// A dense frame's size without its matrix is the encoded size of one, at every clock
+/// and shape (varints of several lengths).
+#[test]
+fn dense_frame_len_is_the_encoded_len_without_the_matrix() {
+    for (clock, rows, cols) in [(0, 1, 1), (2, 3, 5), (1000, 130, 7), (1 << 40, 200, 300)] {
+        let w = Arc::new(Array2::<f32>::zeros((rows, cols)));
+        let params = Message::Params {
+            clock,
+            w: w.clone(),
+        };
+        let delta = Message::Delta {
+            origin: PeerId(0),
+            clock,
+            mean_iter_us: 100_000,
+            delta: w,
+        };
+        assert_eq!(
+            wire::dense_frame_len(false, clock, rows, cols),
+            wire::encode(&params).len()
+        );
+        assert_eq!(
+            wire::dense_frame_len(true, clock, rows, cols),
+            wire::encode(&delta).len()
+        );
+    }
+}
+
 proptest! {
     #[test]
     fn wire_round_trip_every_kind(m in arb_message()) {
