@@ -693,21 +693,28 @@ pub fn fit_intercept(w: &mut Array2<f32>, train: &[Example], bias: &mut Vec<f64>
             bias.iter_mut().zip(&step).for_each(|(b, s)| *b -= s);
             continue;
         }
-        let mut t = 1.0;
-        let mut moved = false;
-        while t > 1e-6 {
-            for c in 0..j {
-                trial[c] = bias[c] - t * step[c];
+        let mut search = |step: &[f64], slope: f64| {
+            let mut t = 1.0;
+            while t > 1e-6 {
+                for c in 0..j {
+                    trial[c] = bias[c] - t * step[c];
+                }
+                if objective(&trial, None) <= f + 1e-4 * t * slope {
+                    bias.copy_from_slice(&trial);
+                    return true;
+                }
+                t *= 0.5;
             }
-            if objective(&trial, None) <= f + 1e-4 * t * slope {
-                bias.copy_from_slice(&trial);
-                moved = true;
+            false
+        };
+        if !search(&step, slope) {
+            // Saturated softmaxes (huge logits) leave the Hessian near singular and the
+            // Newton step far too long: fall back to a preconditioned gradient step.
+            precond(&g, &mut z);
+            let slope = -dot(&g, &z);
+            if !search(&z, slope) {
                 break;
             }
-            t *= 0.5;
-        }
-        if !moved {
-            break;
         }
     }
     let mean = bias.iter().sum::<f64>() / j as f64;
