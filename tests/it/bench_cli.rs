@@ -435,3 +435,141 @@ fn essp_compares_eager_and_lazy_sync_on_two_models() {
     );
     assert!(is_png(&out.join("essp-clock-differentials.png")));
 }
+
+/// `--scenario batch --model sc` on the simulator, small: SFB and FMS at every K, files
+/// named for the model, the paper's Fig. 6 claim stated, and its cause measured: SFB's
+/// bytes per clock grow with K (K pairs a peer a clock) while FMS's, a matrix down per
+/// client, barely move.
+#[test]
+fn batch_sweeps_the_mini_batch_for_another_model() {
+    let out = dir("batch");
+    let (ok, _, stderr) = sfb(&[
+        "bench",
+        "--scenario",
+        "batch",
+        "--model",
+        "sc",
+        "--quick",
+        "--transport",
+        "sim",
+        "--peers",
+        "3",
+        "--size",
+        "24",
+        "--clocks",
+        "16",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let v = json(&out.join("batch-sc.json"));
+    let names = [
+        "SFB K=4", "FMS K=4", "SFB K=16", "FMS K=16", "SFB K=64", "FMS K=64",
+    ];
+    check_arms(&v, &names);
+    assert_eq!(v["arms"][0]["summary"]["model"], "sc");
+    let bytes = |i: usize| v["arms"][i]["bytes_per_clock"].as_f64().unwrap();
+    // SFB: 16× the pairs, about 16× the bytes (headers aside).
+    let sfb = bytes(4) / bytes(0);
+    assert!(
+        (12.0..=16.5).contains(&sfb),
+        "SFB K=64 ÷ K=4 bytes per clock: {sfb}"
+    );
+    // FMS: the same 24×24 matrix down per client whatever K.
+    let fms = bytes(5) / bytes(1);
+    assert!(fms < sfb / 2.0, "FMS K=64 ÷ K=4 bytes per clock: {fms}");
+    assert_eq!(v["extra"]["paper"]["figure"], "Fig. 6");
+    let here = v["extra"]["paper"]["here"].as_str().unwrap();
+    assert!(
+        here.starts_with("holds")
+            || here.starts_with("does not hold")
+            || here.starts_with("not checked"),
+        "{here}"
+    );
+    let md = std::fs::read_to_string(out.join("batch-sc.md")).unwrap();
+    assert!(md.contains("The paper's claim (Fig. 6)"), "{md}");
+    assert!(is_png(&out.join("batch-sc-time-to-target.png")));
+    assert!(is_png(&out.join("batch-sc-samples-to-target.png")));
+    assert!(is_png(&out.join("batch-sc-objective-vs-samples.png")));
+}
+
+#[test]
+fn a_model_is_refused_where_a_scenario_trains_mlr_only() {
+    let (ok, _, err) = sfb(&["bench", "--scenario", "fms-vs-sfb", "--model", "dml"]);
+    assert!(
+        !ok && err.contains("--model dml with --scenario fms-vs-sfb"),
+        "{err}"
+    );
+    let (ok, _, err) = sfb(&["bench", "--scenario", "paper", "--model", "dml"]);
+    assert!(!ok && err.contains("runs every model"), "{err}");
+    let (ok, _, err) = sfb(&["bench", "--scenario", "batch", "--model", "svm"]);
+    assert!(
+        !ok && err.contains("expected mlr, l2mlr, dml or sc"),
+        "{err}"
+    );
+}
+
+/// `--scenario paper --quick`, tiny and simulated: a report per figure per model, each
+/// with the paper's claim and a verdict, and the index listing all twenty beside the
+/// 28-machine section.
+#[test]
+fn paper_regenerates_every_figure_for_every_model() {
+    let out = dir("paper");
+    let (ok, stdout, stderr) = sfb(&[
+        "bench",
+        "--scenario",
+        "paper",
+        "--quick",
+        "--transport",
+        "sim",
+        "--peers",
+        "3",
+        "--size",
+        "16",
+        "--sizes",
+        "16,24",
+        "--clocks",
+        "12",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let index = std::fs::read_to_string(out.join("paper.md")).unwrap();
+    for (figure, scenario) in [
+        ("Fig. 5", "model-size"),
+        ("Fig. 6", "batch"),
+        ("Fig. 7", "scaling"),
+        ("Fig. 8", "staleness"),
+        ("Fig. 9", "q-sweep"),
+    ] {
+        for model in ["mlr", "l2mlr", "dml", "sc"] {
+            let name = format!("{scenario}-{model}");
+            let v = json(&out.join(format!("{name}.json")));
+            assert_eq!(v["extra"]["paper"]["figure"], figure, "{name}");
+            assert!(v["arms"].as_array().unwrap().len() >= 2, "{name}");
+            assert_eq!(v["arms"][0]["summary"]["model"], model, "{name}");
+            assert!(
+                index.contains(&format!("[{name}]({name}.md)")),
+                "{name}: {index}"
+            );
+        }
+    }
+    assert!(!index.contains("failed:"), "{index}");
+    assert!(
+        index.contains("28 machines at the paper's shapes"),
+        "{index}"
+    );
+    assert!(
+        stdout.contains("fms-dense") || index.contains("FMS dense ÷ SFB"),
+        "{index}"
+    );
+    // Fig. 9 runs the paper's literal mode beside the default one.
+    let q = json(&out.join("q-sweep-mlr.json"));
+    let names: Vec<&str> = q["arms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"Q=1 paper"), "{names:?}");
+}

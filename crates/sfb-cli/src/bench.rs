@@ -28,6 +28,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         "kernel" => kernel(args),
         "link" => super::bench_link::run(args),
         super::bench_netns::NAME => super::bench_netns::run(args),
+        "paper" => super::bench_train::paper(args),
         "all" => {
             kernel(args)?;
             for s in super::bench_train::SCENARIOS {
@@ -37,7 +38,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
         s if training => super::bench_train::run(s, args),
         other => bail!(
-            "unknown scenario {other:?}; available: kernel, link, {}, {}, all",
+            "unknown scenario {other:?}; available: kernel, link, {}, paper, {}, all",
             super::bench_train::SCENARIOS.join(", "),
             super::bench_netns::NAME
         ),

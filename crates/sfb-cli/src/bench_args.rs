@@ -13,7 +13,8 @@ use super::train::cli_error;
 pub struct BenchArgs {
     /// Scenario to run: kernel, link, fms-vs-sfb, q-sweep, staleness, scaling, model-size,
     /// optimizers, adarevision, saga, compression, prioritization, scale and stragglers
-    /// (both simulated: sfb sim at up to 1024 and 256 peers), budget-check (root only:
+    /// (both simulated: sfb sim at up to 1024 and 256 peers), essp, batch, paper (the SFB
+    /// paper's Figs. 5–9 for MLR, L2-MLR, DML and SC), budget-check (root only:
     /// token bucket vs kernel tbf shaping; skipped elsewhere), or `all` (kernel and the
     /// training scenarios, in that order).
     #[arg(long, default_value = "kernel")]
@@ -43,6 +44,17 @@ pub struct BenchArgs {
     /// gossip).
     #[arg(long, value_name = "MODE")]
     pub partial: Option<sfb_harness::PartialSpec>,
+    /// The paper's figures (model-size, batch, scaling, staleness, q-sweep): the model
+    /// they train, at a matrix of about n × n (mlr, l2mlr, dml or sc; default mlr). The
+    /// paper scenario runs all four.
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<sfb_lab::experiment::PaperModel>,
+    /// Fewer arms, clocks and evaluations (about six a run): the paper scenario in
+    /// minutes (n = 256; model-size n ∈ {128, 256}, batch K ∈ {4, 16, 64}, scaling up to
+    /// P=8, staleness s ∈ {0, 2, 8} with a rotating straggler, q-sweep at P=8 with
+    /// Q ∈ {1, 2, 4, 7}).
+    #[arg(long)]
+    pub quick: bool,
     /// model-size: comma-separated J = D values (default 256,512,1024,2048).
     #[arg(long)]
     pub sizes: Option<String>,

@@ -42,7 +42,23 @@ fn options(args: &BenchArgs) -> Result<Options> {
         bandwidth: args.bandwidth.clone(),
         topology: args.topology.clone(),
         partial: args.partial,
+        model: args.model.unwrap_or_default(),
+        quick: args.quick,
+        literal_beside: false,
     })
+}
+
+/// `--scenario paper` ([`experiment::paper`]): every figure's report and the index, into
+/// `args.out` (default `sfb-bench/`).
+pub fn paper(args: &BenchArgs) -> Result<()> {
+    if let Some(m) = args.model {
+        anyhow::bail!("--model {m}: the paper scenario runs every model; leave --model out");
+    }
+    let opts = options(args)?;
+    check_out_dir(args)?;
+    let dir = out_dir(args);
+    let mut index = experiment::paper(&opts, &super::experiment::runner(), &dir)?;
+    super::experiment::finish(&mut index, &dir)
 }
 
 /// Runs `name`, writing into `args.out` (default `sfb-bench/`).

@@ -34,6 +34,7 @@ mod arm;
 mod budget;
 mod curve;
 mod optimizers;
+mod paper;
 mod prioritization;
 mod report;
 mod runner;
@@ -48,14 +49,15 @@ pub use curve::{
     CurvePoint, clock_ends, clock_times, curve, median, slow_clocks, target_at, time_to_target,
 };
 pub use optimizers::{adarevision, optimizers};
+pub use paper::{FIGURES, PaperModel, batch, paper};
 pub use prioritization::prioritization;
 pub use report::{ArmReport, Machine, Report, human_bytes, invocation};
 pub use runner::{Exec, Observer, Quiet, Runner};
 pub use saga::saga;
 pub use scale::{SCALE_CORES, SCALE_PEERS, scale};
 pub use scenarios::{
-    Demo, Options, SCENARIOS, demo, fms_vs_sfb, mlr, model_size, q_sweep, run_arms, scaling,
-    staleness,
+    Demo, MODEL_SCENARIOS, Options, SCENARIOS, demo, fms_vs_sfb, mlr, model_size, q_sweep,
+    run_arms, scaling, staleness,
 };
 pub use stragglers::{COMPUTE_PER_SAMPLE_S, stragglers};
 
@@ -157,6 +159,13 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
             got: format!("--scenario {name}"),
         });
     }
+    if opts.model != PaperModel::Mlr && !scenarios::MODEL_SCENARIOS.contains(&name) {
+        return Err(Error::Option {
+            option: "model",
+            expected: "mlr for this scenario (the paper's figures take another: model-size, batch, scaling, staleness, q-sweep)",
+            got: format!("--model {} with --scenario {name}", opts.model),
+        });
+    }
     let mut report = match name {
         "fms-vs-sfb" => scenarios::fms_vs_sfb(opts, runner)?,
         "q-sweep" => scenarios::q_sweep(opts, runner)?,
@@ -171,8 +180,12 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
         "scale" => scale(opts, runner)?,
         "stragglers" => stragglers(opts, runner)?,
         "essp" => scenarios::essp(opts, runner)?,
+        "batch" => paper::batch(opts, runner)?,
         other => return Err(Error::UnknownScenario(other.into())),
     };
+    if opts.model != PaperModel::Mlr {
+        paper::for_model(&mut report, opts.model);
+    }
     let simulated = matches!(name, "scale" | "stragglers");
     if opts.transport != sfb_harness::Transport::Sim && !simulated {
         report.notes.push(
@@ -180,11 +193,18 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
                 .into(),
         );
     } else if !simulated {
+        let machine = match opts.sim.costs {
+            sfb_harness::sim::CostModel::Calibrate => {
+                "this machine's rates, measured before each arm (--costs calibrate)".to_string()
+            }
+            sfb_harness::sim::CostModel::Model => format!(
+                "a machine of {:.2e} flop/s and {:.2e} B/s",
+                opts.sim.flops, opts.sim.mem_bw
+            ),
+        };
         report.notes.push(format!(
-            "Simulated (--transport sim): every arm ran on the discrete-event simulator, a NIC of {} per node and a machine of {:.2e} flop/s and {:.2e} B/s per node; times are simulated seconds.",
+            "Simulated (--transport sim): every arm ran on the discrete-event simulator, a NIC of {} per node and {machine} per node; times are simulated seconds.",
             opts.bandwidth(),
-            opts.sim.flops,
-            opts.sim.mem_bw
         ));
     }
     Ok(report)

@@ -408,7 +408,10 @@ impl Report {
                 self.target_rule
             );
         }
-        m += &self.table();
+        // An index of other reports (the paper scenario's) has no arms of its own.
+        if !self.arms.is_empty() {
+            m += &self.table();
+        }
         if let Some(s) = self.speedup {
             let _ = writeln!(
                 m,
@@ -428,16 +431,21 @@ impl Report {
         for (file, caption) in &self.plots {
             let _ = writeln!(m, "![{caption}]({file})\n");
         }
-        m += "<details><summary>Arm commands</summary>\n\n";
-        for a in &self.arms {
-            let _ = writeln!(m, "- {}: `{}`", a.name, a.command);
+        if !self.arms.is_empty() {
+            m += "<details><summary>Arm commands</summary>\n\n";
+            for a in &self.arms {
+                let _ = writeln!(m, "- {}: `{}`", a.name, a.command);
+            }
+            m += "\n</details>\n";
         }
-        m += "\n</details>\n";
         m
     }
 
     /// Objective vs time and vs samples, bytes per clock, time split.
     fn standard_plots(&mut self) {
+        if self.arms.is_empty() {
+            return;
+        }
         let name = self.scenario.clone();
         let hline = self.target_objective.map(|t| (t, format!("target {t:.4}")));
         let series = |x: &dyn Fn(&CurvePoint) -> f64| -> Vec<Series> {

@@ -7,6 +7,7 @@ use sfb_core::metrics::ClockRecord;
 use sfb_net::bandwidth::Rate;
 use sfb_plot::{BarChart, LineChart, Series};
 
+use super::paper::{PaperModel, claim};
 use super::report::Chart;
 use super::{Arm, ArmReport, Error, Report, Result, Runner, curve, human_bytes, target_at};
 use sfb_harness::{
@@ -28,6 +29,7 @@ pub const SCENARIOS: &[&str] = &[
     "scale",
     "stragglers",
     "essp",
+    "batch",
 ];
 
 /// Options of the training scenarios (`None`: the scenario's default).
@@ -64,7 +66,18 @@ pub struct Options {
     pub topology: Option<std::path::PathBuf>,
     /// q-sweep, scale: the partial-broadcast arms' mode (`--partial`; none: the default).
     pub partial: Option<sfb_harness::PartialSpec>,
+    /// The paper's figures (model-size, batch, scaling, staleness, q-sweep): the model
+    /// they train ([`MODEL_SCENARIOS`]; the others train MLR).
+    pub model: PaperModel,
+    /// Fewer arms and clocks (`--quick`): the paper's figures in minutes.
+    pub quick: bool,
+    /// q-sweep: also run the paper's literal partial broadcast (`--partial paper`) at
+    /// each Q, beside the default mode (the `paper` scenario's Fig. 9).
+    pub literal_beside: bool,
 }
+
+/// The scenarios that train [`Options::model`].
+pub const MODEL_SCENARIOS: &[&str] = &["model-size", "batch", "scaling", "staleness", "q-sweep"];
 
 /// The scenarios whose partial-broadcast arms take [`Options::topology`].
 pub const TOPOLOGY_SCENARIOS: &[&str] = &["fms-vs-sfb", "compression", "model-size"];
@@ -84,6 +97,9 @@ impl Default for Options {
             sim: sfb_harness::sim::SimOptions::default(),
             topology: None,
             partial: None,
+            model: PaperModel::Mlr,
+            quick: false,
+            literal_beside: false,
         }
     }
 }
@@ -161,7 +177,13 @@ impl Options {
         }
         spec.peers = peers;
         spec.train.clocks = clocks;
-        spec.train.eval_every = self.eval_every.unwrap_or(eval_every);
+        // Quick: about six evaluations a run (they dominate the small runs' time).
+        let cadence = if self.quick {
+            eval_every.max(clocks / 6)
+        } else {
+            eval_every
+        };
+        spec.train.eval_every = self.eval_every.unwrap_or(cadence);
         Ok(spec)
     }
 }
@@ -328,7 +350,7 @@ pub fn demo(opts: &Demo, runner: &Runner) -> Result<Report> {
     );
     run_arms(runner, &mut report, &arms, 0, 0.4)?;
     report.speedup = report.speedup_of(&arms[0].name, &arms[2].name);
-    if let Some(note) = learned_note(&report, 256) {
+    if let Some(note) = learned_note(&report, Some(256)) {
         report.notes.push(note);
     }
     report.notes.push(
@@ -351,7 +373,8 @@ pub fn demo(opts: &Demo, runner: &Runner) -> Result<Report> {
 
 /// What the first arm's model has learned, measured: its held-out accuracy at the target
 /// and at the end, against chance (`1/classes`).
-fn learned_note(report: &Report, classes: usize) -> Option<String> {
+fn learned_note(report: &Report, classes: Option<usize>) -> Option<String> {
+    let classes = classes?;
     let a = report.arms.first()?;
     let end = a.final_accuracy?;
     let at = a.accuracy_at_target.map_or(String::new(), |x| {
@@ -521,7 +544,7 @@ impl Headline {
 /// What the model learned and where the time goes (the [`breakdown`] table), for a
 /// report on an n × n MLR with `p` peers.
 fn explain(report: &mut Report, opts: &Options, n: usize, p: usize) -> Result<()> {
-    if let Some(note) = learned_note(report, n) {
+    if let Some(note) = learned_note(report, Some(n)) {
         report.notes.push(note);
     }
     let rate = opts.rate()?;
@@ -592,18 +615,25 @@ pub(super) fn line(
 /// # Errors
 /// The first arm that fails.
 pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
-    let p = opts.peers.unwrap_or(12);
+    let p = opts.peers.unwrap_or(if opts.quick { 8 } else { 12 });
     let n = opts.size.unwrap_or(1024);
     let clocks = opts.clocks.unwrap_or(60);
+    let literal = opts.literal_beside && opts.partial != Some(sfb_harness::PartialSpec::Paper);
     let mut report = Report::new(
         "q-sweep",
         &format!(
-            "P={p}, Q=1..{}, MLR J=D={n}, K=16, BSP, {} per peer",
+            "P={p}, Q=1..{}, {}, K=16, BSP, {} per peer{}",
             p - 1,
-            opts.bandwidth()
+            opts.model.describe(n),
+            opts.bandwidth(),
+            if literal {
+                ", the default partial-broadcast mode with the paper's literal mode beside it"
+            } else {
+                ""
+            }
         ),
     );
-    let base = opts.common(mlr(n, n, 24000, 500), p, clocks, 5)?;
+    let base = opts.common(opts.model.problem(n, 24000, 500), p, clocks, 5)?;
     let arm = |q: usize, relay: bool| {
         let mut s = base.clone();
         s.topology.out_degree = Some(q);
@@ -613,11 +643,21 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
         }
         Arm::new(format!("Q={q}{}", if relay { " relay" } else { "" }), s)
     };
+    let literal_arm = |q: usize| {
+        let mut s = base.clone();
+        s.topology.out_degree = Some(q);
+        s.net.partial = Some(sfb_harness::PartialSpec::Paper);
+        Arm::new(format!("Q={q} paper"), s)
+    };
     // Full broadcast first: it is the reference. Then partial broadcast without relay,
     // and with it (Q = P − 1 relays nothing). Above 16 peers (the simulator's scale):
     // Q = 1, 2, 4, 8, … and P − 1, without relay (every relayed replica applies all
     // P·K pairs a clock, full broadcast's work, at every Q).
-    let qs: Vec<usize> = if p <= 16 {
+    let qs: Vec<usize> = if opts.quick {
+        let mut v: Vec<usize> = [1, 2, 4].into_iter().filter(|&q| q + 1 < p).collect();
+        v.push(p - 1);
+        v
+    } else if p <= 16 {
         (1..p).collect()
     } else {
         let mut v: Vec<usize> = std::iter::successors(Some(1usize), |q| Some(q * 2))
@@ -627,23 +667,34 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
         v
     };
     let mut arms: Vec<Arm> = qs.iter().rev().map(|&q| arm(q, false)).collect();
-    if p <= 16 {
+    if literal {
+        arms.extend(qs.iter().filter(|&&q| q + 1 < p).map(|&q| literal_arm(q)));
+    }
+    if p <= 16 && !opts.quick {
         arms.extend((1..p.saturating_sub(1)).map(|q| arm(q, true)));
     }
     run_arms(runner, &mut report, &arms, 0, opts.frac(0.25))?;
-    if let Some(note) = learned_note(&report, n) {
+    if let Some(note) = learned_note(&report, opts.model.classes(n)) {
         report.notes.push(note);
     }
     let relayed = |a: &ArmReport| a.summary.relayed_batches > 0 || a.name.ends_with("relay");
-    // Partial arms by Q (full broadcast last), then the relay arms.
+    // Partial arms by Q (full broadcast last), then the paper-mode arms, then the relay
+    // arms.
     report
         .arms
-        .sort_by_key(|a| (relayed(a), a.summary.out_degree));
-    let pts = |relay: bool, f: &dyn Fn(&ArmReport) -> Option<f64>| -> Vec<(f64, f64)> {
+        .sort_by_key(|a| (relayed(a), is_literal(a), a.summary.out_degree));
+    // Arms of one kind (0: the default mode, 1: relay, 2: the paper's literal mode), and
+    // full broadcast, which ends every line.
+    let kind = |a: &ArmReport| match (relayed(a), is_literal(a)) {
+        (true, _) => 1,
+        (_, true) => 2,
+        _ => 0,
+    };
+    let pts = |want: u8, f: &dyn Fn(&ArmReport) -> Option<f64>| -> Vec<(f64, f64)> {
         let mut v: Vec<(f64, f64)> = report
             .arms
             .iter()
-            .filter(|a| relayed(a) == relay || a.summary.out_degree + 1 == p)
+            .filter(|a| kind(a) == want || a.summary.out_degree + 1 == p)
             .filter_map(|a| f(a).map(|y| (a.summary.out_degree as f64, y)))
             .collect();
         // By Q: full broadcast (Q = P − 1) ends both lines, wherever its arm sorts.
@@ -651,16 +702,18 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
         v
     };
     let two = |f: &dyn Fn(&ArmReport) -> Option<f64>| {
-        vec![
-            Series {
-                name: "partial broadcast".into(),
-                points: pts(false, f),
-            },
-            Series {
-                name: "partial broadcast with relay".into(),
-                points: pts(true, f),
-            },
+        [
+            (0, "partial broadcast"),
+            (1, "partial broadcast with relay"),
+            (2, "the paper's literal mode"),
         ]
+        .into_iter()
+        .filter(|&(k, _)| report.arms.iter().any(|a| kind(a) == k))
+        .map(|(k, name)| Series {
+            name: name.into(),
+            points: pts(k, f),
+        })
+        .collect::<Vec<_>>()
     };
     let (ttt, fin) = (two(&|a| a.time_to_target_s), two(&|a| a.final_objective));
     let hline = report
@@ -712,10 +765,32 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
     let ran = mode_ran(&report, opts.partial);
     if let Some(full_t) = full.and_then(|a| a.time_to_target_s) {
         let mode = ran;
-        report
-            .notes
-            .push(claim_verdict(&report, full_t, p, Some(mode)));
-        report.notes.push(claim_verdict(&report, full_t, p, None));
+        let verdict = claim_verdict(&report, full_t, p, Some(mode), false);
+        report.notes.push(verdict.clone());
+        if report.arms.iter().any(relayed) {
+            report
+                .notes
+                .push(claim_verdict(&report, full_t, p, None, false));
+        }
+        if literal {
+            report.notes.push(claim_verdict(
+                &report,
+                full_t,
+                p,
+                Some(sfb_harness::PartialSpec::Paper),
+                true,
+            ));
+        }
+        let here = verdict
+            .split_once(": ")
+            .map_or(verdict.as_str(), |(_, v)| v);
+        claim(&mut report, "Fig. 9", format!("in the {mode} mode, {here}"));
+    } else {
+        claim(
+            &mut report,
+            "Fig. 9",
+            "not checked: full broadcast did not reach the target.".into(),
+        );
     }
     let without = match ran {
         sfb_harness::PartialSpec::Gossip => {
@@ -730,6 +805,11 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
     };
     report.notes.push(format!("{without} With relay every replica applies every update, as many clocks late as it is hops from its origin, and sends the bytes of full broadcast over Q connections."));
     Ok(report)
+}
+
+/// An arm of the paper's literal mode run beside the default one (`Options::literal_beside`).
+fn is_literal(a: &ArmReport) -> bool {
+    a.name.ends_with(" paper")
 }
 
 /// The partial-broadcast mode a report's arms ran: `named`, or the one each run took when
@@ -757,6 +837,7 @@ fn claim_verdict(
     full_t: f64,
     p: usize,
     mode: Option<sfb_harness::PartialSpec>,
+    literal: bool,
 ) -> String {
     let relay = mode.is_none();
     let why = match mode {
@@ -797,7 +878,10 @@ fn claim_verdict(
         .iter()
         .filter(|a| {
             let relayed = a.summary.relayed_batches > 0 || a.name.ends_with("relay");
-            relayed == relay && a.summary.out_degree >= 4 && a.summary.out_degree + 1 < p
+            relayed == relay
+                && is_literal(a) == literal
+                && a.summary.out_degree >= 4
+                && a.summary.out_degree + 1 < p
         })
         .collect();
     if arms.is_empty() {
@@ -840,10 +924,15 @@ fn claim_verdict(
                 ))
             })
             .collect();
+        let never: Vec<String> = arms
+            .iter()
+            .filter(|a| a.clocks_to_target.is_none())
+            .map(|a| format!("Q={} never", a.summary.out_degree))
+            .collect();
         text += &format!(
             " In clocks to the target (which no machine's load moves): {} against {fc:.1}: {}.{}",
             verdict(arms.iter().all(|a| within(a.clocks_to_target, fc))),
-            clocks.join(", "),
+            [clocks, never].concat().join(", "),
             why
         );
     }
@@ -859,18 +948,29 @@ pub fn staleness(opts: &Options, runner: &Runner) -> Result<Report> {
     let p = opts.peers.unwrap_or(4);
     let n = opts.size.unwrap_or(1024);
     let delay = opts.straggler_ms.unwrap_or(40);
+    let bounds: &[u64] = if opts.quick {
+        &[0, 2, 8]
+    } else {
+        &[0, 1, 2, 4, 8]
+    };
     let mut report = Report::new(
         "staleness",
         &format!(
-            "P={p}, MLR J=D={n}, K=16, {} per node, one straggling peer (+{delay} ms per step): SSP staleness s ∈ {{0,1,2,4,8}}, SFB full vs FMS",
+            "P={p}, {}, K=16, {} per node, one straggling peer (+{delay} ms per step): SSP staleness s ∈ {bounds:?}, SFB full vs FMS",
+            opts.model.describe(n),
             opts.bandwidth()
         ),
     );
-    let base = opts.common(mlr(n, n, 24000, 500), p, opts.clocks.unwrap_or(80), 5)?;
+    let base = opts.common(
+        opts.model.problem(n, 24000, 500),
+        p,
+        opts.clocks.unwrap_or(80),
+        5,
+    )?;
     let mut arms = Vec::new();
     // Rotating: one peer per clock is slow, a different (seeded) one each clock.
     // Fixed: the last peer is slow at every clock.
-    for (mode, straggler) in [
+    let stragglers = [
         ("rotating", StragglerSpec::Rotating { delay_ms: delay }),
         (
             "fixed",
@@ -879,9 +979,11 @@ pub fn staleness(opts: &Options, runner: &Runner) -> Result<Report> {
                 delay_ms: delay,
             },
         ),
-    ] {
+    ];
+    for (mode, straggler) in &stragglers[..if opts.quick { 1 } else { 2 }] {
+        let (mode, straggler) = (*mode, *straggler);
         for backend in [Backend::Sfb, Backend::Fms] {
-            for s in [0u64, 1, 2, 4, 8] {
+            for &s in bounds {
                 let mut spec = base.clone();
                 spec.backend = backend;
                 spec.train.consistency = if s == 0 {
@@ -896,7 +998,7 @@ pub fn staleness(opts: &Options, runner: &Runner) -> Result<Report> {
         }
     }
     run_arms(runner, &mut report, &arms, 0, opts.frac(0.5))?;
-    if let Some(note) = learned_note(&report, n) {
+    if let Some(note) = learned_note(&report, opts.model.classes(n)) {
         report.notes.push(note);
     }
     let group = |b: &str, m: &str| -> Vec<&ArmReport> {
@@ -979,7 +1081,53 @@ pub fn staleness(opts: &Options, runner: &Runner) -> Result<Report> {
         }),
     );
     report.notes.extend(notes);
+    let verdict = staleness_verdict(&report, bounds);
+    claim(&mut report, "Fig. 8", verdict);
     Ok(report)
+}
+
+/// The paper's Fig. 8 claim checked on the rotating-straggler arms: SFB's wait per clock
+/// falls from BSP to the largest bound while its compute stays, and SFB waits less than
+/// FMS at every bound.
+fn staleness_verdict(report: &Report, bounds: &[u64]) -> String {
+    let per_clock = |a: &ArmReport, x: f64| x / a.summary.clocks.max(1) as f64 * 1e3;
+    let get = |b: &str, s: u64| report.arm(&format!("{b} s={s} rotating"));
+    let wait = |a: &ArmReport| per_clock(a, a.summary.wait_s + a.summary.flush_s);
+    let work = |a: &ArmReport| per_clock(a, a.summary.compute_s + a.summary.apply_s);
+    let (Some(&first), Some(&last)) = (bounds.first(), bounds.last()) else {
+        return "not checked: no bounds.".into();
+    };
+    let (Some(s0), Some(s1), Some(f0), Some(f1)) = (
+        get("SFB", first),
+        get("SFB", last),
+        get("FMS", first),
+        get("FMS", last),
+    ) else {
+        return "not checked: an arm is missing.".into();
+    };
+    let less_than_fms = bounds
+        .iter()
+        .all(|&s| match (get("SFB", s), get("FMS", s)) {
+            (Some(a), Some(b)) => wait(a) < wait(b),
+            _ => false,
+        });
+    let falls = wait(s1) < wait(s0);
+    let stays = (work(s1) - work(s0)).abs() <= 0.25 * work(s0).max(1e-9);
+    format!(
+        "{}: with a rotating straggler, SFB waits {:.1} ms per clock under BSP and {:.1} ms at s={last} (compute + apply {:.1} → {:.1} ms); FMS waits {:.1} → {:.1} ms; SFB waits less than FMS at {} bound.",
+        if falls && stays && less_than_fms {
+            "holds"
+        } else {
+            "does not hold"
+        },
+        wait(s0),
+        wait(s1),
+        work(s0),
+        work(s1),
+        wait(f0),
+        wait(f1),
+        if less_than_fms { "every" } else { "not every" }
+    )
 }
 
 /// ESSP's comparison (Dai et al., AAAI 2015: Figs. 2 and 3) on the FMS backend: eager
@@ -1156,19 +1304,25 @@ pub fn scaling(opts: &Options, runner: &Runner) -> Result<Report> {
         .filter(|&x| x <= max_p)
         .collect();
     // Equal samples for every arm: P peers run (clocks at P=1) / P clocks.
-    let clocks1 = opts.clocks.unwrap_or(640);
+    let clocks1 = opts.clocks.unwrap_or(if opts.quick { 320 } else { 640 });
     let mut report = Report::new(
         "scaling",
         &format!(
-            "SFB full broadcast, P ∈ {ps:?}, MLR J=D={n}, K=16, BSP, {} per peer, equal samples per arm",
+            "SFB full broadcast, P ∈ {ps:?}, {}, K=16, BSP, {} per peer, equal samples per arm",
+            opts.model.describe(n),
             opts.bandwidth()
         ),
     );
     let mut arms = Vec::new();
     for &p in &ps {
         let clocks = (clocks1 / p as u64).max(1);
-        let mut spec = opts.common(mlr(n, n, 24000, 500), p, clocks, (clocks / 10).max(1))?;
-        if p == 1 {
+        let mut spec = opts.common(
+            opts.model.problem(n, 24000, 500),
+            p,
+            clocks,
+            (clocks / 10).max(1),
+        )?;
+        if p == 1 && spec.transport == Transport::Libp2p {
             // One peer sends nothing; the libp2p launcher needs a cluster of two.
             spec.transport = Transport::Mem;
             spec.net.bandwidth = None;
@@ -1177,7 +1331,7 @@ pub fn scaling(opts: &Options, runner: &Runner) -> Result<Report> {
         arms.push(Arm::new(format!("P={p}"), spec).with_env("RAYON_NUM_THREADS", "1"));
     }
     run_arms(runner, &mut report, &arms, 0, opts.frac(0.5))?;
-    if let Some(note) = learned_note(&report, n) {
+    if let Some(note) = learned_note(&report, opts.model.classes(n)) {
         report.notes.push(note);
     }
     let base_tps = report.arms.first().map(|a| a.samples_per_s);
@@ -1208,6 +1362,7 @@ pub fn scaling(opts: &Options, runner: &Runner) -> Result<Report> {
         );
     }
     report.sections.push(("Speedup over P=1".into(), table));
+    let last_speedup = ttt.last().copied();
     let series = vec![
         Series {
             name: "throughput (samples/s)".into(),
@@ -1234,10 +1389,36 @@ pub fn scaling(opts: &Options, runner: &Runner) -> Result<Report> {
             None,
         ),
     );
-    report.notes.push(format!(
-        "Every peer runs its kernels on one thread (RAYON_NUM_THREADS=1), as on a cluster of single-core machines; P=1 runs in-memory (a single peer sends nothing). This machine has {} cores: peers beyond that share cores, so compute cannot scale past it here, and every SFB peer applies all P·K updates per clock, so per-peer apply work grows with P.",
-        report.machine.cores
-    ));
+    if opts.transport == Transport::Sim {
+        report.notes.push(
+            "Simulated: every peer on a machine of its own (the simulator's cost model, or this machine's measured rates with --costs calibrate), so compute scales with P as it would on a cluster; every SFB peer still applies all P·K updates per clock, so per-peer apply work grows with P."
+                .into(),
+        );
+    } else {
+        report.notes.push(format!(
+            "Every peer runs its kernels on one thread (RAYON_NUM_THREADS=1), as on a cluster of single-core machines; P=1 runs in-memory (a single peer sends nothing). This machine has {} cores: peers beyond that share cores, so compute cannot scale past it here, and every SFB peer applies all P·K updates per clock, so per-peer apply work grows with P.",
+            report.machine.cores
+        ));
+    }
+    let verdict = match last_speedup {
+        Some((p, s)) if p > 1.0 => format!(
+            "{}: the time to the target at P={p:.0} was {:.2}× that at P=1, a speedup of {s:.2}× ({:.0}% of linear; near-linear taken as ≥ 70%){}.",
+            if s >= 0.7 * p {
+                "holds"
+            } else {
+                "does not hold"
+            },
+            1.0 / s,
+            100.0 * s / p,
+            if p < ps.last().copied().unwrap_or(1) as f64 {
+                "; the larger P did not reach the target"
+            } else {
+                ""
+            }
+        ),
+        _ => "not checked: no arm with P > 1 reached the target.".into(),
+    };
+    claim(&mut report, "Fig. 7", verdict);
     Ok(report)
 }
 
@@ -1249,25 +1430,30 @@ pub fn scaling(opts: &Options, runner: &Runner) -> Result<Report> {
 pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
     let (p, q) = opts.peers_and_q(4, |p| 1usize.max(p / 2))?;
     let clocks = opts.clocks.unwrap_or(40);
-    let sizes = opts
-        .sizes
-        .clone()
-        .unwrap_or_else(|| vec![256, 512, 1024, 2048]);
-    let k = 16usize;
+    let sizes = opts.sizes.clone().unwrap_or_else(|| {
+        if opts.quick {
+            vec![128, 256]
+        } else {
+            vec![256, 512, 1024, 2048]
+        }
+    });
+    let model = opts.model;
+    let k = model.pairs_per_clock(16);
     let mut report = Report::new(
         "model-size",
         &format!(
-            "P={p}, MLR J=D ∈ {sizes:?}, K=16, BSP, {} per node: SFB full vs SFB partial (Q={q}) vs FMS",
+            "P={p}, {} at n ∈ {sizes:?}, K=16, BSP, {} per node: SFB full vs SFB partial (Q={q}) vs FMS",
+            model.describe(0).replace("0×0", "n×n"),
             opts.bandwidth()
         ),
     );
     let mut rules = Vec::new();
     let mut formula_rows = String::from(
-        "| J=D | arm | measured bytes/clock | formula | measured ÷ formula |\n|---:|---|---:|---:|---:|\n",
+        "| n | arm | measured bytes/clock | formula | measured ÷ formula |\n|---:|---|---:|---:|---:|\n",
     );
     let (mut measured, mut formula, mut cats) = (Vec::new(), Vec::new(), Vec::new());
     for &n in &sizes {
-        let base = opts.common(mlr(n, n, 8192, 256), p, clocks, 4)?;
+        let base = opts.common(model.problem(n, 8192, 256), p, clocks, 4)?;
         let mut partial = base.clone();
         opts.partial(&mut partial, q);
         let mut fms = base.clone();
@@ -1280,13 +1466,14 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
         let mut sub = Report::new("model-size", "");
         run_arms(runner, &mut sub, &arms, 0, opts.frac(0.4))?;
         rules.push(format!(
-            "J=D={n}: target {:.4}",
+            "n={n}: target {:.4}",
             sub.target_objective.unwrap_or(f64::NAN)
         ));
+        let (rows, cols) = model.shape(n);
         for a in &sub.arms {
-            let f = (n + n) as f64 * k as f64 * 4.0 * p as f64;
+            let f = (rows + cols) as f64 * k as f64 * 4.0 * p as f64;
             let expect = if a.name.ends_with("FMS") {
-                f + (p * n * n * 4) as f64
+                f + (p * rows * cols * 4) as f64
             } else if a.name.ends_with("full") {
                 f * (p - 1) as f64
             } else {
@@ -1307,8 +1494,9 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
         report.arms.extend(sub.arms);
     }
     let mut speed = String::from(
-        "| J=D | SFB full time to target (s) | FMS time to target (s) | FMS ÷ SFB |\n|---:|---:|---:|---:|\n",
+        "| n | SFB full time to target (s) | FMS time to target (s) | FMS ÷ SFB |\n|---:|---:|---:|---:|\n",
     );
+    let mut ratios = Vec::new();
     for &n in &sizes {
         let t = |kind: &str| {
             report
@@ -1318,14 +1506,29 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
         let (s, f) = (t("SFB full"), t("FMS"));
         let x = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}"));
         let ratio = match (s, f) {
-            (Some(s), Some(f)) if s > 0.0 => format!("{:.1}×", f / s),
-            _ => "-".into(),
+            (Some(s), Some(f)) if s > 0.0 => Some(f / s),
+            _ => None,
         };
+        ratios.extend(ratio.map(|r| (n, r)));
+        let ratio = ratio.map_or("-".into(), |r| format!("{r:.1}×"));
         let _ = writeln!(speed, "| {n} | {} | {} | {ratio} |", x(s), x(f));
     }
     report
         .sections
         .push(("SFB vs FMS by model size".into(), speed));
+    let verdict = match (ratios.first(), ratios.last()) {
+        (Some(&(n0, r0)), Some(&(n1, r1))) if n1 > n0 => format!(
+            "{}: FMS took {r0:.1}× SFB full broadcast's time to the target at n={n0} and {r1:.1}× at n={n1} ({}).",
+            if r1 > r0 { "holds" } else { "does not hold" },
+            ratios
+                .iter()
+                .map(|(n, r)| format!("{n}: {r:.1}×"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        _ => "not checked: fewer than two sizes had both SFB full broadcast and FMS reach the target.".into(),
+    };
+    claim(&mut report, "Fig. 5", verdict);
     report.target_rule = format!(
         "one target per size: the held-out objective SFB full reached at the first evaluation at or after {:.0}% of its clocks ({})",
         opts.frac(0.4) * 100.0,
@@ -1334,7 +1537,7 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
     report.sections.push((
         "Bytes per clock vs the cost formulas".into(),
         formula_rows
-            + "\nFormulas (4-byte floats): SFB full P(P−1)·K(J+D), SFB partial P·Q·K(J+D), FMS P·K(J+D) up + P·J·D down. Measured bytes include framing (headers, length prefixes) and every frame the run sent.\n",
+            + "\nFormulas (4-byte floats): SFB full P(P−1)·K(J+D), SFB partial P·Q·K(J+D), FMS P·K(J+D) up + P·J·D down, with W of J×D and K the pairs a peer sends per clock (DML: the mini-batch and its 16 neighbour candidates). Measured bytes include framing (headers, length prefixes) and every frame the run sent.\n",
     ));
     report.add_chart(
         "model-size-bytes-vs-formula.png",
@@ -1358,7 +1561,8 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
                 .filter(|a| a.name.ends_with(kind))
                 .filter_map(|a| {
                     let n: f64 = a.name.split('²').next()?.parse().ok()?;
-                    a.time_to_target_s.map(|t| (n * n, t))
+                    let (r, c) = model.shape(n as usize);
+                    a.time_to_target_s.map(|t| ((r * c) as f64, t))
                 })
                 .collect(),
         })
