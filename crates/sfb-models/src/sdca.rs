@@ -820,6 +820,39 @@ mod tests {
         }
     }
 
+    /// Saturated softmaxes: an SDCA replica of duals' scale 10⁻³ at λ = 10⁻³ (logits in
+    /// the tens), where the Newton step's line search fails; the fit goes on by gradient
+    /// steps toward a zero residual sum.
+    #[test]
+    fn the_intercept_fit_gets_through_saturated_softmaxes() {
+        let (j, d) = (64, 65);
+        let train = toy(2_048, j, d, 1);
+        let z = Array2::from_shape_fn((j, d + 1), |(c, k)| ((c * 7 + k * 3) % 11) as f32 * 1e-3);
+        let w = primal_w(z.view(), 1e-3, true);
+        let mut fitted = w.clone();
+        fit_intercept(&mut fitted, &train, &mut Vec::new());
+        let residual = residual_sum(&fitted, &train);
+        let worst = residual.iter().fold(0f64, |a, r| a.max(r.abs())) / 2_048.0;
+        assert!(worst < 1e-3, "largest mean residual {worst}");
+    }
+
+    fn residual_sum(w: &Array2<f32>, train: &[Example]) -> Vec<f64> {
+        let j = w.nrows();
+        let mut z = Array2::zeros((0, 0));
+        let refs: Vec<&Example> = train.iter().collect();
+        mlr::logits(w.view(), &refs, &mut z);
+        let mut residual = vec![0.0f64; j];
+        for (row, e) in z.rows().into_iter().zip(train) {
+            let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let sum: f64 = row.iter().map(|&v| f64::from(v - m).exp()).sum();
+            for c in 0..j {
+                residual[c] +=
+                    f64::from(row[c] - m).exp() / sum - f64::from(u8::from(c == e.y as usize));
+            }
+        }
+        residual
+    }
+
     fn fitted_intercept_zeroes_the_residual_sum(j: usize, d: usize) {
         let train = toy(200, j, d, 1);
         let mut w = Array2::from_shape_fn((j, d), |(c, k)| (c as f32 - 1.0) * 0.3 + k as f32 * 0.1);
