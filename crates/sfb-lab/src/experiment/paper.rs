@@ -442,6 +442,12 @@ pub fn paper(opts: &Options, runner: &Runner, dir: &Path) -> Result<Report> {
         "The whole run took {:.0} s on this machine.",
         started.elapsed().as_secs_f64()
     ));
+    if opts.quick {
+        index.notes.push(
+            "--quick: small problems (n = 256) whose times to the target are tens to hundreds of milliseconds on a shared machine, so a verdict that rests on a small difference can change from one run to the next; read the verdicts of a full run (without --quick)."
+                .into(),
+        );
+    }
     index.notes.push(
         "The paper's figures are plots of runs on its own cluster and data sets; its text states their shape, not their values, so each row compares ours with the claim in words. Its one headline figure, SFB 4.4× faster than FMS on 28 machines, is checked by the fms-vs-sfb scenario. Our data are seeded synthetic problems whose matrix is about n × n (see each report's title), scaled to one machine."
             .into(),
