@@ -254,6 +254,14 @@ fn gigabytes(bytes: u64) -> String {
     format!("{:.1} GB", bytes as f64 / 1e9)
 }
 
+impl Error {
+    /// Whether the run was stopped by SIGINT or SIGTERM (the launcher stopped its nodes):
+    /// a caller running several should stop too.
+    pub fn is_interrupted(&self) -> bool {
+        matches!(self, Error::Launch(LaunchError::Interrupted))
+    }
+}
+
 /// Errors of the launcher and of a node run from a spec.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

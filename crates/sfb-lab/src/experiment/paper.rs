@@ -11,6 +11,8 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
+#[cfg(test)]
+use std::sync::Arc;
 
 use sfb_harness::{Backend, DataSource, ModelChoice, RunSpec, Transport};
 use sfb_plot::Series;
@@ -367,10 +369,10 @@ pub fn batch(opts: &Options, runner: &Runner) -> Result<Report> {
 /// (scaling) runs on the simulator with calibrated costs (one 2-core host cannot show
 /// scaling); Fig. 9 runs the default partial-broadcast mode with the paper's literal
 /// mode beside it. A figure that fails for one model is reported in the index, and the
-/// others go on.
+/// others go on; an arm stopped by SIGINT or SIGTERM stops the whole run.
 ///
 /// # Errors
-/// Writing a report.
+/// Writing a report; the interrupted arm's.
 pub fn paper(opts: &Options, runner: &Runner, dir: &Path) -> Result<Report> {
     let started = std::time::Instant::now();
     let mut index = Report::new(
@@ -421,6 +423,8 @@ pub fn paper(opts: &Options, runner: &Runner, dir: &Path) -> Result<Report> {
                         t.elapsed().as_secs_f64()
                     );
                 }
+                // Ctrl-C or SIGTERM stops the whole run, not only this figure.
+                Err(e) if interrupted(&e) => return Err(e),
                 Err(e) => {
                     let _ = writeln!(
                         rows,
@@ -453,6 +457,16 @@ pub fn paper(opts: &Options, runner: &Runner, dir: &Path) -> Result<Report> {
             .into(),
     );
     Ok(index)
+}
+
+/// Whether `e` is an arm stopped by SIGINT or SIGTERM (the launcher stopped its nodes).
+fn interrupted(e: &Error) -> bool {
+    match e {
+        Error::Run { source, .. } => source
+            .downcast_ref::<sfb_harness::Error>()
+            .is_some_and(sfb_harness::Error::is_interrupted),
+        _ => false,
+    }
 }
 
 /// The paper's 28-machine MLR run at its shapes (J = 325k classes, D = 20k features),
@@ -547,6 +561,43 @@ mod tests {
             );
         }
         assert!("svm".parse::<PaperModel>().is_err());
+    }
+
+    /// An arm stopped by a signal stops the paper run; an arm that fails for another
+    /// reason costs its figure only.
+    #[test]
+    fn a_signal_stops_the_paper_run_and_a_failure_does_not() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let out = std::env::temp_dir().join(format!("sfb-paper-{}", std::process::id()));
+        let runner_failing = |interrupt: bool, calls: Arc<AtomicUsize>| {
+            Runner::new().exec(Arc::new(move |_, _| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err(if interrupt {
+                    Box::new(sfb_harness::Error::Launch(
+                        sfb_harness::launch::Error::Interrupted,
+                    ))
+                } else {
+                    "a broken arm".into()
+                })
+            }))
+        };
+        let opts = Options {
+            transport: Transport::Mem,
+            quick: true,
+            ..Options::default()
+        };
+        let calls = Arc::new(AtomicUsize::new(0));
+        let e = paper(&opts, &runner_failing(true, calls.clone()), &out).unwrap_err();
+        assert!(interrupted(&e), "{e}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let index = paper(&opts, &runner_failing(false, calls.clone()), &out).unwrap();
+        let rows = &index.sections[0].1;
+        assert_eq!(rows.matches("failed: ").count(), 20, "{rows}");
+        // One arm tried per figure: the first fails it. (Scaling's arms run as child
+        // processes, one thread each, not through `exec`: its four figures fail there.)
+        assert_eq!(calls.load(Ordering::SeqCst), 16);
+        let _ = std::fs::remove_dir_all(&out);
     }
 
     #[test]
