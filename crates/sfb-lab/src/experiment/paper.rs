@@ -17,7 +17,7 @@ use std::sync::Arc;
 use sfb_harness::{Backend, DataSource, ModelChoice, RunSpec, Transport};
 use sfb_plot::Series;
 
-use super::scenarios::{Options, blobs, line, run_arms};
+use super::scenarios::{Options, blobs, line, mlr, run_arms};
 use super::{Arm, ArmReport, Error, Report, Result, Runner, human_bytes};
 
 /// A model of the paper's experiments, on seeded synthetic data whose matrix is about
@@ -123,14 +123,12 @@ impl PaperModel {
                 format!("features={n},atoms={n},samples={samples},test={test}"),
             ),
         };
-        let mut spec = RunSpec {
+        // MLR's run options ([`mlr`]), this model and its data.
+        RunSpec {
             model,
             data: DataSource::Synthetic(data),
-            ..RunSpec::default()
-        };
-        spec.train.batch = 16;
-        spec.train.seed = 2016;
-        spec
+            ..mlr(n, n, samples, test)
+        }
     }
 
     /// "MLR W 1024×1025"-like words for a title.
