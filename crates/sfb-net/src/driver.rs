@@ -1,15 +1,22 @@
 //! The one driver loop: how a node's messages move, whatever moves them.
 //!
 //! A transport implements [`Links`] (receive without waiting, send without waiting, wait
-//! for either until a deadline); [`drive`] runs a [`StateMachine`] over them. The loop's
-//! discipline, the same for every transport:
-//! 1. deliver every frame that has arrived;
+//! for either for a while); [`NodeLoop`] is the loop's body, one turn at a time, and
+//! [`drive`] runs it on a thread of its own (the in-memory and libp2p transports). The
+//! virtual-time driver runs the same [`NodeLoop`] for each of its nodes from its event
+//! queue. Every deadline of the loop (the progress timeout, stall reports, the rejoin
+//! timeout) is a time of the node's [`TimeSource`]: wall time on the threaded transports,
+//! virtual time on the simulator. The loop's discipline, the same for every transport:
+//! 1. deliver every frame that has arrived, and hand membership news (a node gone, a
+//!    neighbour's notice, a state for this rejoining node) to the node's [`Membership`],
+//!    which decides; carry out what it says on the links;
 //! 2. send queued outputs in order until one destination's link is full;
 //! 3. if an output is still queued, do **not** compute: wait until its link has room or a
 //!    frame arrives (draining the inbox while blocked on a send means two nodes sending to
 //!    each other cannot deadlock, and a slow receiver slows its senders);
-//! 4. otherwise tick the node: on a step queue its outputs and report its records; when it
-//!    is blocked, wait for a frame; when it is done, finish it and return;
+//! 4. otherwise tick the node: on a step queue its outputs, send what the links take, and
+//!    report its records ([`Turn::Again`]); when it is blocked, wait for a frame
+//!    ([`Turn::Wait`]); when it is done, finish it ([`Turn::Done`]);
 //! 5. while it waits, a node with a [`DriveOptions::timeout`] that goes that long without
 //!    progress (no frame received, no output sent, no step) fails with [`Error::Timeout`]
 //!    naming what it was waiting for; one with [`DriveOptions::stall_report`] logs whom it
@@ -17,9 +24,10 @@
 //!    it steps again.
 //!
 //! Progress is not liveness: whether the nodes it waits for are alive is the links'
-//! business (an `Err` from [`Links::wait`]). The in-memory transport, threads of one
-//! process, keeps a hard progress timeout; the libp2p transport sets none and relies on its
-//! heartbeats instead, so a peer paused for a while is waited for, not declared dead.
+//! business (news of a node gone, or an `Err` from the links that names a lost peer,
+//! [`Error::lost_peer`]). The in-memory transport, threads of one process, keeps a hard
+//! progress timeout; the libp2p transport sets none and relies on its heartbeats instead,
+//! so a peer paused for a while is waited for, not declared dead.
 //!
 //! Outputs leave in the order the node produced them: the loop never reorders or drops
 //! one, and [`Links::try_send`] must not either.
@@ -67,27 +75,39 @@ pub enum Sent {
     Full,
 }
 
+/// What a node's links took in.
+#[derive(Debug)]
+pub enum Incoming {
+    /// A frame from `.0`.
+    Frame(PeerId, Message),
+    /// News of membership, as the links saw it (a node gone, a neighbour's notice, a state
+    /// for this rejoining node): facts, which the node's [`Membership`] decides on.
+    News(News),
+}
+
 /// Why [`Links::wait`] returned.
 #[derive(Debug)]
 pub enum Wake {
-    /// A frame from `.0` arrived.
-    Frame(PeerId, Message),
+    /// A frame or news arrived.
+    In(Incoming),
     /// The awaited link may have room (a send may still find it full; the loop retries).
     Room,
-    /// The deadline passed.
+    /// The time given passed.
     TimedOut,
 }
 
 /// A node's links to the rest of the cluster, as the driver loop sees them.
 ///
-/// A fatal condition (a broken stream, a bad frame, another node's failure) is an `Err`
-/// from any method; the loop stops with it.
+/// A fatal condition (another node's failure, a closed inbox) is an `Err` from any method;
+/// the loop stops with it. An `Err` that names a lost peer ([`Error::lost_peer`]: a broken
+/// stream, a refused handshake, a bad frame) is taken as that peer gone.
 pub trait Links {
-    /// The next frame that has arrived, without waiting; `None` if there is none now.
+    /// The next frame or news that has arrived, without waiting; `None` if there is none
+    /// now.
     ///
     /// # Errors
     /// A fatal condition the transport noticed.
-    fn try_recv(&mut self) -> Result<Option<(PeerId, Message)>>;
+    fn try_recv(&mut self) -> Result<Option<Incoming>>;
 
     /// Sends `out` to `out.to` if its link has room, without waiting. On [`Sent::Full`]
     /// nothing was sent: the loop keeps `out` and offers it again. Sends to one destination
@@ -97,12 +117,13 @@ pub trait Links {
     /// The destination's link is closed or unknown.
     fn try_send(&mut self, out: &Output) -> Result<Sent>;
 
-    /// Waits until a frame arrives, or (if `room_on` is given) the link to `room_on` may
-    /// have room, or `deadline` passes.
+    /// Waits until a frame or news arrives, or (if `room_on` is given) the link to
+    /// `room_on` may have room, or `timeout` passes (the loop computes it from its
+    /// deadlines on the node's [`TimeSource`]).
     ///
     /// # Errors
     /// A fatal condition, or every inbound link closed.
-    fn wait(&mut self, room_on: Option<PeerId>, deadline: Instant) -> Result<Wake>;
+    fn wait(&mut self, room_on: Option<PeerId>, timeout: Duration) -> Result<Wake>;
 
     /// The node goes on without `peer` (lost): stop sending to it and do not report it
     /// again. Default: nothing to do.
@@ -131,17 +152,47 @@ pub trait Links {
     fn connect(&mut self, to: PeerId) {
         let _ = to;
     }
+
+    /// The topology was repaired: the node now sends to `out` and awaits `inn`. Default:
+    /// [`connect`](Self::connect) to each of `out`.
+    fn rewired(&mut self, out: &[PeerId], inn: &[PeerId]) {
+        let _ = inn;
+        for &to in out {
+            self.connect(to);
+        }
+    }
+
+    /// A line of the node's membership decisions for the log. Default: `tracing` at the
+    /// line's level.
+    fn log(&mut self, line: Log) {
+        match line {
+            Log::Warn(l) => tracing::warn!("{l}"),
+            Log::Info(l) => tracing::info!("{l}"),
+            Log::Debug(l) => tracing::debug!("{l}"),
+        }
+    }
+}
+
+/// A line of a node's membership decisions ([`Links::log`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Log {
+    /// At warning level (a loss, a return).
+    Warn(String),
+    /// At info level (a repaired topology).
+    Info(String),
+    /// At debug level.
+    Debug(String),
 }
 
 impl<L: Links + ?Sized> Links for &mut L {
-    fn try_recv(&mut self) -> Result<Option<(PeerId, Message)>> {
+    fn try_recv(&mut self) -> Result<Option<Incoming>> {
         (**self).try_recv()
     }
     fn try_send(&mut self, out: &Output) -> Result<Sent> {
         (**self).try_send(out)
     }
-    fn wait(&mut self, room_on: Option<PeerId>, deadline: Instant) -> Result<Wake> {
-        (**self).wait(room_on, deadline)
+    fn wait(&mut self, room_on: Option<PeerId>, timeout: Duration) -> Result<Wake> {
+        (**self).wait(room_on, timeout)
     }
     fn forget(&mut self, peer: PeerId) {
         (**self).forget(peer);
@@ -158,6 +209,12 @@ impl<L: Links + ?Sized> Links for &mut L {
     fn send_state(&mut self, to: PeerId, state: &NodeState) {
         (**self).send_state(to, state);
     }
+    fn rewired(&mut self, out: &[PeerId], inn: &[PeerId]) {
+        (**self).rewired(out, inn);
+    }
+    fn log(&mut self, line: Log) {
+        (**self).log(line);
+    }
 }
 
 /// Which of a node's per-clock records [`drive`] keeps. Every record reaches
@@ -172,8 +229,8 @@ pub enum Keep {
     Last,
 }
 
-/// Options of [`drive`].
-#[derive(Clone)]
+/// Options of [`drive`] and [`NodeLoop`].
+#[derive(Clone, Default)]
 pub struct DriveOptions {
     /// Longest the node may go without progress before it fails with [`Error::Timeout`];
     /// `None`: no limit, wait as long as the links say the awaited nodes are alive.
@@ -217,15 +274,17 @@ impl std::fmt::Debug for DriveOptions {
 }
 
 /// Drives `node` over `links` until it is done (then calls
-/// [`finish`](StateMachine::finish)) or fails. Every record the node emits is passed to
-/// [`DriveOptions::progress`] and appended to `records` (with [`Keep::Last`], replacing
-/// what is there). A node held back by flow control ([`Event::Drift`]) is reported with a
-/// warning at most every [`DRIFT_WARN_EVERY`]; a node that cannot step for
-/// [`DriveOptions::stall_report`] says whom it waits for, again after each such interval.
+/// [`finish`](StateMachine::finish)) or fails: [`NodeLoop`]'s turns, and between them
+/// [`Links::wait`] until the loop's next deadline. Every record the node emits is passed
+/// to [`DriveOptions::progress`] and appended to `records` (with [`Keep::Last`],
+/// replacing what is there). A node held back by flow control ([`Event::Drift`]) is
+/// reported with a warning at most every [`DRIFT_WARN_EVERY`]; a node that cannot step
+/// for [`DriveOptions::stall_report`] says whom it waits for, again after each such
+/// interval.
 ///
 /// # Arguments
-/// - `time`: the node's clock (for [`StateMachine::on_message`], `on_tick` and `finish`);
-///   the progress timeout and stall reports are measured in real time.
+/// - `time`: the node's clock (for [`StateMachine::on_message`], `on_tick` and `finish`),
+///   and the clock of the loop's deadlines.
 ///
 /// # Errors
 /// The node's errors ([`Error::Peer`]); the links' errors; [`Error::Timeout`] after
@@ -274,270 +333,517 @@ where
     N: StateMachine + ?Sized,
     L: Links + ?Sized,
 {
-    let me = node.id();
-    let peer_err = |source| Error::Peer { peer: me, source };
-    let mut outbox: VecDeque<Output> = VecDeque::new();
-    let mut last_progress = Instant::now();
-    // Stall reports count from the last step; `reported`: the clock this stall was
-    // reported at.
-    let mut last_step = last_progress;
-    let mut next_report = opts.stall_report.map(|every| last_step + every);
-    let mut reported = None;
-    // Who is in the run, as this node sees it.
-    let mut membership = Membership::new(opts.repair.clone());
-    let mut stopping = false;
-    // Stopped alone (`stop_at` 0: now), not with the whole run: a planned leave.
-    let mut leaving = false;
-    // A rejoining node gives up when no neighbour takes it back in time.
-    let started = Instant::now();
-    let rejoin_deadline = opts.rejoin_timeout.map(|t| started + t);
+    let mut run = NodeLoop::new(node.id(), opts, time);
     loop {
-        if !stopping
-            && let Some(t) = opts.stop_at.as_ref().map(|a| a.load(Ordering::Relaxed))
-            && t != u64::MAX
-        {
-            if node.rejoining() {
-                return Err(Error::NotTakenBack {
-                    peer: me,
-                    waited: started.elapsed(),
-                    why: "it was told to stop (a signal, or the launcher's stop) before a \
-                          neighbour sent it the run's state",
-                });
-            }
-            stopping = true;
-            leaving = t == 0;
-            let at = node.stop_at(t);
-            tracing::warn!("{me} stops at clock {at} (asked to stop at {t})");
-        }
-        if node.rejoining()
-            && let Some(d) = rejoin_deadline
-            && Instant::now() >= d
-        {
-            return Err(Error::NotTakenBack {
-                peer: me,
-                waited: started.elapsed(),
-                why: "no neighbour sent it the run's state: the run may have ended while it \
-                      was away, or every peer that sends to it is gone",
-            });
-        }
-        loop {
-            match links.try_recv() {
-                // A frame of a node already lost was in flight when a neighbour's notice
-                // overtook it: the node went on without it.
-                Ok(Some((from, _))) if membership.is_lost(from) => {}
-                Ok(Some((from, msg))) => {
-                    node.on_message(from, msg, time).map_err(peer_err)?;
-                    last_progress = Instant::now();
-                }
-                Ok(None) => break,
-                Err(e) => go_on_without(node, links, &mut outbox, &mut membership, e)?,
-            }
-        }
-        while let Some(out) = outbox.front() {
-            match links.try_send(out) {
-                Ok(Sent::Yes) => {
-                    outbox.pop_front();
-                    last_progress = Instant::now();
-                }
-                Ok(Sent::Full) => break,
-                Err(e) => go_on_without(node, links, &mut outbox, &mut membership, e)?,
-            }
-        }
-        let room_on = outbox.front().map(|o| o.to);
-        if room_on.is_none() {
-            match node.on_tick(time).map_err(peer_err)? {
-                Progress::Stepped => {
-                    last_progress = Instant::now();
-                    if let Some(clock) = reported.take() {
-                        tracing::warn!(
-                            "{me} carries on after waiting {:.1} s at clock {clock}",
-                            last_progress.duration_since(last_step).as_secs_f64()
-                        );
-                    }
-                    last_step = last_progress;
-                    next_report = opts.stall_report.map(|every| last_step + every);
-                    outbox.extend(std::iter::from_fn(|| node.poll_output()));
-                    drain_events(node, opts, records)?;
-                    continue;
-                }
-                Progress::Done => {
-                    // Frames queued by the last tick (a relaying peer's last forwards) go
-                    // out first; the next tick reports Done again.
-                    outbox.extend(std::iter::from_fn(|| node.poll_output()));
-                    if !outbox.is_empty() {
-                        continue;
-                    }
-                    if leaving {
-                        links.announce_leaving();
-                    }
-                    node.finish(time);
-                    drain_events(node, opts, records)?;
-                    return Ok(());
-                }
-                Progress::Blocked => {
-                    drain_events(node, opts, records)?;
-                    // A blocked node may still have frames to pass on (a relaying peer
-                    // forwards while it waits for the end of the run).
-                    let before = outbox.len();
-                    outbox.extend(std::iter::from_fn(|| node.poll_output()));
-                    if outbox.len() > before {
-                        last_progress = Instant::now();
-                        continue;
-                    }
-                }
-            }
-        }
-        // Wake at the progress deadline or the next stall report, whichever comes first; a
-        // `TimedOut` wake means that moment came (the links' contract).
-        let deadline = opts.timeout.map(|t| last_progress + t);
-        let (mut wake_at, mut due) = match (deadline, next_report) {
-            (Some(d), Some(r)) if r < d => (r, Due::Report),
-            (Some(d), _) => (d, Due::Timeout),
-            (None, Some(r)) => (r, Due::Report),
-            (None, None) => (Instant::now() + IDLE_WAIT, Due::Nothing),
-        };
-        if node.rejoining()
-            && let Some(d) = rejoin_deadline
-            && d < wake_at
-        {
-            // Checked at the top of the loop.
-            (wake_at, due) = (d, Due::Nothing);
-        }
-        let woke = match links.wait(room_on, wake_at) {
-            Ok(w) => w,
-            Err(e) => {
-                go_on_without(node, links, &mut outbox, &mut membership, e)?;
-                continue;
-            }
-        };
-        match woke {
-            Wake::Frame(from, _) if membership.is_lost(from) => {}
-            Wake::Frame(from, msg) => {
-                node.on_message(from, msg, time).map_err(peer_err)?;
-                last_progress = Instant::now();
-            }
-            Wake::Room => {}
-            Wake::TimedOut => {
-                let waiting_on = || match room_on {
-                    Some(to) => Awaiting::Room { to },
-                    None => Awaiting::Peers(node.waiting_on()),
-                };
-                match due {
-                    Due::Timeout => {
-                        return Err(Error::Timeout {
-                            peer: me,
-                            clock: node.clock(),
-                            waited: last_progress.elapsed(),
-                            waiting_on: waiting_on(),
-                        });
-                    }
-                    Due::Report => {
-                        // A late wake (this process was stopped, or busy) counts in full,
-                        // and the next report is one interval from now: no bursts.
-                        let now = wake_at.max(Instant::now());
-                        if node.rejoining() {
-                            tracing::warn!(
-                                "{me} waits for a neighbour to take it back into the run — \
-                                 {:.0} s so far",
-                                now.saturating_duration_since(started).as_secs_f64()
-                            );
-                            next_report = opts.stall_report.map(|every| now + every);
-                            continue;
-                        }
-                        let stall = Stall {
-                            peer: me,
-                            clock: node.clock(),
-                            waiting_on: waiting_on(),
-                            waited: now.saturating_duration_since(last_step),
-                        };
-                        tracing::warn!("{stall}");
-                        reported = Some(stall.clock);
-                        next_report = opts.stall_report.map(|every| now + every);
-                    }
-                    Due::Nothing => {}
+        match run.turn(node, links, time, opts, records)? {
+            Turn::Again => {}
+            Turn::Done => return Ok(()),
+            Turn::Wait { room_on, until } => {
+                let timeout = until.map_or(IDLE_WAIT, |u| u.saturating_sub(time.now()));
+                match links.wait(room_on, timeout) {
+                    Ok(Wake::In(incoming)) => run.take(node, links, time, incoming)?,
+                    Ok(Wake::Room) => {}
+                    Ok(Wake::TimedOut) => run.timed_out(node, room_on, time)?,
+                    Err(e) => run.link_error(node, links, e)?,
                 }
             }
         }
     }
 }
 
-/// Handles an error of the links: news of membership ([`Error::lost_peer`], a neighbour's
-/// notice or state) goes to the node's [`Membership`], which decides; this carries out
-/// what it says on the links and the outbox and returns `Ok`. Any other error, or the
-/// node's refusal to go on, is returned.
-fn go_on_without<N, L>(
-    node: &mut N,
-    links: &mut L,
-    outbox: &mut VecDeque<Output>,
-    membership: &mut Membership,
-    e: Error,
-) -> Result<()>
-where
-    N: StateMachine + ?Sized,
-    L: Links + ?Sized,
-{
-    // The links' error, kept to be returned if the node refuses to go on (it says best
-    // what happened); none for a state or a return.
-    let (news, e) = match e {
-        Error::RejoinState { state, .. } => (News::State(state), None),
-        Error::Joined { joined, .. } => (News::Notice(Notice::Joined(joined.0)), None),
-        e => {
-            let news = match &e {
-                Error::LostNotice { from, lost, .. } => News::Told {
-                    from: *from,
-                    notice: Notice::Lost(lost.0),
-                },
-                Error::Left { from, left, .. } => News::Told {
-                    from: *from,
-                    notice: Notice::Left(left.0),
-                },
-                other => match other.lost_peer() {
-                    Some(peer) => News::Down {
-                        peer,
-                        why: other.to_string(),
-                    },
-                    None => return Err(e),
-                },
-            };
-            (news, Some(e))
-        }
-    };
-    let mut actions = Vec::new();
-    let r = membership.on_news(node, news, &mut actions);
-    for a in actions {
-        match a {
-            Action::Forget(peer) => {
-                outbox.retain(|o| o.to != peer);
-                links.forget(peer);
-            }
-            Action::Announce(notice) => links.announce(notice),
-            Action::Rewired { out, .. } => {
-                for to in out {
-                    links.connect(to);
-                }
-            }
-            Action::Connect(peer) => links.connect(peer),
-            Action::SendState(to, state) => links.send_state(to, &state),
-            Action::Warn(line) => tracing::warn!("{line}"),
-            Action::Info(line) => tracing::info!("{line}"),
-            Action::Debug(line) => tracing::debug!("{line}"),
+/// What one [`NodeLoop::turn`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// The node stepped, or has more to do now: turn again (on virtual time, at the node's
+    /// clock, so that what arrived while it computed is delivered first).
+    Again,
+    /// Nothing to do until a frame or news arrives, the link to `room_on` has room, or
+    /// `until` (a time of the node's [`TimeSource`]; `None`: no deadline) passes: then
+    /// [`NodeLoop::take`], nothing, or [`NodeLoop::timed_out`].
+    Wait {
+        /// The link an output waits on, if one does.
+        room_on: Option<PeerId>,
+        /// The loop's next deadline.
+        until: Option<Duration>,
+    },
+    /// The node finished its run ([`StateMachine::finish`] was called).
+    Done,
+}
+
+/// A node's rejoin by a neighbour's state ([`NodeLoop::adopted`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Adopted {
+    /// The neighbour whose state it took.
+    pub from: PeerId,
+    /// The clock of the state.
+    pub clock: u64,
+    /// Whether the node's W after adopting is bitwise the state's.
+    pub equal: bool,
+}
+
+/// The driver loop of one node, a turn at a time, on any transport (see the
+/// [module docs](self)): its outbox, its membership view, and its deadlines on the node's
+/// [`TimeSource`]. [`drive`] runs it on a thread; the virtual-time driver calls
+/// [`turn`](Self::turn) when the node wakes and hands it frames and news as its events
+/// come.
+pub struct NodeLoop {
+    me: PeerId,
+    outbox: VecDeque<Output>,
+    /// Who is in the run, as this node sees it.
+    membership: Membership,
+    last_progress: Duration,
+    /// Stall reports count from the last step; `reported`: the clock this stall was
+    /// reported at.
+    last_step: Duration,
+    next_report: Option<Duration>,
+    report_every: Option<Duration>,
+    reported: Option<u64>,
+    stopping: bool,
+    /// Stopped alone (`stop_at` 0: now), not with the whole run: a planned leave.
+    leaving: bool,
+    started: Duration,
+    /// A rejoining node gives up when no neighbour takes it back by then.
+    rejoin_deadline: Option<Duration>,
+    /// What the deadline of the last [`Turn::Wait`] stands for.
+    due: Due,
+    /// A send found its link full since the last wait: the next try comes after one.
+    full: bool,
+    /// The node's progress at the last tick of the last turn, if it ticked.
+    ticked: Option<Progress>,
+    adopted: Option<Adopted>,
+}
+
+impl std::fmt::Debug for NodeLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeLoop")
+            .field("me", &self.me)
+            .field("outbox", &self.outbox.len())
+            .field("membership", &self.membership)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeLoop {
+    /// The loop of node `me`, starting at `time`'s now.
+    pub fn new(me: PeerId, opts: &DriveOptions, time: &mut dyn TimeSource) -> Self {
+        let now = time.now();
+        Self {
+            me,
+            outbox: VecDeque::new(),
+            membership: Membership::new(opts.repair.clone()),
+            last_progress: now,
+            last_step: now,
+            next_report: opts.stall_report.map(|every| now + every),
+            report_every: opts.stall_report,
+            reported: None,
+            stopping: false,
+            leaving: false,
+            started: now,
+            rejoin_deadline: opts.rejoin_timeout.map(|t| now + t),
+            due: Due::Nothing,
+            full: false,
+            ticked: None,
+            adopted: None,
         }
     }
-    match r {
-        Ok(()) => Ok(()),
-        // Cut off from a majority, or from everyone from the start, or a state that does
-        // not fit: the engine's error says what happened.
-        Err(source @ (sfb_core::Error::Minority { .. } | sfb_core::Error::Isolated { .. })) => {
-            Err(Error::Peer {
-                peer: node.id(),
-                source,
-            })
+
+    /// The node's view of who is in the run.
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
+    /// The node's progress at the tick of the last turn, if the turn ticked it.
+    pub fn ticked(&self) -> Option<Progress> {
+        self.ticked
+    }
+
+    /// The rejoin this node made by a neighbour's state, once it has.
+    pub fn adopted(&self) -> Option<&Adopted> {
+        self.adopted.as_ref()
+    }
+
+    /// One turn of the loop (steps 1–4 of the [module docs](self)).
+    ///
+    /// # Errors
+    /// As [`drive`].
+    pub fn turn<N, L>(
+        &mut self,
+        node: &mut N,
+        links: &mut L,
+        time: &mut dyn TimeSource,
+        opts: &DriveOptions,
+        records: &mut Vec<ClockRecord>,
+    ) -> Result<Turn>
+    where
+        N: StateMachine + ?Sized,
+        L: Links + ?Sized,
+    {
+        let me = self.me;
+        self.ticked = None;
+        if !self.stopping
+            && let Some(t) = opts.stop_at.as_ref().map(|a| a.load(Ordering::Relaxed))
+            && t != u64::MAX
+        {
+            if node.rejoining() {
+                return Err(Error::NotTakenBack {
+                    peer: me,
+                    waited: time.now().saturating_sub(self.started),
+                    why: "it was told to stop (a signal, or the launcher's stop) before a \
+                          neighbour sent it the run's state",
+                });
+            }
+            self.stopping = true;
+            self.leaving = t == 0;
+            let at = node.stop_at(t);
+            tracing::warn!("{me} stops at clock {at} (asked to stop at {t})");
         }
-        // The node's policy is to stop: the transport's error says best what happened.
-        Err(source) => Err(e.unwrap_or(Error::Peer {
-            peer: node.id(),
-            source,
-        })),
+        if node.rejoining()
+            && let Some(d) = self.rejoin_deadline
+            && time.now() >= d
+        {
+            return Err(Error::NotTakenBack {
+                peer: me,
+                waited: time.now().saturating_sub(self.started),
+                why: "no neighbour sent it the run's state: the run may have ended while it \
+                      was away, or every peer that sends to it is gone",
+            });
+        }
+        loop {
+            match links.try_recv() {
+                Ok(Some(incoming)) => self.take(node, links, time, incoming)?,
+                Ok(None) => break,
+                Err(e) => self.link_error(node, links, e)?,
+            }
+        }
+        if !self.full {
+            self.flush(node, links, time)?;
+        }
+        if self.outbox.is_empty() {
+            let progress = node
+                .on_tick(time)
+                .map_err(|source| Error::Peer { peer: me, source })?;
+            self.ticked = Some(progress);
+            match progress {
+                Progress::Stepped => {
+                    self.last_progress = time.now();
+                    if let Some(clock) = self.reported.take() {
+                        tracing::warn!(
+                            "{me} carries on after waiting {:.1} s at clock {clock}",
+                            self.last_progress
+                                .saturating_sub(self.last_step)
+                                .as_secs_f64()
+                        );
+                    }
+                    self.last_step = self.last_progress;
+                    self.next_report = opts.stall_report.map(|every| self.last_step + every);
+                    drain_events(node, opts, records)?;
+                    self.outbox
+                        .extend(std::iter::from_fn(|| node.poll_output()));
+                    self.flush(node, links, time)?;
+                    return Ok(Turn::Again);
+                }
+                Progress::Done => {
+                    // Frames queued by the last tick (a relaying peer's last forwards) go
+                    // out first; the next turn's tick reports Done again.
+                    self.outbox
+                        .extend(std::iter::from_fn(|| node.poll_output()));
+                    self.flush(node, links, time)?;
+                    if !self.outbox.is_empty() {
+                        return Ok(Turn::Again);
+                    }
+                    if self.leaving {
+                        links.announce_leaving();
+                    }
+                    node.finish(time);
+                    drain_events(node, opts, records)?;
+                    return Ok(Turn::Done);
+                }
+                Progress::Blocked => {
+                    drain_events(node, opts, records)?;
+                    // A blocked node may still have frames to pass on (a relaying peer
+                    // forwards while it waits for the end of the run).
+                    let before = self.outbox.len();
+                    self.outbox
+                        .extend(std::iter::from_fn(|| node.poll_output()));
+                    if self.outbox.len() > before {
+                        self.last_progress = time.now();
+                        self.flush(node, links, time)?;
+                    }
+                }
+            }
+        }
+        Ok(self.wait(node, opts))
+    }
+
+    /// Sends queued outputs in order until a link is full.
+    fn flush<N, L>(&mut self, node: &mut N, links: &mut L, time: &mut dyn TimeSource) -> Result<()>
+    where
+        N: StateMachine + ?Sized,
+        L: Links + ?Sized,
+    {
+        while let Some(out) = self.outbox.front() {
+            match links.try_send(out) {
+                Ok(Sent::Yes) => {
+                    self.outbox.pop_front();
+                    self.last_progress = time.now();
+                }
+                Ok(Sent::Full) => {
+                    self.full = true;
+                    break;
+                }
+                Err(e) => self.link_error(node, links, e)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The wait that ends a turn: until the progress deadline, the next stall report or
+    /// the rejoin deadline, whichever comes first.
+    fn wait<N: StateMachine + ?Sized>(&mut self, node: &N, opts: &DriveOptions) -> Turn {
+        let room_on = self.outbox.front().map(|o| o.to);
+        let deadline = opts.timeout.map(|t| self.last_progress + t);
+        let (mut until, mut due) = match (deadline, self.next_report) {
+            (Some(d), Some(r)) if r < d => (Some(r), Due::Report),
+            (Some(d), _) => (Some(d), Due::Timeout),
+            (None, Some(r)) => (Some(r), Due::Report),
+            (None, None) => (None, Due::Nothing),
+        };
+        if node.rejoining()
+            && let Some(d) = self.rejoin_deadline
+            && until.is_none_or(|u| d < u)
+        {
+            // Checked at the top of the next turn.
+            (until, due) = (Some(d), Due::Nothing);
+        }
+        self.due = due;
+        // The caller waits now, for room among other things.
+        self.full = false;
+        Turn::Wait { room_on, until }
+    }
+
+    /// Takes in what the links brought: a frame goes to the node (one from a node this
+    /// one went on without is dropped: it was in flight when a notice overtook it; a
+    /// state goes to the membership), news to the node's membership.
+    ///
+    /// # Errors
+    /// The node's refusal of the frame ([`Error::Peer`]); as
+    /// [`link_error`](Self::link_error) for news.
+    pub fn take<N, L>(
+        &mut self,
+        node: &mut N,
+        links: &mut L,
+        time: &mut dyn TimeSource,
+        incoming: Incoming,
+    ) -> Result<()>
+    where
+        N: StateMachine + ?Sized,
+        L: Links + ?Sized,
+    {
+        match incoming {
+            Incoming::Frame(from, _) if self.membership.is_lost(from) => Ok(()),
+            Incoming::Frame(from, Message::State { state, .. }) => {
+                let state = Box::new(Arc::unwrap_or_clone(state));
+                self.news(node, links, from, News::State(state), None)
+            }
+            Incoming::Frame(from, msg) => {
+                node.on_message(from, msg, time)
+                    .map_err(|source| Error::Peer {
+                        peer: self.me,
+                        source,
+                    })?;
+                self.last_progress = time.now();
+                Ok(())
+            }
+            Incoming::News(news) => {
+                let from = match &news {
+                    News::Told { from, .. } => *from,
+                    _ => self.me,
+                };
+                self.news(node, links, from, news, None)
+            }
+        }
+    }
+
+    /// The deadline of the last [`Turn::Wait`] passed with nothing arriving: the node
+    /// fails on its progress timeout, or reports its stall.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`], naming whom the node waits on or the full link.
+    pub fn timed_out<N: StateMachine + ?Sized>(
+        &mut self,
+        node: &N,
+        room_on: Option<PeerId>,
+        time: &mut dyn TimeSource,
+    ) -> Result<()> {
+        let me = self.me;
+        let waiting_on = || match room_on {
+            Some(to) => Awaiting::Room { to },
+            None => Awaiting::Peers(node.waiting_on()),
+        };
+        match self.due {
+            Due::Timeout => Err(Error::Timeout {
+                peer: me,
+                clock: node.clock(),
+                waited: time.now().saturating_sub(self.last_progress),
+                waiting_on: waiting_on(),
+            }),
+            Due::Report => {
+                // The moment came (the links' contract); a late wake (this process was
+                // stopped, or busy) counts in full, and the next report is one interval
+                // from now: no bursts.
+                let now = self.next_report.unwrap_or_default().max(time.now());
+                if node.rejoining() {
+                    tracing::warn!(
+                        "{me} waits for a neighbour to take it back into the run — {:.0} s so \
+                         far",
+                        now.saturating_sub(self.started).as_secs_f64()
+                    );
+                } else {
+                    let stall = Stall {
+                        peer: me,
+                        clock: node.clock(),
+                        waiting_on: waiting_on(),
+                        waited: now.saturating_sub(self.last_step),
+                    };
+                    tracing::warn!("{stall}");
+                    self.reported = Some(stall.clock);
+                }
+                self.next_report = self.report_every.map(|every| now + every);
+                Ok(())
+            }
+            Due::Nothing => Ok(()),
+        }
+    }
+
+    /// An error of the links: one that names a lost peer ([`Error::lost_peer`]) is that
+    /// peer gone, for the node's membership to decide on; any other is returned.
+    ///
+    /// # Errors
+    /// `e` itself when it is not news, or when the node refuses to go on without the peer
+    /// under its policy (the links' error says best what happened); [`Error::Peer`] with
+    /// the membership's refusal when the node is cut off ([`sfb_core::Error::Minority`],
+    /// [`sfb_core::Error::Isolated`]).
+    pub fn link_error<N, L>(&mut self, node: &mut N, links: &mut L, e: Error) -> Result<()>
+    where
+        N: StateMachine + ?Sized,
+        L: Links + ?Sized,
+    {
+        let Some(peer) = e.lost_peer() else {
+            return Err(e);
+        };
+        let why = e.to_string();
+        self.news(node, links, self.me, News::Down { peer, why }, Some(e))
+    }
+
+    /// Hands `news` (from `from`, this node for its own links' news) to the membership
+    /// and carries out what it decides on `links`; `cause`: the links' error it came as.
+    fn news<N, L>(
+        &mut self,
+        node: &mut N,
+        links: &mut L,
+        from: PeerId,
+        news: News,
+        cause: Option<Error>,
+    ) -> Result<()>
+    where
+        N: StateMachine + ?Sized,
+        L: Links + ?Sized,
+    {
+        let r = self.on_news(node, links, from, news);
+        match r {
+            Ok(()) => Ok(()),
+            // Cut off from a majority, or from everyone from the start, or a state that does
+            // not fit: the engine's error says what happened.
+            Err(source @ (sfb_core::Error::Minority { .. } | sfb_core::Error::Isolated { .. })) => {
+                Err(Error::Peer {
+                    peer: self.me,
+                    source,
+                })
+            }
+            // The node's policy is to stop: the transport's error says best what happened.
+            Err(source) => Err(cause.unwrap_or(Error::Peer {
+                peer: self.me,
+                source,
+            })),
+        }
+    }
+
+    /// Hands `news` to the node's membership and carries out what it decides on `links`
+    /// (the virtual-time driver tells its nodes directly); `from`: the neighbour whose
+    /// state it is, for [`adopted`](Self::adopted).
+    ///
+    /// # Errors
+    /// The node's refusal to go on (its policy, no majority, a state that does not fit).
+    pub fn on_news<N, L>(
+        &mut self,
+        node: &mut N,
+        links: &mut L,
+        from: PeerId,
+        news: News,
+    ) -> sfb_core::Result<()>
+    where
+        N: StateMachine + ?Sized,
+        L: Links + ?Sized,
+    {
+        let waiting = node.rejoining();
+        let sent = match &news {
+            News::State(state) if waiting => Some((state.clock, state.w.clone())),
+            _ => None,
+        };
+        let mut actions = Vec::new();
+        let r = self.membership.on_news(node, news, &mut actions);
+        self.carry_out(links, actions);
+        if let Some((clock, w)) = sent
+            && !node.rejoining()
+        {
+            let now = node.rejoin_state().and_then(|s| s.w);
+            self.adopted = Some(Adopted {
+                from,
+                clock,
+                equal: now.is_some() && now == w,
+            });
+        }
+        r
+    }
+
+    /// Takes in at once that `peers` are lost, as told by others, rewiring once
+    /// ([`Membership::told_lost`]), and carries out what it decides on `links`.
+    ///
+    /// # Errors
+    /// As [`on_news`](Self::on_news).
+    pub fn told_lost<N, L>(
+        &mut self,
+        node: &mut N,
+        links: &mut L,
+        peers: &[PeerId],
+    ) -> sfb_core::Result<()>
+    where
+        N: StateMachine + ?Sized,
+        L: Links + ?Sized,
+    {
+        let mut actions = Vec::new();
+        let r = self.membership.told_lost(node, peers, &mut actions);
+        self.carry_out(links, actions);
+        r
+    }
+
+    /// Carries out the membership's `actions` on the links and the outbox, in order.
+    fn carry_out<L: Links + ?Sized>(&mut self, links: &mut L, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Forget(peer) => {
+                    self.outbox.retain(|o| o.to != peer);
+                    links.forget(peer);
+                }
+                Action::Announce(notice) => links.announce(notice),
+                Action::Rewired { out, inn } => links.rewired(&out, &inn),
+                Action::Connect(peer) => links.connect(peer),
+                Action::SendState(to, state) => links.send_state(to, &state),
+                Action::Warn(line) => links.log(Log::Warn(line)),
+                Action::Info(line) => links.log(Log::Info(line)),
+                Action::Debug(line) => links.log(Log::Debug(line)),
+            }
+        }
     }
 }
 
@@ -813,16 +1119,19 @@ mod tests {
         waits_before_timeout: Option<usize>,
         /// The first this many waits report that their deadline passed.
         timeouts_first: usize,
-        /// The deadline of every wait.
-        deadlines: Vec<Instant>,
+        /// The timeout of every wait.
+        deadlines: Vec<Duration>,
     }
 
     impl Links for FakeLinks {
-        fn try_recv(&mut self) -> Result<Option<(PeerId, Message)>> {
+        fn try_recv(&mut self) -> Result<Option<Incoming>> {
             if !self.eager {
                 return Ok(None);
             }
-            self.inbox.pop_front().transpose()
+            self.inbox
+                .pop_front()
+                .transpose()
+                .map(|f| f.map(|(from, msg)| Incoming::Frame(from, msg)))
         }
         fn try_send(&mut self, out: &Output) -> Result<Sent> {
             let q = self.queued.entry(out.to.0).or_insert(0);
@@ -836,10 +1145,9 @@ mod tests {
             self.sent.push((out.to, out.msg.clock()));
             Ok(Sent::Yes)
         }
-        fn wait(&mut self, room_on: Option<PeerId>, deadline: Instant) -> Result<Wake> {
-            assert!(deadline > Instant::now() - Duration::from_secs(3600));
+        fn wait(&mut self, room_on: Option<PeerId>, timeout: Duration) -> Result<Wake> {
             self.waits += 1;
-            self.deadlines.push(deadline);
+            self.deadlines.push(timeout);
             if self.timeouts_first > 0 {
                 self.timeouts_first -= 1;
                 return Ok(Wake::TimedOut);
@@ -856,7 +1164,7 @@ mod tests {
                 return Ok(Wake::Room);
             }
             match self.inbox.pop_front() {
-                Some(Ok((from, msg))) => Ok(Wake::Frame(from, msg)),
+                Some(Ok((from, msg))) => Ok(Wake::In(Incoming::Frame(from, msg))),
                 Some(Err(e)) => Err(e),
                 None => Ok(Wake::TimedOut),
             }
@@ -1077,7 +1385,7 @@ mod tests {
     }
 
     /// The gaps between consecutive wait deadlines.
-    fn gaps(d: &[Instant]) -> Vec<Duration> {
+    fn gaps(d: &[Duration]) -> Vec<Duration> {
         d.windows(2).map(|w| w[1] - w[0]).collect()
     }
 
@@ -1179,5 +1487,105 @@ mod tests {
         assert!(node.finished);
         assert!(lines.is_empty(), "{lines:?}");
         assert_eq!(links.waits, 5);
+    }
+
+    /// Links that hand over scripted frames and news, and record what the node's
+    /// membership has them do.
+    #[derive(Default)]
+    struct NewsLinks {
+        inbox: VecDeque<Incoming>,
+        announced: Vec<Notice>,
+        forgotten: Vec<PeerId>,
+    }
+
+    impl Links for NewsLinks {
+        fn try_recv(&mut self) -> Result<Option<Incoming>> {
+            Ok(self.inbox.pop_front())
+        }
+        fn try_send(&mut self, _: &Output) -> Result<Sent> {
+            Ok(Sent::Yes)
+        }
+        fn wait(&mut self, _: Option<PeerId>, _: Duration) -> Result<Wake> {
+            Ok(Wake::TimedOut)
+        }
+        fn forget(&mut self, peer: PeerId) {
+            self.forgotten.push(peer);
+        }
+        fn announce(&mut self, notice: Notice) {
+            self.announced.push(notice);
+        }
+    }
+
+    #[test]
+    fn the_loops_deadlines_are_times_of_the_nodes_time_source() {
+        // Blocked for good: stall reports every 4 s, a progress timeout of 10 s, all read
+        // on the node's own clock (here a manual one at 100 s, as on virtual time).
+        let mut node = Scripted::new(0, vec![], 1);
+        let mut links = NewsLinks::default();
+        let mut time = ManualTime::at(Duration::from_secs(100));
+        let opts = DriveOptions {
+            timeout: Some(Duration::from_secs(10)),
+            stall_report: Some(Duration::from_secs(4)),
+            ..opts()
+        };
+        let mut run = NodeLoop::new(node.id(), &opts, &mut time);
+        let mut records = Vec::new();
+        let mut turn = |run: &mut NodeLoop, node: &mut Scripted, time: &mut ManualTime| {
+            run.turn(node, &mut links, time, &opts, &mut records)
+                .unwrap()
+        };
+        let until = |s| Turn::Wait {
+            room_on: None,
+            until: Some(Duration::from_secs(s)),
+        };
+        assert_eq!(turn(&mut run, &mut node, &mut time), until(104));
+        time.set(Duration::from_secs(104));
+        run.timed_out(&node, None, &mut time).unwrap();
+        assert_eq!(turn(&mut run, &mut node, &mut time), until(108));
+        time.set(Duration::from_secs(108));
+        run.timed_out(&node, None, &mut time).unwrap();
+        // The next report (112 s) comes after the progress deadline.
+        assert_eq!(turn(&mut run, &mut node, &mut time), until(110));
+        time.set(Duration::from_secs(110));
+        match run.timed_out(&node, None, &mut time).unwrap_err() {
+            Error::Timeout { waited, clock, .. } => {
+                assert_eq!((waited, clock), (Duration::from_secs(10), 0));
+            }
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn news_the_links_bring_is_decided_by_the_nodes_membership() {
+        // A neighbour's notice is news for the membership (not an error of the links): the
+        // node goes on without the peer, passes the news on once and forgets it.
+        let mut node = Scripted::new(0, vec![vec![]], 0);
+        let told = |about| {
+            Incoming::News(News::Told {
+                from: PeerId(1),
+                notice: Notice::Lost(about),
+            })
+        };
+        let mut links = NewsLinks {
+            inbox: [
+                told(3),
+                told(3),
+                Incoming::Frame(PeerId(3), msg(PeerId(3), 0)),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let mut time = ManualTime::default();
+        let opts = opts();
+        let mut run = NodeLoop::new(node.id(), &opts, &mut time);
+        let turn = run
+            .turn(&mut node, &mut links, &mut time, &opts, &mut Vec::new())
+            .unwrap();
+        assert_eq!(turn, Turn::Again);
+        assert_eq!(run.membership().lost(), [PeerId(3)]);
+        assert_eq!(links.announced, [Notice::Lost(3)]);
+        assert_eq!(links.forgotten, [PeerId(3)]);
+        // The lost peer's frame, still in flight when the notice overtook it, is dropped.
+        assert!(node.received.is_empty());
     }
 }

@@ -36,9 +36,7 @@ impl Error {
             | Error::NoHeartbeat { from, .. } => Some(core(from)),
             Error::Disconnected { to, .. } => Some(*to),
             Error::Handshake { peer, .. } | Error::BadFrame { peer, .. } => Some(*peer),
-            Error::LostNotice { lost, .. } => Some(*lost),
             Error::Crashed { crashed, .. } => Some(*crashed),
-            Error::Left { left, .. } => Some(*left),
             _ => None,
         }
     }
@@ -283,44 +281,6 @@ pub enum Error {
         frames: u64,
         /// Clocks of the run.
         clocks: u64,
-    },
-    /// Not a failure: node `joined` opened a stream to this one (at start, or coming back
-    /// with `--rejoin`) or a neighbour says it is back. The driver loop handles it.
-    #[error("{peer}: {joined} joined")]
-    Joined {
-        /// This node.
-        peer: PeerId,
-        /// The node that joined.
-        joined: PeerId,
-    },
-    /// Not a failure: a neighbour's state for this rejoining node. The driver loop
-    /// handles it.
-    #[error("{peer}: a neighbour's state of clock {}", state.clock)]
-    RejoinState {
-        /// This node.
-        peer: PeerId,
-        /// The state.
-        state: Box<sfb_core::NodeState>,
-    },
-    /// A neighbour left the run on request (a planned leave, not a failure of its own).
-    #[error("{peer}: {left} left the run")]
-    Left {
-        /// This node.
-        peer: PeerId,
-        /// The neighbour that said so.
-        from: PeerId,
-        /// The node that left.
-        left: PeerId,
-    },
-    /// A neighbour reported a node lost (it went on without it).
-    #[error("{peer}: a neighbour reports {lost} lost")]
-    LostNotice {
-        /// This node.
-        peer: PeerId,
-        /// The neighbour that reports it.
-        from: PeerId,
-        /// The node lost.
-        lost: PeerId,
     },
     /// A peer sent a frame that failed validation.
     #[error("bad frame from peer {peer}: {reason}")]

@@ -19,7 +19,9 @@ use sfb_core::wire::Message;
 use sfb_core::{Engine, Model, Output, PeerId, StateMachine, Stragglers};
 
 use crate::clock::{Stop, WallClock};
-use crate::driver::{self, CheckpointFn, DriveOptions, Keep, Links, ProgressFn, Sent, Wake};
+use crate::driver::{
+    self, CheckpointFn, DriveOptions, Incoming, Keep, Links, ProgressFn, Sent, Wake,
+};
 use crate::{Error, Result};
 
 /// Options of an in-memory run.
@@ -176,10 +178,12 @@ impl ChannelLinks<'_> {
         &self.txs[(self.slot)(to, self.txs.len())]
     }
 
-    fn open(&self, env: Envelope) -> Result<(PeerId, Message)> {
+    fn open(&self, env: Envelope) -> Result<Incoming> {
         match env {
-            Envelope::Frame(from, msg) => Ok((from, msg)),
+            Envelope::Frame(from, msg) => Ok(Incoming::Frame(from, msg)),
             Envelope::Abort(by) => Err(Error::Aborted { peer: self.me, by }),
+            // A link event (`Error::lost_peer`): the node's membership decides what it
+            // means, and under a policy to fail the run's error names the crash.
             Envelope::Crashed(crashed) => Err(Error::Crashed {
                 peer: self.me,
                 crashed,
@@ -189,7 +193,7 @@ impl ChannelLinks<'_> {
 }
 
 impl Links for ChannelLinks<'_> {
-    fn try_recv(&mut self) -> Result<Option<(PeerId, Message)>> {
+    fn try_recv(&mut self) -> Result<Option<Incoming>> {
         match self.rx.try_recv() {
             Ok(env) => self.open(env).map(Some),
             Err(TryRecvError::Empty | TryRecvError::Disconnected) => Ok(None),
@@ -210,11 +214,17 @@ impl Links for ChannelLinks<'_> {
         }
     }
 
-    fn wait(&mut self, room_on: Option<PeerId>, deadline: Instant) -> Result<Wake> {
+    fn wait(&mut self, room_on: Option<PeerId>, timeout: Duration) -> Result<Wake> {
+        // A timeout too long for an `Instant` is no deadline.
+        let deadline = Instant::now().checked_add(timeout);
         let closed = || Error::InboxClosed { peer: self.me };
         let Some(to) = room_on else {
-            return match self.rx.recv_deadline(deadline) {
-                Ok(env) => self.open(env).map(|(from, msg)| Wake::Frame(from, msg)),
+            let got = match deadline {
+                Some(d) => self.rx.recv_deadline(d),
+                None => self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            return match got {
+                Ok(env) => self.open(env).map(Wake::In),
                 Err(RecvTimeoutError::Timeout) => Ok(Wake::TimedOut),
                 Err(RecvTimeoutError::Disconnected) => Err(closed()),
             };
@@ -222,9 +232,13 @@ impl Links for ChannelLinks<'_> {
         let mut sel = Select::new();
         let r = sel.recv(&self.rx);
         sel.send(self.inbox(to));
-        match sel.ready_deadline(deadline) {
+        let ready = match deadline {
+            Some(d) => sel.ready_deadline(d),
+            None => Ok(sel.ready()),
+        };
+        match ready {
             Ok(i) if i == r => match self.rx.try_recv() {
-                Ok(env) => self.open(env).map(|(from, msg)| Wake::Frame(from, msg)),
+                Ok(env) => self.open(env).map(Wake::In),
                 // Taken by nobody else, so only a race with the ready signal: look again.
                 Err(TryRecvError::Empty) => Ok(Wake::Room),
                 Err(TryRecvError::Disconnected) => Err(closed()),

@@ -6,15 +6,15 @@
 //! first and the bytes are shared with the rest.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 use sfb_core::wire::{self, Message};
-use sfb_core::{Output, PeerId};
+use sfb_core::{News, Output, PeerId};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::{TryRecvError, TrySendError};
 
 use super::Inbound;
-use crate::driver::{Links, Sent, Wake};
+use crate::driver::{Incoming, Links, Sent, Wake};
 use crate::{Error, Result};
 
 /// A node's libp2p links as the driver loop sees them.
@@ -34,6 +34,11 @@ pub(super) struct QueueLinks {
     forgotten: Vec<PeerId>,
     /// Opens a writer to a node index (a new out-neighbour), returning its queue.
     spawner: Option<Spawner>,
+    /// By node index: the send of a notice that found the queue full, still under way.
+    /// Frames to that node wait for it, so that a notice is never overtaken by a frame
+    /// sent after it (a neighbour must learn of a loss before the frames of the topology
+    /// repaired for it).
+    behind: Vec<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// Starts a writer to a node index and returns its queue.
@@ -48,6 +53,7 @@ impl QueueLinks {
         handle: tokio::runtime::Handle,
         dtype: wire::Dtype,
     ) -> Self {
+        let n = nodes.len();
         Self {
             me,
             nodes,
@@ -58,18 +64,46 @@ impl QueueLinks {
             cache: None,
             forgotten: Vec::new(),
             spawner: None,
+            behind: (0..n).map(|_| None).collect(),
         }
     }
 
-    /// Queues the notice `notice` for every out-neighbour, off the engine thread: a full
-    /// queue must not hold the engine, and a notice may overtake frames.
-    fn notify_all(&self, notice: wire::Notice) {
+    /// Queues the notice `notice` for every out-neighbour, in order with the frames to it:
+    /// at once where the queue has room; otherwise off the engine thread (a full queue
+    /// must not hold the engine), and frames to that node then wait until it is sent
+    /// ([`QueueLinks::behind`]).
+    fn notify_all(&mut self, notice: wire::Notice) {
         let frame = Arc::new(self.notice(notice));
-        for q in self.queues.iter().flatten() {
-            let (q, f) = (q.clone(), Arc::clone(&frame));
-            self.handle.spawn(async move {
+        for (i, q) in self.queues.iter().enumerate() {
+            let Some(q) = q else { continue };
+            let prev = self.behind[i].take().filter(|h| !h.is_finished());
+            let f = if prev.is_none() {
+                match q.try_send(Arc::clone(&frame)) {
+                    Ok(()) | Err(TrySendError::Closed(_)) => continue,
+                    Err(TrySendError::Full(f)) => f,
+                }
+            } else {
+                Arc::clone(&frame)
+            };
+            let q = q.clone();
+            self.behind[i] = Some(self.handle.spawn(async move {
+                if let Some(prev) = prev {
+                    let _ = prev.await;
+                }
                 let _ = q.send(f).await;
-            });
+            }));
+        }
+    }
+
+    /// Whether a notice to node index `i` is still under way.
+    fn is_behind(&self, i: usize) -> bool {
+        self.behind[i].as_ref().is_some_and(|h| !h.is_finished())
+    }
+
+    /// Waits until the notices to node index `i` under way are sent.
+    fn catch_up(&mut self, i: usize) {
+        if let Some(h) = self.behind[i].take() {
+            let _ = self.handle.block_on(h);
         }
     }
 
@@ -116,32 +150,28 @@ impl QueueLinks {
         })
     }
 
-    fn open(&self, x: Inbound) -> Result<(PeerId, Message)> {
+    /// What the readers brought: a frame, or news for the node's membership (the links
+    /// report facts; the membership decides).
+    fn open(&self, x: Inbound) -> Result<Incoming> {
         match x {
-            Inbound::Frame(from, msg) => Ok((from, msg)),
+            Inbound::Frame(from, msg) => Ok(Incoming::Frame(from, msg)),
             Inbound::Fatal(e) => Err(e),
             Inbound::WriterFailed(to) => Err(Error::Disconnected {
                 peer: self.me,
                 to: self.nodes[to],
             }),
-            Inbound::Lost { from, lost } => Err(Error::LostNotice {
-                peer: self.me,
+            Inbound::Lost { from, lost } => Ok(Incoming::News(News::Told {
                 from,
-                lost,
-            }),
-            Inbound::Joined(joined) => Err(Error::Joined {
-                peer: self.me,
-                joined,
-            }),
-            Inbound::State(state) => Err(Error::RejoinState {
-                peer: self.me,
-                state,
-            }),
-            Inbound::Left { from, left } => Err(Error::Left {
-                peer: self.me,
+                notice: wire::Notice::Lost(lost.0),
+            })),
+            Inbound::Joined(joined) => {
+                Ok(Incoming::News(News::Notice(wire::Notice::Joined(joined.0))))
+            }
+            Inbound::State(state) => Ok(Incoming::News(News::State(state))),
+            Inbound::Left { from, left } => Ok(Incoming::News(News::Told {
                 from,
-                left,
-            }),
+                notice: wire::Notice::Left(left.0),
+            })),
         }
     }
 }
@@ -192,7 +222,7 @@ fn same_frame(a: &Message, b: &Message) -> bool {
 }
 
 impl Links for QueueLinks {
-    fn try_recv(&mut self) -> Result<Option<(PeerId, Message)>> {
+    fn try_recv(&mut self) -> Result<Option<Incoming>> {
         match self.inbox.try_recv() {
             Ok(x) => self.open(x).map(Some),
             Err(TryRecvError::Empty | TryRecvError::Disconnected) => Ok(None),
@@ -201,6 +231,12 @@ impl Links for QueueLinks {
 
     fn try_send(&mut self, out: &Output) -> Result<Sent> {
         let q = self.queue(out.to)?.clone();
+        if let Some(i) = self.nodes.iter().position(|&n| n == out.to)
+            && self.is_behind(i)
+        {
+            // After the notice under way.
+            return Ok(Sent::Full);
+        }
         let buf = self.encode(&out.msg);
         match q.try_send(buf) {
             Ok(()) => Ok(Sent::Yes),
@@ -212,31 +248,45 @@ impl Links for QueueLinks {
         }
     }
 
-    fn wait(&mut self, room_on: Option<PeerId>, deadline: Instant) -> Result<Wake> {
+    fn wait(&mut self, room_on: Option<PeerId>, remaining: Duration) -> Result<Wake> {
         let me = self.me;
-        let remaining = deadline.saturating_duration_since(Instant::now());
         let q = room_on.map(|to| self.queue(to).cloned()).transpose()?;
+        let i = room_on.and_then(|to| self.nodes.iter().position(|&n| n == to));
+        let mut notice = i
+            .filter(|&i| self.is_behind(i))
+            .and_then(|i| self.behind[i].take());
         let inbox = &mut self.inbox;
         let got = self.handle.block_on(async {
-            match q {
-                Some(q) => tokio::select! {
+            match (q, notice.as_mut()) {
+                (Some(_), Some(h)) => tokio::select! {
+                    _ = h => Got::Room(true),
+                    x = inbox.recv() => Got::Inbound(x),
+                    _ = tokio::time::sleep(remaining) => Got::TimedOut,
+                },
+                (Some(q), None) => tokio::select! {
                     permit = q.reserve() => Got::Room(permit.is_ok()),
                     x = inbox.recv() => Got::Inbound(x),
                     _ = tokio::time::sleep(remaining) => Got::TimedOut,
                 },
-                None => match tokio::time::timeout(remaining, inbox.recv()).await {
+                (None, _) => match tokio::time::timeout(remaining, inbox.recv()).await {
                     Ok(x) => Got::Inbound(x),
                     Err(_) => Got::TimedOut,
                 },
             }
         });
+        if let (Some(i), Some(h)) = (i, notice)
+            && !matches!(got, Got::Room(true))
+        {
+            // Still under way (a JoinHandle is not polled again once it has finished).
+            self.behind[i] = Some(h);
+        }
         match got {
             Got::Room(true) => Ok(Wake::Room),
             Got::Room(false) => Err(Error::Disconnected {
                 peer: me,
                 to: room_on.expect("waited for room"),
             }),
-            Got::Inbound(Some(x)) => self.open(x).map(|(from, msg)| Wake::Frame(from, msg)),
+            Got::Inbound(Some(x)) => self.open(x).map(Wake::In),
             Got::Inbound(None) => Err(Error::InboxClosed { peer: me }),
             Got::TimedOut => Ok(Wake::TimedOut),
         }
@@ -248,6 +298,9 @@ impl Links for QueueLinks {
 
     fn announce_leaving(&mut self) {
         // Not `notify_all`: in order after this node's last frames, and before it exits.
+        for i in 0..self.behind.len() {
+            self.catch_up(i);
+        }
         let frame = Arc::new(self.notice(wire::Notice::Left(self.me.0)));
         for q in self.queues.iter().flatten() {
             // In order after this node's last frames: the queue is FIFO.
@@ -259,6 +312,7 @@ impl Links for QueueLinks {
         let Some(i) = self.nodes.iter().position(|&n| n == to) else {
             return;
         };
+        self.catch_up(i);
         if let Some(q) = &self.queues[i] {
             // Queued now, ahead of any frame the node sends it next: it takes the state
             // before it accepts frames.
@@ -288,6 +342,7 @@ impl Links for QueueLinks {
         if let Some(i) = self.nodes.iter().position(|&n| n == peer) {
             // Closing the queue ends the writer to it.
             self.queues[i] = None;
+            self.behind[i] = None;
         }
         self.forgotten.push(peer);
     }

@@ -144,6 +144,18 @@ pub enum Error {
         #[source]
         source: sfb_core::Error,
     },
+    /// A node's driver loop failed for a reason of its own (not one of the node's
+    /// protocol, which is [`Error::Node`]).
+    #[error("{node} at virtual time {at:?}: {source}")]
+    Loop {
+        /// The failing node.
+        node: PeerId,
+        /// Its virtual time.
+        at: Duration,
+        /// The loop's error.
+        #[source]
+        source: Box<crate::Error>,
+    },
     /// A node addressed a frame to a node that is not in the network.
     #[error("{from} at virtual time {at:?} sent a frame to {to}, which is not in the network")]
     UnknownDestination {

@@ -16,12 +16,18 @@
 //!   later frame never overtakes an earlier one.
 //! - **Events** are frame arrivals and node wake-ups in one priority queue ordered by
 //!   `(virtual time, sequence number)`; ties go to the event scheduled first.
-//! - **A node's step.** When a node wakes at `t` (its clock moves to `max(own, t)`), the
-//!   driver hands it every frame that has arrived, ticks it once and sends its outputs
-//!   stamped with its clock after the tick. [`Progress::Stepped`] schedules its next
-//!   wake-up at that time, so frames arriving while it computed are delivered before its
-//!   next step; [`Progress::Blocked`] leaves it idle until a frame arrives;
-//!   [`Progress::Done`] calls [`finish`](StateMachine::finish).
+//! - **A node's step** is a turn of the same driver loop the threaded transports run
+//!   ([`crate::driver::NodeLoop`]: its delivery, its membership view, its outbox, its
+//!   records), on the node's virtual clock. When a node wakes at `t` (its clock moves to
+//!   `max(own, t)`), the driver hands the loop every frame that has arrived
+//!   ([`NodeLoop::take`]), takes one turn (one tick) and sends the outputs stamped with
+//!   the node's clock after the tick. [`Turn::Again`] (a step) schedules its next wake-up
+//!   at that time, so frames arriving while it computed are delivered before its next
+//!   step; [`Turn::Wait`] leaves it idle until a frame arrives; [`Turn::Done`] means the
+//!   loop called [`finish`](StateMachine::finish). Membership news (a crash detected, a
+//!   cut, a return) is handed to the node's loop ([`NodeLoop::told_lost`],
+//!   [`NodeLoop::on_news`]), which decides by the node's [`sfb_core::Membership`] as on
+//!   every transport.
 //! - **Pauses** ([`Pause`]): a paused node starts no step and takes no frames; they queue
 //!   and are handed over when the pause ends. A step under way when a pause starts
 //!   completes (pauses act between steps).
@@ -118,7 +124,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
-use sfb_core::{Event, NodeState, PeerId, Progress, StateMachine, Stragglers, TimeSource, Work};
+use sfb_core::{NodeState, Output, PeerId, Progress, StateMachine, Stragglers, TimeSource, Work};
+
+use crate::driver::{DriveOptions, Incoming, Links, Log, NodeLoop, Sent, Turn, Wake};
 
 pub use config::{Config, Costs, Crash, CrashAt, Latency, Loss, Nic, Partition, Pause, Slow};
 pub use error::{Blocked, Error};
@@ -503,7 +511,7 @@ impl<N: StateMachine> Network<N> {
     pub fn run_with<O: Observer<N>>(self, observer: &mut O) -> Result<Outcome<N>> {
         let mut sim = Sim::new(self.nodes, self.cfg, observer)?;
         sim.repair = self.repair.map(std::sync::Arc::from);
-        sim.members = (0..sim.nodes.len()).map(|k| sim.membership(k)).collect();
+        sim.loops = (0..sim.nodes.len()).map(|k| sim.node_loop(k)).collect();
         // A spare for `node`: its index, once `fresh` is checked to be a node of its id
         // waiting to rejoin.
         let spare = |sim: &Sim<'_, N, O>, node: PeerId, fresh: &N, what: &'static str| {
@@ -727,8 +735,9 @@ struct Sim<'o, N, O> {
     observer: &'o mut O,
     /// A stop the observer asked for, once set ([`Observer::stop_requested`]).
     stopped: bool,
-    /// Each node's view of who is in the run (the decisions of every transport).
-    members: Vec<sfb_core::Membership>,
+    /// Each node's driver loop, the one of every transport (its membership view among
+    /// it).
+    loops: Vec<NodeLoop>,
     repair: Option<std::sync::Arc<RepairOf>>,
     /// Nodes to bring back after their crash, by index: `(after, node)`.
     spares: BTreeMap<usize, (Duration, N)>,
@@ -845,7 +854,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             stats: Stats::default(),
             observer,
             stopped: false,
-            members: Vec::new(),
+            loops: Vec::new(),
             repair: None,
             spares: BTreeMap::new(),
             heal_spares: BTreeMap::new(),
@@ -885,13 +894,19 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         }));
     }
 
-    /// Node `k`'s view of who is in the run, fresh.
-    fn membership(&self, k: usize) -> sfb_core::Membership {
-        sfb_core::Membership::new(self.repair.clone().map(|r| {
+    /// Node `k`'s driver loop, fresh (its view of who is in the run among it), starting
+    /// at its clock.
+    fn node_loop(&mut self, k: usize) -> NodeLoop {
+        let repair = self.repair.clone().map(|r| {
             let f: sfb_core::membership::RepairFn =
                 std::sync::Arc::new(move |lost: &[PeerId]| r(k, lost));
             f
-        }))
+        });
+        let opts = DriveOptions {
+            repair,
+            ..DriveOptions::default()
+        };
+        NodeLoop::new(self.slots[k].id, &opts, &mut self.slots[k].clock)
     }
 
     /// Puts a frame from the node at index `from`, sent between `lives`, in node `j`'s
@@ -1171,7 +1186,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             return Ok(());
         };
         self.nodes[i] = fresh;
-        self.members[i] = self.membership(i);
+        self.slots[i].clock.advance_to(at);
+        self.loops[i] = self.node_loop(i);
         let slot = &mut self.slots[i];
         slot.life += 1;
         slot.clock.advance_to(at);
@@ -1192,13 +1208,14 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             }
             self.slots[k].clock.advance_to(at);
             self.slots[k].told.retain(|&p| p != id);
-            let mut actions = Vec::new();
+            let mut links = SimLinks::default();
             let news = sfb_core::News::Notice(sfb_core::wire::Notice::Joined(id.0));
-            if let Err(e) = self.members[k].on_news(&mut self.nodes[k], news, &mut actions) {
+            let r = self.loops[k].on_news(&mut self.nodes[k], &mut links, id, news);
+            if let Err(e) = r {
                 self.stop_failed(k, &e);
                 continue;
             }
-            if !self.carry_out(k, actions)? {
+            if !self.carry_out(k, links)? {
                 continue;
             }
             let now = self.slots[k].clock.time();
@@ -1208,12 +1225,13 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         Ok(())
     }
 
-    /// Carries out what node `k`'s membership decided (news reaches every node directly
-    /// here, so announcements are not passed on); whether `k` still runs.
-    fn carry_out(&mut self, k: usize, actions: Vec<sfb_core::Action>) -> Result<bool> {
-        for a in actions {
+    /// Carries out what node `k`'s loop did on its links (its membership's decisions:
+    /// news reaches every node directly here, so announcements are not passed on), in
+    /// order; whether `k` still runs.
+    fn carry_out(&mut self, k: usize, links: SimLinks) -> Result<bool> {
+        for a in links.did {
             match a {
-                sfb_core::Action::Rewired { inn, .. } => {
+                Did::Rewired(inn) => {
                     // An in-neighbour that has stopped sends nothing more: once its frames
                     // are taken its streams have ended, as a transport would report. One
                     // that finished the run is no loss (the engine counts it as having
@@ -1242,18 +1260,23 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                         }
                     }
                 }
-                sfb_core::Action::SendState(to, state) => {
+                Did::SendState(to, state) => {
                     let msg = Message::State {
                         origin: self.slots[k].id,
-                        state: std::sync::Arc::new(*state),
+                        state: std::sync::Arc::new(state),
                     };
                     let at = self.slots[k].clock.time();
                     self.send(k, to, msg, at)?;
                 }
-                sfb_core::Action::Forget(p) if !self.slots[k].told.contains(&p) => {
-                    self.slots[k].told.push(p);
+                Did::Forget(p) => {
+                    if !self.slots[k].told.contains(&p) {
+                        self.slots[k].told.push(p);
+                    }
                 }
-                _ => {}
+                Did::Send(out) => {
+                    let at = self.slots[k].clock.time();
+                    self.send(k, out.to, out.msg, at)?;
+                }
             }
         }
         Ok(true)
@@ -1310,21 +1333,21 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         self.slots[k].clock.advance_to(at);
         // The node's membership decides, as on every transport; the news reaches every
         // node directly here, so announcements are not passed on.
-        let mut actions = Vec::new();
-        let r = self.members[k].told_lost(&mut self.nodes[k], gone, &mut actions);
+        let mut links = SimLinks::default();
+        let r = self.loops[k].told_lost(&mut self.nodes[k], &mut links, gone);
         if let Err(e) = r {
             // Told up to the loss it refused.
             let me = self.slots[k].id;
             let upto = gone
                 .iter()
-                .position(|&g| g != me && !self.members[k].is_lost(g))
+                .position(|&g| g != me && !self.loops[k].membership().is_lost(g))
                 .map_or(gone.len(), |i| i + 1);
             self.slots[k].told.extend_from_slice(&gone[..upto]);
             self.stop_failed(k, &e);
             return;
         }
         self.slots[k].told.extend_from_slice(gone);
-        match self.carry_out(k, actions) {
+        match self.carry_out(k, links) {
             Ok(true) => {}
             Ok(false) => return,
             Err(_) => unreachable!("a loss sends no state"),
@@ -1342,23 +1365,22 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         state: std::sync::Arc<NodeState>,
     ) -> Result<bool> {
         let waiting = self.nodes[i].rejoining();
-        let (clock, w) = (state.clock, state.w.clone());
-        let mut actions = Vec::new();
+        let mut links = SimLinks::default();
         let news = sfb_core::News::State(Box::new(std::sync::Arc::unwrap_or_clone(state)));
-        if let Err(e) = self.members[i].on_news(&mut self.nodes[i], news, &mut actions) {
+        let r = self.loops[i].on_news(&mut self.nodes[i], &mut links, from, news);
+        if let Err(e) = r {
             self.stop_failed(i, &e);
             return Ok(false);
         }
-        if waiting && !self.nodes[i].rejoining() {
-            let now = self.nodes[i].rejoin_state().and_then(|s| s.w);
+        if waiting && let Some(a) = self.loops[i].adopted() {
             self.slots[i].rejoined = Some(Rejoined {
-                from,
-                clock,
+                from: a.from,
+                clock: a.clock,
                 at: self.slots[i].clock.time(),
-                equal: now.is_some() && now == w,
+                equal: a.equal,
             });
         }
-        self.carry_out(i, actions)
+        self.carry_out(i, links)
     }
 
     /// Node `k` stops where it is, having refused to go on (`why`).
@@ -1397,7 +1419,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             .max()
     }
 
-    /// Node `i` wakes at `t`: unless paused, takes what has arrived and ticks once.
+    /// Node `i` wakes at `t`: unless paused, takes what has arrived and takes one turn of
+    /// its driver loop (a tick).
     fn step(&mut self, i: usize, t: Duration) -> Result<()> {
         let slot = &mut self.slots[i];
         slot.clock.advance_to(t);
@@ -1407,10 +1430,17 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             return Ok(());
         }
         let id = slot.id;
-        let node_err = |at, source| Error::Node {
-            node: id,
-            at,
-            source,
+        let failed = |at, e| match e {
+            crate::Error::Peer { source, .. } => Error::Node {
+                node: id,
+                at,
+                source,
+            },
+            e => Error::Loop {
+                node: id,
+                at,
+                source: Box::new(e),
+            },
         };
         while let Some((from, msg)) = self.slots[i].inbox.pop_front() {
             if let Some(&f) = self.index.get(&from) {
@@ -1425,66 +1455,85 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 }
                 continue;
             }
-            self.nodes[i]
-                .on_message(from, msg, &mut slot.clock)
-                .map_err(|e| node_err(slot.clock.time(), e))?;
+            let mut links = SimLinks::default();
+            let incoming = Incoming::Frame(from, msg);
+            let slot = &mut self.slots[i];
+            self.loops[i]
+                .take(&mut self.nodes[i], &mut links, &mut slot.clock, incoming)
+                .map_err(|e| failed(slot.clock.time(), e))?;
+            if !self.carry_out(i, links)? {
+                return Ok(());
+            }
         }
         if self.slots[i].done {
             // Frames after the end were handed over (a node may refuse them); nothing
             // more to do.
             return Ok(());
         }
-        self.stats.ticks += 1;
+        let mut links = SimLinks::default();
+        let mut records = Vec::new();
         let slot = &mut self.slots[i];
-        let progress = match self.nodes[i].on_tick(&mut slot.clock) {
-            Ok(p) => p,
+        let turn = match self.loops[i].turn(
+            &mut self.nodes[i],
+            &mut links,
+            &mut slot.clock,
+            &DriveOptions::default(),
+            &mut records,
+        ) {
+            Ok(turn) => turn,
             // A node's own refusal to go on after losses (relay cut apart): it stops, the
             // others go on.
-            Err(e @ sfb_core::Error::RelayCut { .. }) => {
+            Err(crate::Error::Peer {
+                source: e @ sfb_core::Error::RelayCut { .. },
+                ..
+            }) => {
                 // As a process that exits: the others learn it is gone.
                 self.stop_failed(i, &e);
                 let at = self.slots[i].clock.time() + self.cfg.detect_after;
                 self.schedule(at, i, Kind::Detect);
                 return Ok(());
             }
-            Err(e) => return Err(node_err(slot.clock.time(), e)),
+            Err(e) => return Err(failed(slot.clock.time(), e)),
         };
-        let at = slot.clock.time();
-        self.observer.on_tick(at, i, progress, &self.nodes);
-        while let Some(out) = self.nodes[i].poll_output() {
-            let sent = self.slots[i].clock.time();
-            self.send(i, out.to, out.msg, sent)?;
+        if let Some(progress) = self.loops[i].ticked() {
+            self.stats.ticks += 1;
+            let at = self.slots[i].clock.time();
+            self.observer.on_tick(at, i, progress, &self.nodes);
         }
-        let at = self.slots[i].clock.time();
-        match progress {
-            Progress::Stepped => self.wake(i, at),
-            Progress::Blocked => {}
-            Progress::Done => {
+        if !self.carry_out(i, links)? {
+            return Ok(());
+        }
+        match turn {
+            Turn::Again => {
+                let at = self.slots[i].clock.time();
+                self.wake(i, at);
+            }
+            Turn::Wait { .. } => {}
+            Turn::Done => {
                 let slot = &mut self.slots[i];
-                self.nodes[i].finish(&mut slot.clock);
                 slot.done = true;
                 slot.finished_at = slot.clock.time();
             }
         }
-        self.drain_events(i);
+        self.records(i, records);
         Ok(())
     }
 
-    fn drain_events(&mut self, i: usize) {
-        while let Some(ev) = self.nodes[i].poll_event() {
-            if let Event::Clock(r) = ev {
-                let crash_now = self.crash_clocks.get(&i) == Some(&r.clock);
-                self.observer.on_record(&r);
-                if self.cfg.keep_records {
-                    self.slots[i].records.push(r);
-                }
-                if crash_now {
-                    // Before its next step: the batch of this clock is its last.
-                    self.crash_clocks.remove(&i);
-                    let at = self.slots[i].clock.time();
-                    self.crash(i, at);
-                    return;
-                }
+    /// The records node `i`'s last turn emitted: shown to the observer, kept if asked,
+    /// and a crash after a clock carried out.
+    fn records(&mut self, i: usize, records: Vec<ClockRecord>) {
+        for r in records {
+            let crash_now = self.crash_clocks.get(&i) == Some(&r.clock);
+            self.observer.on_record(&r);
+            if self.cfg.keep_records {
+                self.slots[i].records.push(r);
+            }
+            if crash_now {
+                // Before its next step: the batch of this clock is its last.
+                self.crash_clocks.remove(&i);
+                let at = self.slots[i].clock.time();
+                self.crash(i, at);
+                return;
             }
         }
         if !self.stopped && self.observer.stop_requested() {
@@ -1571,6 +1620,57 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         let arrival = link.last_arrival;
         self.schedule(arrival, j, Kind::Arrive { from: i });
         Ok(())
+    }
+}
+
+/// What a node's loop did on its links in one call, carried out by the simulator in
+/// order afterwards ([`Sim::carry_out`]).
+#[derive(Debug)]
+enum Did {
+    /// An output sent.
+    Send(Output),
+    /// A state sent to a node rejoining.
+    SendState(PeerId, NodeState),
+    /// The node goes on without the peer.
+    Forget(PeerId),
+    /// The topology was repaired: the node now awaits these in-neighbours.
+    Rewired(Vec<PeerId>),
+}
+
+/// A node's links on the simulator, for one call of its loop: what arrives is handed
+/// over by the event queue ([`NodeLoop::take`]), so there is nothing to receive; every
+/// link has room (the [`Nic`] model holds frames back instead); what the loop does is
+/// recorded for [`Sim::carry_out`]. Membership lines go to the log at debug level: a
+/// simulated run of thousands of nodes would print one per node per loss.
+#[derive(Debug, Default)]
+struct SimLinks {
+    did: Vec<Did>,
+}
+
+impl Links for SimLinks {
+    fn try_recv(&mut self) -> crate::Result<Option<Incoming>> {
+        Ok(None)
+    }
+    fn try_send(&mut self, out: &Output) -> crate::Result<Sent> {
+        self.did.push(Did::Send(out.clone()));
+        Ok(Sent::Yes)
+    }
+    fn wait(&mut self, _: Option<PeerId>, _: Duration) -> crate::Result<Wake> {
+        // The event queue waits for the simulator's nodes.
+        Ok(Wake::TimedOut)
+    }
+    fn forget(&mut self, peer: PeerId) {
+        self.did.push(Did::Forget(peer));
+    }
+    fn send_state(&mut self, to: PeerId, state: &NodeState) {
+        self.did.push(Did::SendState(to, state.clone()));
+    }
+    fn rewired(&mut self, _out: &[PeerId], inn: &[PeerId]) {
+        self.did.push(Did::Rewired(inn.to_vec()));
+    }
+    fn log(&mut self, line: Log) {
+        let (Log::Warn(l) | Log::Info(l) | Log::Debug(l)) = line;
+        tracing::debug!("{l}");
     }
 }
 
