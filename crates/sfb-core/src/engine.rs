@@ -2000,6 +2000,13 @@ impl<M: Model> Engine<M> {
         }
     }
 
+    /// The peers this one counts in (itself included) and the run's peers, as the
+    /// majority rule ([`Config::quorum`]) counts them.
+    pub fn counted_in(&self) -> (usize, usize) {
+        let peers = self.cfg.peers;
+        (peers.saturating_sub(self.gone.len()), peers)
+    }
+
     /// Counts `peer` lost and refuses to go on when the peers left (this one included)
     /// are no strict majority of the run's ([`Config::quorum`]), or, whatever the quorum
     /// rule, when this peer is left alone having never received a frame from anyone

@@ -89,7 +89,7 @@ pub use engine::{Config, DEFAULT_MAX_DRIFT, Engine, Event, Output, PeerLoss, Pro
 pub use error::{ConfigError, Error, ModelError, Result};
 pub use factor::{FactorBatch, SvList, VFactors, VRow};
 pub use ids::PeerId;
-pub use membership::{Action, Membership, News};
+pub use membership::{Action, Membership, News, View};
 pub use model::{Evaluation, Evaluator, Extras, Model};
 pub use node::StateMachine;
 pub use optim::{Method, Optimizer, Schedule, Stepper};

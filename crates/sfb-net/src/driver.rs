@@ -118,8 +118,11 @@ pub trait Links {
     }
 
     /// Tells every out-neighbour, after this node's last frames, that it leaves the run on
-    /// request (a planned leave). Default: nothing to do.
-    fn announce_leaving(&mut self) {}
+    /// request (a planned leave; `notice` names its life, [`Membership::leaving`]).
+    /// Default: nothing to do.
+    fn announce_leaving(&mut self, notice: Notice) {
+        let _ = notice;
+    }
 
     /// Sends this node's `state` to `to`, a node rejoining the run. Default: nothing to do.
     fn send_state(&mut self, to: PeerId, state: &NodeState) {
@@ -152,8 +155,8 @@ impl<L: Links + ?Sized> Links for &mut L {
     fn connect(&mut self, to: PeerId) {
         (**self).connect(to);
     }
-    fn announce_leaving(&mut self) {
-        (**self).announce_leaving();
+    fn announce_leaving(&mut self, notice: Notice) {
+        (**self).announce_leaving(notice);
     }
     fn send_state(&mut self, to: PeerId, state: &NodeState) {
         (**self).send_state(to, state);
@@ -368,7 +371,7 @@ where
                         continue;
                     }
                     if leaving {
-                        links.announce_leaving();
+                        links.announce_leaving(membership.leaving(me));
                     }
                     node.finish(time);
                     drain_events(node, opts, records)?;
@@ -480,16 +483,39 @@ where
     // what happened); none for a state or a return.
     let (news, e) = match e {
         Error::RejoinState { state, .. } => (News::State(state), None),
-        Error::Joined { joined, .. } => (News::Notice(Notice::Joined(joined.0)), None),
+        Error::Joined {
+            joined, life: None, ..
+        } => (News::Up { peer: joined }, None),
+        Error::Joined {
+            joined,
+            life: Some(life),
+            ..
+        } => (
+            News::Notice(Notice::Joined {
+                peer: joined.0,
+                life,
+            }),
+            None,
+        ),
         e => {
             let news = match &e {
-                Error::LostNotice { from, lost, .. } => News::Told {
+                Error::LostNotice {
+                    from, lost, life, ..
+                } => News::Told {
                     from: *from,
-                    notice: Notice::Lost(lost.0),
+                    notice: Notice::Lost {
+                        peer: lost.0,
+                        life: *life,
+                    },
                 },
-                Error::Left { from, left, .. } => News::Told {
+                Error::Left {
+                    from, left, life, ..
+                } => News::Told {
                     from: *from,
-                    notice: Notice::Left(left.0),
+                    notice: Notice::Left {
+                        peer: left.0,
+                        life: *life,
+                    },
                 },
                 other => match other.lost_peer() {
                     Some(peer) => News::Down {

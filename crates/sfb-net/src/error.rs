@@ -292,6 +292,8 @@ pub enum Error {
         peer: PeerId,
         /// The node that joined.
         joined: PeerId,
+        /// Its new life, when a neighbour says it is back; `None` when it opened a stream.
+        life: Option<u32>,
     },
     /// Not a failure: a neighbour's state for this rejoining node. The driver loop
     /// handles it.
@@ -311,6 +313,8 @@ pub enum Error {
         from: PeerId,
         /// The node that left.
         left: PeerId,
+        /// The life it left in.
+        life: u32,
     },
     /// A neighbour reported a node lost (it went on without it).
     #[error("{peer}: a neighbour reports {lost} lost")]
@@ -321,6 +325,8 @@ pub enum Error {
         from: PeerId,
         /// The node lost.
         lost: PeerId,
+        /// The life that ended.
+        life: u32,
     },
     /// A peer sent a frame that failed validation.
     #[error("bad frame from peer {peer}: {reason}")]

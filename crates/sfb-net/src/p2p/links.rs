@@ -124,23 +124,26 @@ impl QueueLinks {
                 peer: self.me,
                 to: self.nodes[to],
             }),
-            Inbound::Lost { from, lost } => Err(Error::LostNotice {
+            Inbound::Lost { from, lost, life } => Err(Error::LostNotice {
                 peer: self.me,
                 from,
                 lost,
+                life,
             }),
-            Inbound::Joined(joined) => Err(Error::Joined {
+            Inbound::Joined(joined, life) => Err(Error::Joined {
                 peer: self.me,
                 joined,
+                life,
             }),
             Inbound::State(state) => Err(Error::RejoinState {
                 peer: self.me,
                 state,
             }),
-            Inbound::Left { from, left } => Err(Error::Left {
+            Inbound::Left { from, left, life } => Err(Error::Left {
                 peer: self.me,
                 from,
                 left,
+                life,
             }),
         }
     }
@@ -246,9 +249,9 @@ impl Links for QueueLinks {
         self.notify_all(notice);
     }
 
-    fn announce_leaving(&mut self) {
+    fn announce_leaving(&mut self, notice: wire::Notice) {
         // Not `notify_all`: in order after this node's last frames, and before it exits.
-        let frame = Arc::new(self.notice(wire::Notice::Left(self.me.0)));
+        let frame = Arc::new(self.notice(notice));
         for q in self.queues.iter().flatten() {
             // In order after this node's last frames: the queue is FIFO.
             let _ = self.handle.block_on(q.send(Arc::clone(&frame)));

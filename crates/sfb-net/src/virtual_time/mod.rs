@@ -264,6 +264,8 @@ pub struct NodeRun<N> {
     pub paused_cut_off: Option<Duration>,
     /// The state it rejoined with, if it restarted and was taken back.
     pub rejoined: Option<Rejoined>,
+    /// Its membership view at the end (lives, the nodes out and how it learned of each).
+    pub view: sfb_core::View,
 }
 
 /// How a restarted node was taken back ([`NodeRun::rejoined`]).
@@ -1126,7 +1128,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             .nodes
             .into_iter()
             .zip(self.slots)
-            .map(|(node, s)| NodeRun {
+            .zip(self.members)
+            .map(|((node, s), m)| NodeRun {
                 node,
                 records: s.records,
                 finished_at: s.finished_at,
@@ -1137,6 +1140,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 restarted_at: s.restarted_at,
                 paused_cut_off: s.paused_cut_off,
                 rejoined: s.rejoined,
+                view: m.view().clone(),
             })
             .collect();
         Ok(Outcome {
@@ -1193,7 +1197,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             self.slots[k].clock.advance_to(at);
             self.slots[k].told.retain(|&p| p != id);
             let mut actions = Vec::new();
-            let news = sfb_core::News::Notice(sfb_core::wire::Notice::Joined(id.0));
+            let (peer, life) = (id.0, self.slots[i].life);
+            let news = sfb_core::News::Notice(sfb_core::wire::Notice::Joined { peer, life });
             if let Err(e) = self.members[k].on_news(&mut self.nodes[k], news, &mut actions) {
                 self.stop_failed(k, &e);
                 continue;
