@@ -208,6 +208,7 @@ fn every_option_lands_in_the_spec() {
             rejoin: false,
             heal_timeout_s: 600.0,
             lost_shards: Some(sfb::harness::LostShardsSpec::Drop),
+            step_bound: Some(sfb::core::bound::DEFAULT_STEP_BOUND),
         },
         sim: sfb::harness::sim::SimOptions::default(),
     };

@@ -316,6 +316,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "lost_shards",
     "rejoin",
     "heal_timeout",
+    "step_bound",
     "fms_push",
     "fms_sync",
     "bandwidth",

@@ -251,6 +251,12 @@ pub struct TrainArgs {
     /// and the tree mode cannot rejoin: they stop at once.
     #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
     pub heal_timeout: f64,
+    /// A received batch whose step (|scale|·Σ‖u‖‖v‖) is more than X times the largest the
+    /// peer accepted in the last 8 clocks is refused and its sender shut out as a lost
+    /// peer (a peer whose code or step size went wrong); off: no bound. The summary's
+    /// max_step_ratio says how close a run came.
+    #[arg(long, value_name = "X|off", default_value = "1000", value_parser = parse_step_bound)]
+    pub step_bound: StepBound,
     /// A lost peer's data shard: takeover (the survivors split it between them, the same
     /// way whatever order they learn of losses in, and give it back if it rejoins) or drop
     /// (no longer trained on). Default: takeover for mlr, sc and mlr-primal with sgd; drop
@@ -368,6 +374,7 @@ impl TrainArgs {
             }),
             rejoin: self.rejoin,
             heal_timeout_s: self.heal_timeout,
+            step_bound: self.step_bound.0,
             lost_shards: self.lost_shards.map(|p| match p {
                 LostShardsArg::Takeover => sfb_harness::LostShardsSpec::Takeover,
                 LostShardsArg::Drop => sfb_harness::LostShardsSpec::Drop,
@@ -432,5 +439,19 @@ impl From<Backend> for sfb_harness::Backend {
             Backend::Sfb => sfb_harness::Backend::Sfb,
             Backend::Fms => sfb_harness::Backend::Fms,
         }
+    }
+}
+
+/// `--step-bound`: a multiple above 1, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepBound(pub Option<f32>);
+
+fn parse_step_bound(s: &str) -> Result<StepBound, String> {
+    if s == "off" {
+        return Ok(StepBound(None));
+    }
+    match s.parse::<f32>() {
+        Ok(x) if x.is_finite() && x > 1.0 => Ok(StepBound(Some(x))),
+        _ => Err(format!("expected a number above 1 or off, got {s}")),
     }
 }

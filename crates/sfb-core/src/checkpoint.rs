@@ -29,7 +29,9 @@
 use ndarray::Array2;
 use serde::{Deserialize, Serialize};
 
+use crate::membership::Standing;
 use crate::metrics::PeerMetrics;
+use crate::wire::MAX_LIFE;
 use crate::{Error, PeerId, Result};
 
 /// Which kind of node a state belongs to.
@@ -98,10 +100,12 @@ pub struct NodeState {
     /// The nodes this one waits for (in-neighbours; the clients; the server), sorted: a
     /// state is refused by a run with another topology.
     pub awaited: Vec<PeerId>,
-    /// The nodes the writer counted lost when it took the state, as its
-    /// [`Membership`](crate::Membership) saw them: a rejoin state carries the donor's view
-    /// (its counters name only the losses of its own neighbours). Empty in checkpoints.
-    pub lost: Vec<PeerId>,
+    /// The writer's [`Membership`](crate::Membership) view when it took the state: each
+    /// node with a life after its first or out of the run, sorted by id (any other node is
+    /// in, in its first life). A rejoin state carries the donor's view (its counters name
+    /// only the losses of its own neighbours), so the node back learns the losses and
+    /// returns it missed, with their lives ([`crate::membership`]). Empty in checkpoints.
+    pub view: Vec<Standing>,
     /// Counters so far.
     pub metrics: PeerMetrics,
     /// Seconds of the run so far (a resumed run's records continue from it).
@@ -123,7 +127,7 @@ struct Head {
     relay: u64,
     sampler: Option<SamplerState>,
     awaited: Vec<PeerId>,
-    lost: Vec<PeerId>,
+    view: Vec<Standing>,
     metrics: PeerMetrics,
     wall_s: f64,
     first_objective: Option<f64>,
@@ -153,7 +157,7 @@ impl NodeState {
             relay: self.relay.len() as u64,
             sampler: self.sampler,
             awaited: self.awaited.clone(),
-            lost: self.lost.clone(),
+            view: self.view.clone(),
             metrics: self.metrics.clone(),
             wall_s: self.wall_s,
             first_objective: self.first_objective,
@@ -190,6 +194,19 @@ impl NodeState {
             .map_err(|_| bad("truncated in its header"))?;
         let head: Head =
             postcard::from_bytes(head_bytes).map_err(|e| bad(format!("malformed header: {e}")))?;
+        if let Some(w) = head.view.windows(2).find(|w| w[0].peer >= w[1].peer) {
+            return Err(bad(format!(
+                "malformed header: its membership view is not sorted by node ({} before {})",
+                w[0].peer, w[1].peer
+            )));
+        }
+        if let Some(s) = head.view.iter().find(|s| s.life > MAX_LIFE) {
+            return Err(bad(format!(
+                "malformed header: its membership view gives {} life {}, past the most a node \
+                 can have ({MAX_LIFE})",
+                s.peer, s.life
+            )));
+        }
         let w = match head.w {
             None => None,
             Some((j, d)) => {
@@ -244,7 +261,7 @@ impl NodeState {
             relay,
             sampler: head.sampler,
             awaited: head.awaited,
-            lost: head.lost,
+            view: head.view,
             metrics: head.metrics,
             wall_s: head.wall_s,
             first_objective: head.first_objective,
@@ -505,7 +522,18 @@ mod tests {
                 len: 10,
             }),
             awaited: vec![PeerId(0), PeerId(1)],
-            lost: Vec::new(),
+            view: vec![
+                Standing {
+                    peer: PeerId(0),
+                    life: 2,
+                    out: false,
+                },
+                Standing {
+                    peer: PeerId(3),
+                    life: 0,
+                    out: true,
+                },
+            ],
             metrics: PeerMetrics {
                 clocks: 30,
                 ..PeerMetrics::default()
@@ -535,6 +563,20 @@ mod tests {
         long.push(0);
         let e = NodeState::decode(&long).unwrap_err().to_string();
         assert!(e.contains("left over"), "{e}");
+    }
+
+    #[test]
+    fn a_view_out_of_order_or_past_the_last_life_is_refused() {
+        let mut s = state();
+        s.view.swap(0, 1);
+        let e = NodeState::decode(&s.encode()).unwrap_err().to_string();
+        assert!(e.contains("not sorted by node (p3 before p0)"), "{e}");
+        let mut s = state();
+        s.view[0].life = MAX_LIFE + 1;
+        let e = NodeState::decode(&s.encode()).unwrap_err().to_string();
+        assert!(e.contains("past the most a node can have"), "{e}");
+        s.view[0].life = MAX_LIFE;
+        assert_eq!(NodeState::decode(&s.encode()).unwrap(), s);
     }
 
     #[test]

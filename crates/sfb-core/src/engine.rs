@@ -131,6 +131,11 @@ pub struct Config {
     /// peer's evaluation meets one. Every peer of a run must have the same. Default: none
     /// (the run ends at [`clocks`](Self::clocks)).
     pub until: Option<crate::stop::Until>,
+    /// The step bound ([`crate::bound`]): a batch (direct or relayed) whose step size is
+    /// more than this many times the largest accepted in the last clocks is refused, and
+    /// its sender shut out. `None`: no bound (the ratios are still measured). Default:
+    /// [`crate::bound::DEFAULT_STEP_BOUND`].
+    pub step_bound: Option<f32>,
 }
 
 /// Default [`Config::max_drift`]: 64 clocks, room for a straggler several times slower than
@@ -178,6 +183,7 @@ impl Config {
             tree: None,
             timing_only: false,
             until: None,
+            step_bound: Some(crate::bound::DEFAULT_STEP_BOUND),
         }
     }
 
@@ -528,6 +534,8 @@ struct PeerSide {
     prioritizer: Option<crate::Prioritizer>,
     /// Relay trees and what this peer expects of them, if it relays.
     relay: Option<Relay>,
+    /// The bound on the steps taken from others ([`crate::bound`]).
+    steps: crate::bound::StepBound,
     /// The gossip mode's consensus state ([`crate::gossip`]), if it gossips (and computes).
     mixer: Option<crate::gossip::Mixer>,
     /// The gossip mode's pairs per consensus message (0: no gossip).
@@ -1260,6 +1268,7 @@ impl<M: Model> Side<M> for PeerSide {
         }
         let fb = Arc::new(fb);
         self.sent_own = t + 1;
+        self.steps.accept(t, fb.step_norm());
         let msg = Message::Factors {
             batch: Arc::clone(&fb),
             mean_iter_us: worker.mean_iter_us(),
@@ -1501,6 +1510,7 @@ impl<M: Model> Engine<M> {
                 }),
                 tree_stats: BTreeMap::new(),
                 sent_own: 0,
+                steps: crate::bound::StepBound::new(cfg.step_bound),
             },
             worker,
             cfg,
@@ -2000,6 +2010,13 @@ impl<M: Model> Engine<M> {
         }
     }
 
+    /// The peers this one counts in (itself included) and the run's peers, as the
+    /// majority rule ([`Config::quorum`]) counts them.
+    pub fn counted_in(&self) -> (usize, usize) {
+        let peers = self.cfg.peers;
+        (peers.saturating_sub(self.gone.len()), peers)
+    }
+
     /// Counts `peer` lost and refuses to go on when the peers left (this one included)
     /// are no strict majority of the run's ([`Config::quorum`]), or, whatever the quorum
     /// rule, when this peer is left alone having never received a frame from anyone
@@ -2268,6 +2285,8 @@ impl<M: Model> Engine<M> {
             .check(from, batch.origin, batch.clock, self.cfg.clocks)?;
         let (j, d) = self.side.replica.dim();
         batch.validate(j, d)?;
+        self.side.steps.check(from, batch)?;
+        self.worker.metrics.max_step_ratio = self.side.steps.max_ratio();
         self.worker.metrics.bytes_received += wire::encoded_len_with(&msg, self.cfg.wire) as u64;
         self.worker
             .inbound
@@ -2392,6 +2411,8 @@ impl<M: Model> Engine<M> {
         }
         let (j, d) = self.side.replica.dim();
         batch.validate(j, d)?;
+        self.side.steps.check(from, batch)?;
+        self.worker.metrics.max_step_ratio = self.side.steps.max_ratio();
         self.worker.metrics.bytes_received += wire::encoded_len_with(msg, self.cfg.wire) as u64;
         self.worker.metrics.relayed_received += 1;
         if let Some(relay) = &mut self.side.relay {

@@ -63,6 +63,27 @@ pub enum Error {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// A batch whose step is far larger than every step this node accepted lately
+    /// ([`crate::bound`]): the sender's fault, which shuts the sender out.
+    #[error(
+        "batch of {origin} clock {clock} from {from} refused: its step size {norm:.3e} is more \
+         than {bound} times the largest accepted in the last clocks ({reference:.3e}); a peer \
+         whose code or step size differs from the run's?"
+    )]
+    StepTooLarge {
+        /// The sender.
+        from: PeerId,
+        /// The batch's origin.
+        origin: PeerId,
+        /// The batch's clock.
+        clock: u64,
+        /// Its step size ([`crate::FactorBatch::step_norm`]).
+        norm: f64,
+        /// The largest step size accepted in the window.
+        reference: f64,
+        /// The bound, a multiple of the reference.
+        bound: f64,
+    },
     /// A relayed batch ([`Message::Relayed`](crate::wire::Message::Relayed)) that does not
     /// fit the relay trees: wrong sender, duplicate or missing clock, out of place in its
     /// sender's stream, or relay not enabled.
@@ -207,6 +228,18 @@ pub enum Error {
         /// What is wrong, e.g. `truncated in W (64×128)`.
         reason: String,
     },
+}
+
+impl Error {
+    /// The peer this error blames for a frame it sent: the receiver shuts it out as it does
+    /// a bad frame's sender (the fault stays on that link, and the run's peer-loss policy
+    /// decides); `None` for every other error.
+    pub fn blames_sender(&self) -> Option<PeerId> {
+        match self {
+            Error::StepTooLarge { from, .. } => Some(*from),
+            _ => None,
+        }
+    }
 }
 
 /// What is wrong with a configuration ([`Config`](crate::Config),

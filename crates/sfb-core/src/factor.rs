@@ -100,6 +100,34 @@ impl<'a> VRow<'a> {
 }
 
 impl FactorBatch {
+    /// The size of the batch's step, `|scale| · Σᵢ ‖uᵢ‖ ‖vᵢ‖`: an upper bound of the
+    /// Frobenius norm of `scale · Σᵢ uᵢ vᵢᵀ` ([`crate::bound`]).
+    ///
+    /// # Complexity
+    /// O(K·J + nnz(V)).
+    pub fn step_norm(&self) -> f64 {
+        let norm = |x: &[f32]| {
+            x.iter()
+                .map(|&a| f64::from(a) * f64::from(a))
+                .sum::<f64>()
+                .sqrt()
+        };
+        let k = self.len();
+        let u = |i: usize| norm(self.u.get(i * self.j..(i + 1) * self.j).unwrap_or(&[]));
+        let sum: f64 = match &self.v {
+            VFactors::Dense(v) => (0..k)
+                .map(|i| u(i) * norm(v.get(i * self.d..(i + 1) * self.d).unwrap_or(&[])))
+                .sum(),
+            VFactors::Sparse { indptr, values, .. } => (0..k)
+                .map(|i| {
+                    let (a, b) = (indptr[i] as usize, indptr[i + 1] as usize);
+                    u(i) * norm(values.get(a..b).unwrap_or(&[]))
+                })
+                .sum(),
+        };
+        f64::from(self.scale.abs()) * sum
+    }
+
     /// Number of pairs `K`.
     pub fn len(&self) -> usize {
         match self.u.len().checked_div(self.j) {

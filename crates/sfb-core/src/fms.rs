@@ -433,7 +433,7 @@ impl<M: Model> Server<M> {
             relay: Vec::new(),
             sampler: None,
             awaited: (0..self.cfg.clients as u32).map(PeerId).collect(),
-            lost: Vec::new(),
+            view: Vec::new(),
             metrics: self.metrics.clone(),
             wall_s: self.wall_offset_s + self.started.map_or(0.0, |s| secs(s, now)),
             first_objective: None,

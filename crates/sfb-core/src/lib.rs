@@ -55,6 +55,7 @@
 #![warn(missing_docs)]
 
 pub mod aggregate;
+pub mod bound;
 pub mod checkpoint;
 pub mod compress;
 mod consistency;
@@ -89,7 +90,7 @@ pub use engine::{Config, DEFAULT_MAX_DRIFT, Engine, Event, Output, PeerLoss, Pro
 pub use error::{ConfigError, Error, ModelError, Result};
 pub use factor::{FactorBatch, SvList, VFactors, VRow};
 pub use ids::PeerId;
-pub use membership::{Action, Membership, News};
+pub use membership::{Action, Membership, News, View};
 pub use model::{Evaluation, Evaluator, Extras, Model};
 pub use node::StateMachine;
 pub use optim::{Method, Optimizer, Schedule, Stepper};

@@ -105,6 +105,11 @@ pub struct PeerMetrics {
     /// at least that old): ESSP's clock differential. Empty for SFB peers.
     #[serde(default)]
     pub read_differential: Vec<u64>,
+    /// The largest ratio of a received batch's step size to the largest step accepted in
+    /// the clocks before it ([`crate::bound`]): how close a healthy run came to the step
+    /// bound. 0 when no batch was compared.
+    #[serde(default)]
+    pub max_step_ratio: f64,
 }
 
 impl PeerMetrics {
@@ -432,6 +437,12 @@ pub struct Summary {
     /// clocks old; ESSP's Fig. 2), trailing zeros trimmed. Absent for SFB runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub read_differential: Vec<u64>,
+    /// The largest ratio over peers of a received batch's step size to the largest step
+    /// the receiver accepted in the clocks before it ([`crate::bound`]; the bound refuses
+    /// a batch above `step_bound`, default 1,000). Absent when no batch was compared
+    /// (FMS, the tree and gossip modes' sums).
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub max_step_ratio: f64,
     /// Share of all the run's batches (`P` peers × clocks) the replica that saw the
     /// fewest applied, own included: 1 with full broadcast or relay, `(Q+1)/P` with
     /// partial broadcast. Absent for FMS runs and partial summaries.
@@ -596,6 +607,10 @@ impl Summary {
                 }
                 h
             },
+            max_step_ratio: reports
+                .iter()
+                .map(|r| r.metrics.max_step_ratio)
+                .fold(0.0, f64::max),
             replica_checksums: reports.iter().map(|r| r.checksum.clone()).collect(),
             max_replica_divergence: divergence,
             lost_peers: earliest(reports, |m| &m.lost_peers),

@@ -94,6 +94,14 @@ pub trait StateMachine {
     fn rejoining(&self) -> bool {
         false
     }
+
+    /// The majority rule's count: the run's peers this node counts in (itself included)
+    /// and the run's peers, as it counts them now; `None` for a node without the rule (FMS
+    /// nodes). [`Membership`](crate::Membership) records it with each loss it takes in
+    /// (the [`View`](crate::membership::View)'s provenance). Default: `None`.
+    fn counted_in(&self) -> Option<(usize, usize)> {
+        None
+    }
 }
 
 impl<M: Model> StateMachine for Engine<M> {
@@ -148,6 +156,9 @@ impl<M: Model> StateMachine for Engine<M> {
     }
     fn rejoining(&self) -> bool {
         Engine::is_rejoining(self)
+    }
+    fn counted_in(&self) -> Option<(usize, usize)> {
+        Some(Engine::counted_in(self))
     }
     fn final_state(&self) -> Option<crate::NodeState> {
         Engine::final_state(self)

@@ -31,31 +31,82 @@ use crate::{Error, FactorBatch, NodeState, PeerId, Result, VFactors};
 #[cfg(target_endian = "big")]
 compile_error!("sfb's wire format copies f32 arrays as little-endian bytes");
 
-/// Version written at the start of every frame (7: [`Message::Fetch`], an FMS client's
+/// Version written at the start of every frame (8: a [`Notice`] names the life of the
+/// node it is about, and a rejoin state carries its sender's lives and losses; 7:
+/// [`Message::Fetch`], an FMS client's
 /// request for W under lazy SSP; 6: a rejoin state carries its sender's
 /// membership view; 5: the tree mode's sums, [`Message::Sum`]; 4: membership notices, rejoin states and
 /// gossip public copies in the one codec; 3: stop proposals; 2: relayed batches).
-pub const WIRE_VERSION: u16 = 7;
+pub const WIRE_VERSION: u16 = 8;
 
 /// Membership news between nodes ([`Message::Notice`]): what a node learned about
 /// another, passed on once by each receiver so that every survivor learns the same set
 /// (and so repairs the topology the same way).
+///
+/// Each names the life of the node it is about (SWIM's incarnation number): 0 for a node's
+/// first life, one more each time it comes back. A receiver takes a loss or a leave only
+/// if it has the node in at that life or an earlier one, and a return only if it has an
+/// earlier life (see [`crate::membership`]); [`decode`] refuses a life past [`MAX_LIFE`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Notice {
-    /// The node (sfb-core id) is lost: its sender went on without it.
-    Lost(u32),
-    /// The node is back (restarted with `--rejoin`).
-    Joined(u32),
-    /// The node is leaving on request (a planned leave, not a failure).
-    Left(u32),
+    /// The node is lost in its life `life`: the sender went on without it.
+    Lost {
+        /// The node (sfb-core id).
+        peer: u32,
+        /// The life that ended.
+        life: u32,
+    },
+    /// The node is back (restarted with `--rejoin`), in its life `life`.
+    Joined {
+        /// The node (sfb-core id).
+        peer: u32,
+        /// Its new life.
+        life: u32,
+    },
+    /// The node is leaving on request (a planned leave, not a failure), in its life
+    /// `life`.
+    Left {
+        /// The node (sfb-core id).
+        peer: u32,
+        /// The life that ends.
+        life: u32,
+    },
 }
+
+/// The most lives a node can have: a notice or a rejoin state naming a later one is
+/// refused ([`decode`]), and a node back that often is not taken back again. (It keeps
+/// [`crate::Membership::epoch`], a sum over the run's nodes, far from overflowing.)
+pub const MAX_LIFE: u32 = 1 << 24;
 
 impl Notice {
     /// The node the news is about.
     pub fn about(self) -> PeerId {
         match self {
-            Notice::Lost(p) | Notice::Joined(p) | Notice::Left(p) => PeerId(p),
+            Notice::Lost { peer, .. } | Notice::Joined { peer, .. } | Notice::Left { peer, .. } => {
+                PeerId(peer)
+            }
         }
+    }
+
+    /// The life of [`about`](Self::about) the news is about: the life that ended (a loss
+    /// or a leave), or the new one (a return).
+    pub fn life(self) -> u32 {
+        match self {
+            Notice::Lost { life, .. } | Notice::Joined { life, .. } | Notice::Left { life, .. } => {
+                life
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (what, peer, life) = match *self {
+            Notice::Lost { peer, life } => ("lost", peer, life),
+            Notice::Joined { peer, life } => ("back", peer, life),
+            Notice::Left { peer, life } => ("left", peer, life),
+        };
+        write!(f, "{} {what} (life {life})", PeerId(peer))
     }
 }
 
@@ -939,8 +990,14 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
         Header::Notice { origin, notice } => {
             let origin = known(origin, expect)?;
             let about = notice.about();
-            if about.index() >= expect.peers {
+            if about == PeerId::SERVER || about.index() >= expect.peers {
                 return Err(bad(format!("news about node {about} of {}", expect.peers)));
+            }
+            if notice.life() > MAX_LIFE {
+                return Err(bad(format!(
+                    "news about {about}'s life {}, past the most a node can have ({MAX_LIFE})",
+                    notice.life()
+                )));
             }
             Message::Notice { origin, notice }
         }
@@ -958,6 +1015,16 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
             let origin = known(origin, expect)?;
             let state = NodeState::decode(std::mem::take(&mut r.rest))
                 .map_err(|e| bad(format!("a rejoin state: {e}")))?;
+            if let Some(s) = state
+                .view
+                .iter()
+                .find(|s| s.peer == PeerId::SERVER || s.peer.index() >= expect.peers)
+            {
+                return Err(bad(format!(
+                    "a rejoin state whose view names node {} of {}",
+                    s.peer, expect.peers
+                )));
+            }
             let w = state
                 .w
                 .as_ref()

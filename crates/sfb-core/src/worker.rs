@@ -604,7 +604,7 @@ impl<M: Model> Worker<M> {
             relay: Vec::new(),
             sampler: Some(self.shard.sampler_state()),
             awaited,
-            lost: Vec::new(),
+            view: Vec::new(),
             metrics: self.metrics.clone(),
             wall_s: self.wall_offset_s + self.started.map_or(0.0, |s| secs(s, now)),
             first_objective: self.first_objective,

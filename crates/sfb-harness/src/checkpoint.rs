@@ -42,7 +42,7 @@
 //!     relay: Vec::new(),
 //!     sampler: None,
 //!     awaited: vec![PeerId(1 - id)],
-//!     lost: Vec::new(),
+//!     view: Vec::new(),
 //!     metrics: Default::default(),
 //!     wall_s: 0.0,
 //!     first_objective: None,
@@ -71,7 +71,9 @@ use crate::{Error, Result};
 /// Magic bytes at the start of every checkpoint file.
 pub const MAGIC: &[u8; 8] = b"SFBCKPT\n";
 
-/// The file format version this build writes and reads (10: a node's metrics carry an FMS
+/// The file format version this build writes and reads (11: a node's state holds its
+/// membership view as lives and losses, [`NodeState::view`], so a version-10 node state
+/// with losses does not decode; 10: a node's metrics carry an FMS
 /// client's clock differentials; 9: a node's state holds the
 /// membership view it was taken under, so a version-8 node state does not decode; 8: a
 /// node's state holds relay's
@@ -83,7 +85,7 @@ pub const MAGIC: &[u8; 8] = b"SFBCKPT\n";
 /// the consensus messages of the clock before the cut, folded a clock later; 4: a node's state holds the
 /// gossip mode's consensus state, so a version-3 node state does not decode; 3: a node's
 /// metrics carry the prioritizer's largest-pair energy).
-pub const FORMAT: u32 = 10;
+pub const FORMAT: u32 = 11;
 
 /// What run a checkpoint belongs to; a resumed run refuses a file whose meta differs from
 /// its own (the node's own checks then cover shape, topology, optimizer and data).
@@ -519,7 +521,7 @@ mod tests {
             relay: Vec::new(),
             sampler: None,
             awaited: vec![PeerId(0)],
-            lost: Vec::new(),
+            view: Vec::new(),
             metrics: Default::default(),
             wall_s: 2.0,
             first_objective: Some(1.0),
@@ -599,9 +601,15 @@ mod tests {
         let mut long = bytes.clone();
         long.push(0);
         assert!(refuse(&long).contains("trailing bytes"));
-        let mut v3 = bytes.clone();
-        v3[8] = 3;
-        assert!(refuse(&v3).contains("format version 3, this sfb reads version 10"));
+        for old in [3u8, 10] {
+            let mut b = bytes.clone();
+            b[8] = old;
+            let e = refuse(&b);
+            assert!(
+                e.contains(&format!("format version {old}, this sfb reads version 11")),
+                "{e}"
+            );
+        }
         // Another run's files.
         let other = |meta: Meta| Store::open(dir.path(), 2, meta).unwrap().encode(&state(5));
         let e = refuse(&other(Meta::new("sfb", "dml", 2, 7)));

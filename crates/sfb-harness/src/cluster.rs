@@ -2233,6 +2233,7 @@ impl<K: Kind> Builder<K> {
         cfg.max_drift = self.s.spec.train.max_drift;
         cfg.optimizer = optimizer;
         let f = &self.s.spec.fault;
+        cfg.step_bound = f.step_bound;
         cfg.checkpoint_every = if f.checkpoint_dir.is_some() {
             f.checkpoint_every
         } else {

@@ -386,6 +386,13 @@ pub const FLAGS: &[Flag] = &[
     row!("fault.lost_shards", "--lost-shards", |s, d| word(
         s.fault.lost_shards.as_ref()
     )),
+    row!("fault.step_bound", "--step-bound", |s, d| {
+        match (s.fault.step_bound, d.fault.step_bound) {
+            (a, b) if a == b => Arg::Skip,
+            (Some(a), _) => Arg::Value(a.to_string()),
+            (None, _) => Arg::Value("off".into()),
+        }
+    }),
     row!("output.save_model", "--save-model", |s, d| set(s
         .output
         .save_model

@@ -1288,6 +1288,12 @@ pub struct FaultOptions {
     /// duals, SAGA's table, DML's pair sampler), and drop under FMS (a client does not
     /// learn of another's loss).
     pub lost_shards: Option<LostShardsSpec>,
+    /// The step bound (`--step-bound`, [`sfb_core::bound`]): a received batch whose step
+    /// size is more than this many times the largest the peer accepted in the last clocks
+    /// is refused and its sender shut out (a lost peer). `None` (`off`): no bound.
+    /// Default 1,000.
+    #[serde(default = "default_step_bound")]
+    pub step_bound: Option<f32>,
 }
 
 /// [`FaultOptions::lost_shards`].
@@ -1335,8 +1341,13 @@ impl Default for FaultOptions {
             rejoin: false,
             heal_timeout_s: 600.0,
             lost_shards: None,
+            step_bound: default_step_bound(),
         }
     }
+}
+
+fn default_step_bound() -> Option<f32> {
+    Some(sfb_core::bound::DEFAULT_STEP_BOUND)
 }
 
 impl FaultOptions {
@@ -1546,6 +1557,14 @@ impl RunSpec {
         preflight::seconds("net.timeout_s", n.timeout_s, false)?;
         preflight::seconds("net.peer_timeout_s", n.peer_timeout_s, false)?;
         preflight::seconds("fault.heal_timeout_s", self.fault.heal_timeout_s, true)?;
+        if let Some(b) = self.fault.step_bound {
+            check(
+                "fault.step_bound",
+                "a number above 1 (or off)",
+                b.into(),
+                b.is_finite() && b > 1.0,
+            )?;
+        }
         preflight::seconds("net.startup_timeout_s", n.startup_timeout_s, false)?;
         if self.transport == Transport::Mem {
             let set = [
@@ -2391,6 +2410,7 @@ mod tests {
                 rejoin: true,
                 heal_timeout_s: 30.0,
                 lost_shards: Some(LostShardsSpec::Drop),
+                step_bound: Some(50.0),
             },
             sim: crate::sim::SimOptions {
                 egress: Some(Rate(1.25e8)),

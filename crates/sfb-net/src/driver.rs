@@ -139,8 +139,11 @@ pub trait Links {
     }
 
     /// Tells every out-neighbour, after this node's last frames, that it leaves the run on
-    /// request (a planned leave). Default: nothing to do.
-    fn announce_leaving(&mut self) {}
+    /// request (a planned leave; `notice` names its life, [`Membership::leaving`]).
+    /// Default: nothing to do.
+    fn announce_leaving(&mut self, notice: Notice) {
+        let _ = notice;
+    }
 
     /// Sends this node's `state` to `to`, a node rejoining the run. Default: nothing to do.
     fn send_state(&mut self, to: PeerId, state: &NodeState) {
@@ -203,8 +206,8 @@ impl<L: Links + ?Sized> Links for &mut L {
     fn connect(&mut self, to: PeerId) {
         (**self).connect(to);
     }
-    fn announce_leaving(&mut self) {
-        (**self).announce_leaving();
+    fn announce_leaving(&mut self, notice: Notice) {
+        (**self).announce_leaving(notice);
     }
     fn send_state(&mut self, to: PeerId, state: &NodeState) {
         (**self).send_state(to, state);
@@ -552,7 +555,7 @@ impl NodeLoop {
                         return Ok(Turn::Again);
                     }
                     if self.leaving {
-                        links.announce_leaving();
+                        links.announce_leaving(self.membership.leaving(self.me));
                     }
                     node.finish(time);
                     drain_events(node, opts, records)?;
@@ -646,11 +649,26 @@ impl NodeLoop {
                 self.news(node, links, from, News::State(state), None)
             }
             Incoming::Frame(from, msg) => {
-                node.on_message(from, msg, time)
-                    .map_err(|source| Error::Peer {
-                        peer: self.me,
-                        source,
-                    })?;
+                match node.on_message(from, msg, time) {
+                    Ok(()) => {}
+                    // A frame refused as its sender's fault (a step far too large): the
+                    // sender is shut out, as a bad frame's is, and the membership decides.
+                    Err(source) if source.blames_sender() == Some(from) => {
+                        let why = format!("refused its frame: {source}");
+                        let cause = Error::Peer {
+                            peer: self.me,
+                            source,
+                        };
+                        let news = News::Down { peer: from, why };
+                        return self.news(node, links, self.me, news, Some(cause));
+                    }
+                    Err(source) => {
+                        return Err(Error::Peer {
+                            peer: self.me,
+                            source,
+                        });
+                    }
+                }
                 self.last_progress = time.now();
                 Ok(())
             }
@@ -1563,7 +1581,10 @@ mod tests {
         let told = |about| {
             Incoming::News(News::Told {
                 from: PeerId(1),
-                notice: Notice::Lost(about),
+                notice: Notice::Lost {
+                    peer: about,
+                    life: 0,
+                },
             })
         };
         let mut links = NewsLinks {
@@ -1583,7 +1604,7 @@ mod tests {
             .unwrap();
         assert_eq!(turn, Turn::Again);
         assert_eq!(run.membership().lost(), [PeerId(3)]);
-        assert_eq!(links.announced, [Notice::Lost(3)]);
+        assert_eq!(links.announced, [Notice::Lost { peer: 3, life: 0 }]);
         assert_eq!(links.forgotten, [PeerId(3)]);
         // The lost peer's frame, still in flight when the notice overtook it, is dropped.
         assert!(node.received.is_empty());

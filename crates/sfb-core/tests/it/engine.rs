@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use ndarray::{Array2, ArrayView2, ShapeBuilder};
 use proptest::prelude::*;
+use sfb_core::membership::Standing;
 use sfb_core::wire::{self, Expect, Message};
 use sfb_core::{
     Config, Consistency, Engine, Error, FactorBatch, ManualTime, Model, ModelError, PeerId,
@@ -612,23 +613,46 @@ fn arb_message() -> impl Strategy<Value = Message> {
             origin: PeerId(origin),
             clock,
         }),
-        (0u32..4, 0u32..4, 0u8..3).prop_map(|(origin, about, kind)| Message::Notice {
-            origin: PeerId(origin),
-            notice: match kind {
-                0 => wire::Notice::Lost(about),
-                1 => wire::Notice::Joined(about),
-                _ => wire::Notice::Left(about),
-            },
-        }),
+        (
+            0u32..4,
+            0u32..4,
+            0u8..3,
+            prop_oneof![0u32..4, wire::MAX_LIFE - 2..=wire::MAX_LIFE]
+        )
+            .prop_map(|(origin, peer, kind, life)| Message::Notice {
+                origin: PeerId(origin),
+                notice: match kind {
+                    0 => wire::Notice::Lost { peer, life },
+                    1 => wire::Notice::Joined { peer, life },
+                    _ => wire::Notice::Left { peer, life },
+                },
+            }),
         (0u32..4, 0u64..1000, any::<u64>()).prop_map(|(origin, clock, seed)| Message::Copy {
             origin: PeerId(origin),
             clock,
             w: Arc::new(matrix(seed)),
         }),
-        (0u32..4, 0u64..1000, any::<u64>()).prop_map(|(origin, clock, seed)| Message::State {
-            origin: PeerId(origin),
-            state: Arc::new(node_state(clock, matrix(seed))),
-        }),
+        (
+            0u32..4,
+            0u64..1000,
+            any::<u64>(),
+            proptest::collection::btree_map(0u32..4, (0u32..=wire::MAX_LIFE, any::<bool>()), 0..4)
+        )
+            .prop_map(|(origin, clock, seed, view)| {
+                let mut state = node_state(clock, matrix(seed));
+                state.view = view
+                    .into_iter()
+                    .map(|(p, (life, out))| Standing {
+                        peer: PeerId(p),
+                        life,
+                        out,
+                    })
+                    .collect();
+                Message::State {
+                    origin: PeerId(origin),
+                    state: Arc::new(state),
+                }
+            }),
         (arb_batch(), any::<u32>()).prop_map(|(b, us)| Message::Factors {
             batch: Arc::new(b),
             mean_iter_us: us,
@@ -699,7 +723,7 @@ fn node_state(clock: u64, w: Array2<f32>) -> sfb_core::NodeState {
         relay: Vec::new(),
         sampler: None,
         awaited: Vec::new(),
-        lost: Vec::new(),
+        view: Vec::new(),
         metrics: sfb_core::metrics::PeerMetrics::default(),
         wall_s: 0.0,
         first_objective: None,
@@ -710,15 +734,36 @@ fn node_state(clock: u64, w: Array2<f32>) -> sfb_core::NodeState {
 /// the run, a state of another shape or with a NaN, and a cut frame are refused.
 #[test]
 fn wire_refuses_bad_notices_and_states() {
-    let notice = |about| {
+    let notice = |peer, life| {
         wire::encode(&Message::Notice {
             origin: PeerId(1),
-            notice: wire::Notice::Lost(about),
+            notice: wire::Notice::Lost { peer, life },
         })
     };
-    assert!(wire::decode(&notice(3), &EXPECT).is_ok());
-    let e = wire::decode(&notice(7), &EXPECT).unwrap_err().to_string();
+    assert!(wire::decode(&notice(3, 0), &EXPECT).is_ok());
+    let e = wire::decode(&notice(7, 0), &EXPECT)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("news about node p7 of 4"), "{e}");
+    let e = wire::decode(&notice(u32::MAX, 0), &EXPECT)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("news about node server of 4"), "{e}");
+    // A life past the last a node can have (its next return would overflow the count).
+    assert!(wire::decode(&notice(3, wire::MAX_LIFE), &EXPECT).is_ok());
+    for life in [wire::MAX_LIFE + 1, u32::MAX] {
+        let e = wire::decode(&notice(3, life), &EXPECT)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("past the most a node can have"), "{e}");
+    }
+    // A life wider than 32 bits does not decode: the header's varint is refused.
+    let mut wide = notice(3, 0);
+    let n = wide.len();
+    wide.truncate(n - 1);
+    wide.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x7f]);
+    let e = wire::decode(&wide, &EXPECT).unwrap_err().to_string();
+    assert!(e.contains("header"), "{e}");
     let state = |w: Array2<f32>| {
         wire::encode(&Message::State {
             origin: PeerId(2),
@@ -740,6 +785,19 @@ fn wire_refuses_bad_notices_and_states() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("a rejoin state"), "{e}");
+    // A view that names a node outside the run.
+    let mut outside = node_state(9, matrix(1));
+    outside.view = vec![Standing {
+        peer: PeerId(4),
+        life: 1,
+        out: true,
+    }];
+    let bad = wire::encode(&Message::State {
+        origin: PeerId(2),
+        state: Arc::new(outside),
+    });
+    let e = wire::decode(&bad, &EXPECT).unwrap_err().to_string();
+    assert!(e.contains("view names node p4 of 4"), "{e}");
     // An FMS client's request for W: from a client of the run only (not the server),
     // and nothing after its header.
     let fetch = |origin| wire::encode(&Message::Fetch { origin, clock: 5 });
@@ -979,6 +1037,7 @@ proptest! {
             Ok(Message::Notice { origin, notice }) => {
                 prop_assert!(origin.index() < 4 || origin == PeerId::SERVER);
                 prop_assert!(notice.about().index() < 4);
+                prop_assert!(notice.life() <= wire::MAX_LIFE);
             }
             Ok(Message::Copy { origin, w, .. }) => {
                 prop_assert!(origin.index() < 4 || origin == PeerId::SERVER);
@@ -990,6 +1049,11 @@ proptest! {
                 let w = state.w.as_ref().unwrap();
                 prop_assert_eq!(w.dim(), (3, 5));
                 prop_assert!(w.iter().all(|x| x.is_finite()));
+                prop_assert!(state.view.windows(2).all(|w| w[0].peer < w[1].peer));
+                prop_assert!(state
+                    .view
+                    .iter()
+                    .all(|s| s.peer.index() < 4 && s.life <= wire::MAX_LIFE));
             }
             Ok(Message::Sum { batch, stats, .. }) => {
                 prop_assert!(batch.validate(3, 5).is_ok());

@@ -160,17 +160,23 @@ impl QueueLinks {
                 peer: self.me,
                 to: self.nodes[to],
             }),
-            Inbound::Lost { from, lost } => Ok(Incoming::News(News::Told {
+            Inbound::Lost { from, lost, life } => Ok(Incoming::News(News::Told {
                 from,
-                notice: wire::Notice::Lost(lost.0),
+                notice: wire::Notice::Lost { peer: lost.0, life },
             })),
-            Inbound::Joined(joined) => {
-                Ok(Incoming::News(News::Notice(wire::Notice::Joined(joined.0))))
+            // A stream opened by a node counted out: it is back, in its next life (the
+            // membership counts it).
+            Inbound::Joined(joined, None) => Ok(Incoming::News(News::Up { peer: joined })),
+            Inbound::Joined(joined, Some(life)) => {
+                Ok(Incoming::News(News::Notice(wire::Notice::Joined {
+                    peer: joined.0,
+                    life,
+                })))
             }
             Inbound::State(state) => Ok(Incoming::News(News::State(state))),
-            Inbound::Left { from, left } => Ok(Incoming::News(News::Told {
+            Inbound::Left { from, left, life } => Ok(Incoming::News(News::Told {
                 from,
-                notice: wire::Notice::Left(left.0),
+                notice: wire::Notice::Left { peer: left.0, life },
             })),
         }
     }
@@ -296,12 +302,12 @@ impl Links for QueueLinks {
         self.notify_all(notice);
     }
 
-    fn announce_leaving(&mut self) {
+    fn announce_leaving(&mut self, notice: wire::Notice) {
         // Not `notify_all`: in order after this node's last frames, and before it exits.
         for i in 0..self.behind.len() {
             self.catch_up(i);
         }
-        let frame = Arc::new(self.notice(wire::Notice::Left(self.me.0)));
+        let frame = Arc::new(self.notice(notice));
         for q in self.queues.iter().flatten() {
             // In order after this node's last frames: the queue is FIFO.
             let _ = self.handle.block_on(q.send(Arc::clone(&frame)));

@@ -299,15 +299,23 @@ enum Inbound {
     WriterFailed(usize),
     /// Neighbour `from` says node `lost` (sfb-core ids) is lost
     /// ([`sfb_core::wire::Notice::Lost`]).
-    Lost { from: PeerId, lost: PeerId },
-    /// A node opened a stream to this one, or a neighbour says it is back
-    /// ([`sfb_core::wire::Notice::Joined`]).
-    Joined(PeerId),
+    Lost {
+        from: PeerId,
+        lost: PeerId,
+        life: u32,
+    },
+    /// A node opened a stream to this one (no life), or a neighbour says it is back in
+    /// the life given ([`sfb_core::wire::Notice::Joined`]).
+    Joined(PeerId, Option<u32>),
     /// A neighbour's state, for a rejoining node.
     State(Box<sfb_core::NodeState>),
     /// In-neighbour `from` says node `left` is leaving ([`sfb_core::wire::Notice::Left`]):
     /// itself, or one it passes the news of on.
-    Left { from: PeerId, left: PeerId },
+    Left {
+        from: PeerId,
+        left: PeerId,
+        life: u32,
+    },
 }
 
 fn protocol() -> StreamProtocol {

@@ -147,7 +147,10 @@ impl Readers {
             return;
         }
         // A node that opens a stream may be one that was lost and came back (`--rejoin`).
-        let _ = self.inbox.send(Inbound::Joined(self.core_ids[from])).await;
+        let _ = self
+            .inbox
+            .send(Inbound::Joined(self.core_ids[from], None))
+            .await;
         let end = self.follow(from, stream).await;
         self.release(from);
         if let Some(fatal) = end {
@@ -213,16 +216,18 @@ impl Readers {
                         Ok(wire::Message::Notice { origin, notice })
                             if origin == self.core_ids[from] =>
                         {
-                            let about = notice.about();
+                            let (about, life) = (notice.about(), notice.life());
                             let x = match notice {
-                                wire::Notice::Lost(_) => Inbound::Lost {
+                                wire::Notice::Lost { .. } => Inbound::Lost {
                                     from: origin,
                                     lost: about,
+                                    life,
                                 },
-                                wire::Notice::Joined(_) => Inbound::Joined(about),
-                                wire::Notice::Left(_) => Inbound::Left {
+                                wire::Notice::Joined { .. } => Inbound::Joined(about, Some(life)),
+                                wire::Notice::Left { .. } => Inbound::Left {
                                     from: origin,
                                     left: about,
+                                    life,
                                 },
                             };
                             if self.inbox.send(x).await.is_err() {

@@ -272,6 +272,8 @@ pub struct NodeRun<N> {
     pub paused_cut_off: Option<Duration>,
     /// The state it rejoined with, if it restarted and was taken back.
     pub rejoined: Option<Rejoined>,
+    /// Its membership view at the end (lives, the nodes out and how it learned of each).
+    pub view: sfb_core::View,
 }
 
 /// How a restarted node was taken back ([`NodeRun::rejoined`]).
@@ -591,6 +593,15 @@ enum Kind {
     Cut(usize),
     /// This crashed node comes back ([`Network::restart`]).
     Restart,
+    /// The node at index `by` shut this one out (it refused a frame of it, the sender's
+    /// fault) in the lives given: this node's stream from it has ended, and it learns so
+    /// `detect_after` later, as a transport's closed link tells it.
+    ShutOut {
+        /// The node that shut this one out.
+        by: usize,
+        /// Both ends' lives then.
+        lives: Lives,
+    },
 }
 
 #[derive(Debug)]
@@ -1106,6 +1117,13 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 Kind::Detect => self.detect(ev.node, ev.at),
                 Kind::Cut(k) => self.detect_cut(k, ev.at),
                 Kind::Restart => self.restart(ev.node, ev.at)?,
+                Kind::ShutOut { by, lives } => {
+                    let (me, them) = (&self.slots[ev.node], &self.slots[by]);
+                    if !me.done && lives == (me.life, them.life) && !me.told.contains(&them.id) {
+                        let gone = [them.id];
+                        self.tell(ev.node, &gone, ev.at);
+                    }
+                }
             }
         }
         Ok(())
@@ -1141,7 +1159,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             .nodes
             .into_iter()
             .zip(self.slots)
-            .map(|(node, s)| NodeRun {
+            .zip(self.loops)
+            .map(|((node, s), m)| NodeRun {
                 node,
                 records: s.records,
                 finished_at: s.finished_at,
@@ -1152,6 +1171,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 restarted_at: s.restarted_at,
                 paused_cut_off: s.paused_cut_off,
                 rejoined: s.rejoined,
+                view: m.membership().view().clone(),
             })
             .collect();
         Ok(Outcome {
@@ -1209,7 +1229,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             self.slots[k].clock.advance_to(at);
             self.slots[k].told.retain(|&p| p != id);
             let mut links = SimLinks::default();
-            let news = sfb_core::News::Notice(sfb_core::wire::Notice::Joined(id.0));
+            let (peer, life) = (id.0, self.slots[i].life);
+            let news = sfb_core::News::Notice(sfb_core::wire::Notice::Joined { peer, life });
             let r = self.loops[k].on_news(&mut self.nodes[k], &mut links, id, news);
             if let Err(e) = r {
                 self.stop_failed(k, &e);
@@ -1263,7 +1284,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 Did::SendState(to, state) => {
                     let msg = Message::State {
                         origin: self.slots[k].id,
-                        state: std::sync::Arc::new(state),
+                        state: std::sync::Arc::new(*state),
                     };
                     let at = self.slots[k].clock.time();
                     self.send(k, to, msg, at)?;
@@ -1458,9 +1479,38 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             let mut links = SimLinks::default();
             let incoming = Incoming::Frame(from, msg);
             let slot = &mut self.slots[i];
-            self.loops[i]
-                .take(&mut self.nodes[i], &mut links, &mut slot.clock, incoming)
-                .map_err(|e| failed(slot.clock.time(), e))?;
+            let taken =
+                self.loops[i].take(&mut self.nodes[i], &mut links, &mut slot.clock, incoming);
+            if links
+                .did
+                .iter()
+                .any(|d| matches!(d, Did::Forget(p) if *p == from))
+                && let Some(&f) = self.index.get(&from)
+            {
+                // Shut out for a frame it sent: its link from this node closes.
+                let lives = (self.slots[f].life, self.slots[i].life);
+                let at = self.slots[i].clock.time() + self.cfg.detect_after;
+                self.schedule(at, f, Kind::ShutOut { by: i, lives });
+            }
+            if let Err(e) = taken {
+                match e {
+                    // The node refuses to go on without the sender it shut out (its policy,
+                    // or no majority left): it stops, as a process exits.
+                    crate::Error::Peer { source, .. }
+                        if source.blames_sender() == Some(from)
+                            || matches!(
+                                source,
+                                sfb_core::Error::PeerLost { .. }
+                                    | sfb_core::Error::Minority { .. }
+                                    | sfb_core::Error::Isolated { .. }
+                            ) =>
+                    {
+                        self.stop_failed(i, &source);
+                        return Ok(());
+                    }
+                    e => return Err(failed(self.slots[i].clock.time(), e)),
+                }
+            }
             if !self.carry_out(i, links)? {
                 return Ok(());
             }
@@ -1630,7 +1680,7 @@ enum Did {
     /// An output sent.
     Send(Output),
     /// A state sent to a node rejoining.
-    SendState(PeerId, NodeState),
+    SendState(PeerId, Box<NodeState>),
     /// The node goes on without the peer.
     Forget(PeerId),
     /// The topology was repaired: the node now awaits these in-neighbours.
@@ -1663,7 +1713,7 @@ impl Links for SimLinks {
         self.did.push(Did::Forget(peer));
     }
     fn send_state(&mut self, to: PeerId, state: &NodeState) {
-        self.did.push(Did::SendState(to, state.clone()));
+        self.did.push(Did::SendState(to, Box::new(state.clone())));
     }
     fn rewired(&mut self, _out: &[PeerId], inn: &[PeerId]) {
         self.did.push(Did::Rewired(inn.to_vec()));

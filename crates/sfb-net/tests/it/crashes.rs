@@ -167,6 +167,7 @@ fn check(c: &CrashCase) -> Result<(), TestCaseError> {
     // The fewest losses that leave the survivors without a majority.
     let k_min = (1..p).find(|&k| 2 * (p - k) <= p).unwrap_or(p);
     let mut topologies = Vec::new();
+    let mut views = Vec::new();
     for (i, n) in out.nodes.iter().enumerate() {
         if n.crashed {
             continue;
@@ -210,18 +211,26 @@ fn check(c: &CrashCase) -> Result<(), TestCaseError> {
         if n.failed.is_none() && !crashed.is_empty() && n.told.len() == crashed.len() {
             topologies.push(n.node.metrics().topology.clone());
         }
+        if n.failed.is_none() && n.told.len() == crashed.len() {
+            views.push((i, n.view.epoch(), n.view.standings()));
+        }
     }
     // A minority of losses stops nobody, whatever the timing (a peer of 3 or more
     // that lost everyone lost no minority).
     if crashed.len() < k_min {
         prop_assert!(out.nodes.iter().all(|n| n.failed.is_none()));
     }
-    // Every survivor told of every loss trains on the same repaired graph.
+    // Every survivor told of every loss trains on the same repaired graph, and ends at
+    // the same epoch with the same view (each crash one change).
     prop_assert!(
         topologies.windows(2).all(|w| w[0] == w[1]),
         "{:?}",
         topologies
     );
+    same_views(&views)?;
+    if let Some((i, epoch, _)) = views.first() {
+        prop_assert_eq!(*epoch, crashed.len() as u64, "p{}", i);
+    }
     Ok(())
 }
 
@@ -876,6 +885,25 @@ fn restart_case(several: bool) -> impl Strategy<Value = RestartCase> {
         })
 }
 
+/// Every `(node, epoch, standings)` is the same but for the node.
+fn same_views(
+    views: &[(usize, u64, Vec<sfb_core::membership::Standing>)],
+) -> Result<(), TestCaseError> {
+    for w in views.windows(2) {
+        prop_assert!(
+            (w[0].1, &w[0].2) == (w[1].1, &w[1].2),
+            "p{} ends at epoch {} with {:?}, p{} at epoch {} with {:?}",
+            w[0].0,
+            w[0].1,
+            w[0].2,
+            w[1].0,
+            w[1].1,
+            w[1].2
+        );
+    }
+    Ok(())
+}
+
 fn check_restarts(c: &RestartCase) -> Result<(), TestCaseError> {
     let b = &c.crash.base;
     let t = b.topo.build(b.peers);
@@ -922,6 +950,25 @@ fn check_restarts(c: &RestartCase) -> Result<(), TestCaseError> {
             }
         }
     }
+    // When every node back was taken back, every node still running when the last came
+    // back (so told of every loss and return) ends at the same epoch with the same view:
+    // each node back in its second life (two changes each).
+    if out
+        .nodes
+        .iter()
+        .all(|n| n.restarted_at.is_none() || n.rejoined.is_some())
+    {
+        let last = out.nodes.iter().filter_map(|n| n.restarted_at).max();
+        let views: Vec<_> = (out.nodes.iter().enumerate())
+            .filter(|(_, n)| last.is_some_and(|t| n.finished_at > t))
+            .map(|(i, n)| (i, n.view.epoch(), n.view.standings()))
+            .collect();
+        same_views(&views)?;
+        let back = out.nodes.iter().filter(|n| n.rejoined.is_some()).count();
+        if let Some((i, epoch, _)) = views.first() {
+            prop_assert_eq!(*epoch, 2 * back as u64, "p{}", i);
+        }
+    }
     Ok(())
 }
 
@@ -931,7 +978,7 @@ fn check_restarts(c: &RestartCase) -> Result<(), TestCaseError> {
 /// state as saying p6 was in, was not told of p6's return as a loss ended, and handed it
 /// no state; p6 then waited for p0's clocks 5-8, sent while it was out (`p0 at clock 9
 /// waits on p6 …; p6 at clock 6 waits on p0 …`). A rejoin state now carries its sender's
-/// membership view (`NodeState::lost`).
+/// membership view (`NodeState::lost` then; `NodeState::view`, with lives, now).
 #[test]
 fn a_node_back_takes_its_donors_view_of_who_is_lost() {
     check_restarts(&kautz7_bsp_restarts(

@@ -3,6 +3,7 @@
 //! filter by module, e.g. `cargo test --test it peer_loss::`).
 
 mod aggregate;
+mod bound;
 mod consistency;
 mod crashes;
 mod liveness;
