@@ -10,7 +10,7 @@ use ndarray::{Array2, ArrayView2};
 use sfb_core::{Config, Consistency, Engine, Model, ModelError, PeerId, PeerLoss, Shard, SvList};
 use sfb_net::virtual_time::{CutOff, Latency, Network, Outcome};
 
-/// Least squares with J = 2 (u = W·x − y, v = x) whose steps are `by` times the run's: a
+/// Least squares with J = 2 ([`crate::relay::Ls`]) whose steps are `by` times the run's: a
 /// peer with a bug in its step, or a step size the run agreement did not see.
 struct Scaled {
     by: f32,
@@ -24,15 +24,7 @@ impl Model for Scaled {
         batch: &[&Self::Sample],
         sv: &mut SvList,
     ) -> Result<(), ModelError> {
-        for (x, y) in batch {
-            let u: Vec<f32> = w
-                .rows()
-                .into_iter()
-                .map(|r| r.iter().zip(x).map(|(a, b)| a * b).sum::<f32>() - y)
-                .collect();
-            sv.push_dense(&u, x)?;
-        }
-        Ok(())
+        crate::relay::Ls.compute_sv(w, batch, sv)
     }
     fn scale(&self, _clock: u64, lr: f32, pairs: usize) -> f32 {
         if pairs == 0 {

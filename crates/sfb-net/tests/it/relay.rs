@@ -15,7 +15,7 @@ use sfb_core::{
 use sfb_net::virtual_time::{Costs, Latency, Network, Observer, Outcome};
 
 /// Least squares with J = 2: u = W·x − y (y the same for both rows), v = x.
-struct Ls;
+pub(crate) struct Ls;
 
 impl Model for Ls {
     type Sample = (Vec<f32>, f32);
