@@ -573,3 +573,55 @@ fn paper_regenerates_every_figure_for_every_model() {
         .collect();
     assert!(names.contains(&"Q=1 paper"), "{names:?}");
 }
+
+/// `overlap` (issue 33, item 3) small on the simulator: each case's pairs of arms, equal
+/// replicas, and its verdict computed from the run.
+#[test]
+fn overlap_pairs_whole_clocks_against_clocks_sent_in_parts() {
+    let out = dir("overlap");
+    let (ok, _, stderr) = sfb(&[
+        "bench",
+        "--scenario",
+        "overlap",
+        "--quick",
+        "--transport",
+        "sim",
+        "--peers",
+        "3",
+        "--size",
+        "32",
+        "--clocks",
+        "12",
+        "--flops",
+        "1e9",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let v = json(&out.join("overlap.json"));
+    let names: Vec<&str> = v["arms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "SC 25mbit whole",
+            "SC 25mbit 4 parts",
+            "SC 1gbit whole",
+            "SC 1gbit 4 parts",
+            "MLR 1gbit whole",
+            "MLR 1gbit 4 parts",
+        ]
+    );
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("ended with one checksum"), "{notes}");
+    assert!(!notes.contains("did NOT"), "{notes}");
+    assert!(is_png(&out.join("overlap-time-per-clock.png")));
+    // Simulated, where SC's sending is as long as its compute, the parts are on the wire
+    // while the next part is computed: a shorter clock in every pair.
+    assert!(notes.contains("SC 25mbit: 4 parts took"), "{notes}");
+    assert!(notes.contains("faster in 2 of them"), "{notes}");
+}

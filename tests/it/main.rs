@@ -26,6 +26,7 @@ mod relay;
 mod run_spec;
 mod saved_models;
 mod scale_cli;
+mod send_parts;
 mod sim;
 mod stop_rules;
 mod topology_cli;

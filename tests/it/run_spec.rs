@@ -132,6 +132,8 @@ fn every_option_lands_in_the_spec() {
         "0.4",
         "--gossip-gain",
         "0.5",
+        "--send-parts",
+        "3",
     ]);
     let want = RunSpec {
         peers: 6,
@@ -191,6 +193,7 @@ fn every_option_lands_in_the_spec() {
             gossip_step: Some(0.25),
             gossip_own: Some(0.4),
             gossip_gain: Some(0.5),
+            send_parts: 3,
         },
         output: OutputOptions {
             metrics: Some("m.jsonl".into()),

@@ -275,6 +275,15 @@ pub struct NetArgs {
     /// three times (a larger weight makes each replica's step noisier than the consensus averages).
     #[arg(long, value_name = "G")]
     pub gossip_gain: Option<f32>,
+    /// Compute each clock's mini-batch in N parts and send each part as soon as it is
+    /// computed, so the links carry one part while the next is computed (Bösen's
+    /// communication during the clock). Every replica takes the clock as one batch: the
+    /// results do not change (under BSP, bitwise). Between parts a peer applies what has
+    /// arrived that it may (under SSP and async). SFB with MLR or sparse coding (models
+    /// with one pair per sample); not with --relay, --partial gossip|tree, --compress,
+    /// --prioritize, --aggregate or --rejoin.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub send_parts: usize,
 }
 
 impl NetArgs {
@@ -298,6 +307,7 @@ impl NetArgs {
             gossip_step: self.gossip_step,
             gossip_own: self.gossip_own,
             gossip_gain: self.gossip_gain,
+            send_parts: self.send_parts,
             ..sfb_harness::NetOptions::default()
         }
     }
@@ -335,6 +345,7 @@ const SPEC_CONFLICTS: &[&str] = &[
     "gossip_step",
     "gossip_own",
     "gossip_gain",
+    "send_parts",
     "model",
     "synthetic",
     "batch",

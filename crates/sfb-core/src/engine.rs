@@ -136,6 +136,19 @@ pub struct Config {
     /// its sender shut out. `None`: no bound (the ratios are still measured). Default:
     /// [`crate::bound::DEFAULT_STEP_BOUND`].
     pub step_bound: Option<f32>,
+    /// Compute each clock's mini-batch in this many parts and send each part as soon as
+    /// it is computed ([`Message::Part`](wire::Message::Part)), so the links carry part
+    /// `i` while part `i + 1` is computed (Bösen's communication during the clock). Every
+    /// replica still takes the clock as one batch of all its parts' pairs, in order, so
+    /// the replicas stay alike and the run is that of one part: bitwise, when the model
+    /// computes a sample's pair the same way whatever the part's size (a matrix product
+    /// over a part of one or two samples may round otherwise). Between parts
+    /// a peer also applies what has arrived that it may already apply (under SSP and
+    /// async: late batches of earlier clocks), unless it checkpoints. Needs a model whose
+    /// batches are separable ([`Model::separable`]); not with relay, the gossip or tree
+    /// modes, `compress`, `prioritize` or `aggregate`. Every peer of a run must use the
+    /// same. Default: 1 (the whole clock at its end).
+    pub send_parts: usize,
 }
 
 /// Default [`Config::max_drift`]: 64 clocks, room for a straggler several times slower than
@@ -184,6 +197,7 @@ impl Config {
             timing_only: false,
             until: None,
             step_bound: Some(crate::bound::DEFAULT_STEP_BOUND),
+            send_parts: 1,
         }
     }
 
@@ -286,11 +300,13 @@ impl Config {
             ];
             if let Some((_, what)) = cut.iter().find(|c| c.0) {
                 return Err(ConfigError::Sending(format!(
-                    "timing-only runs do no arithmetic, and what {what} sends or keeps                      depends on the values: run it with real arithmetic"
+                    "timing-only runs do no arithmetic, and what {what} sends or keeps \
+                     depends on the values: run it with real arithmetic"
                 ))
                 .into());
             }
         }
+        self.check_parts()?;
         if let Some(p) = &self.prioritize {
             if self.compress.is_some() {
                 return Err(ConfigError::Sending(
@@ -317,6 +333,39 @@ impl Config {
             }
         }
         self.optimizer.validate(self.lr)
+    }
+
+    /// [`validate`](Self::validate)'s checks of [`send_parts`](Self::send_parts).
+    fn check_parts(&self) -> Result<()> {
+        let n = self.send_parts;
+        let bad = |why: String| -> Result<()> { Err(ConfigError::Sending(why).into()) };
+        if n == 0 {
+            return bad("--send-parts 0: a clock needs at least one part".into());
+        }
+        if n > self.batch_size {
+            return bad(format!(
+                "--send-parts {n} is more parts than the mini-batch's {} samples",
+                self.batch_size
+            ));
+        }
+        if n == 1 {
+            return Ok(());
+        }
+        let others = [
+            (self.relay.is_some(), "--relay"),
+            (self.gossip.is_some(), "the gossip mode (--partial gossip)"),
+            (self.tree.is_some(), "the tree mode (--partial tree)"),
+            (self.compress.is_some(), "--compress"),
+            (self.prioritize.is_some(), "--prioritize"),
+            (self.aggregate.is_some(), "--aggregate"),
+        ];
+        match others.iter().find(|c| c.0) {
+            Some((_, what)) => bad(format!(
+                "--send-parts {n} sends a clock's pairs as they are computed; {what} decides \
+                 what a clock sends from all of its pairs: use one part with it"
+            )),
+            None => Ok(()),
+        }
     }
 
     /// [`validate`](Self::validate)'s checks of [`tree`](Self::tree).
@@ -408,6 +457,7 @@ impl Config {
             checkpoint_every: self.checkpoint_every,
             timing_only: self.timing_only,
             until: self.until.clone(),
+            parts: self.send_parts,
         }
     }
 }
@@ -558,6 +608,12 @@ struct PeerSide {
     /// Own batches sent so far: where a frame queued now sits in this peer's stream (a
     /// relayed batch's carrier).
     sent_own: u64,
+    /// The parts of the clock in progress sent so far ([`Config::send_parts`]), as one
+    /// batch: what this peer applies once the clock's last part is computed.
+    own_parts: Option<FactorBatch>,
+    /// The parts received of each in-neighbour's clock in progress, as one batch, with
+    /// how many parts they were.
+    parts_in: BTreeMap<PeerId, (FactorBatch, usize)>,
 }
 
 /// A relaying peer's view of the trees ([`crate::relay`]).
@@ -898,6 +954,21 @@ impl Relay {
 }
 
 impl PeerSide {
+    /// Queues `msg` for every out-neighbour, counting its bytes.
+    fn to_out_neighbors<M: Model>(&self, worker: &mut Worker<M>, msg: &Message) {
+        if self.out_neighbors.is_empty() {
+            return;
+        }
+        let len = wire::encoded_len_with(msg, self.wire) as u64;
+        for &to in &self.out_neighbors {
+            worker.metrics.bytes_sent += len;
+            worker.outputs.push_back(Output {
+                to,
+                msg: msg.clone(),
+            });
+        }
+    }
+
     /// Forwards `batch` (of another origin) to this peer's children in its origin's tree,
     /// in the transmission of clock `carrier`.
     fn forward<M: Model>(&self, worker: &mut Worker<M>, batch: &Arc<FactorBatch>, carrier: u64) {
@@ -1266,24 +1337,47 @@ impl<M: Model> Side<M> for PeerSide {
         if self.gossip_rank > 0 && t + 1 < worker.plan.clocks {
             self.gossip_due = Some(t);
         }
-        let fb = Arc::new(fb);
+        let sent = Arc::new(fb);
+        // The clock's whole batch: its earlier parts, if it was sent in parts, and this.
+        let fb = match self.own_parts.take() {
+            None => Arc::clone(&sent),
+            Some(mut all) => {
+                all.append(&sent)?;
+                Arc::new(all)
+            }
+        };
         self.sent_own = t + 1;
         self.steps.accept(t, fb.step_norm());
         let msg = Message::Factors {
-            batch: Arc::clone(&fb),
+            batch: sent,
             mean_iter_us: worker.mean_iter_us(),
         };
-        if !self.out_neighbors.is_empty() {
-            let len = wire::encoded_len_with(&msg, self.wire) as u64;
-            for &to in &self.out_neighbors {
-                worker.metrics.bytes_sent += len;
-                worker.outputs.push_back(Output {
-                    to,
-                    msg: msg.clone(),
-                });
-            }
-        }
+        self.to_out_neighbors(worker, &msg);
         self.pending.insert((t, worker.id, t), (fb, true));
+        Ok(())
+    }
+
+    /// Rounds the part for the wire if needed, queues it for every out-neighbour and keeps
+    /// it with the clock's earlier parts.
+    fn emit_part(
+        &mut self,
+        worker: &mut Worker<M>,
+        mut fb: FactorBatch,
+        time: &mut dyn TimeSource,
+    ) -> Result<()> {
+        let _ = time;
+        if self.wire == wire::Dtype::F16 {
+            wire::round_to_f16(&mut fb);
+        }
+        let fb = Arc::new(fb);
+        let msg = Message::Part {
+            batch: Arc::clone(&fb),
+        };
+        self.to_out_neighbors(worker, &msg);
+        match &mut self.own_parts {
+            Some(all) => all.append(&fb)?,
+            None => self.own_parts = Some(Arc::unwrap_or_clone(fb)),
+        }
         Ok(())
     }
 
@@ -1427,6 +1521,15 @@ impl<M: Model> Engine<M> {
     /// [`Error::Config`] from [`Config::validate`]; [`Error::NonFinite`] for a bad `w0`.
     pub fn new(cfg: Config, model: M, w0: Array2<f32>, shard: Shard<M::Sample>) -> Result<Self> {
         cfg.validate()?;
+        if cfg.send_parts > 1 && !model.separable() {
+            return Err(ConfigError::Sending(format!(
+                "--send-parts {}: this model's batches are not separable (Model::separable: \
+                 one pair per sample, each from W and its sample alone), so a clock cannot \
+                 be computed in parts; use one part",
+                cfg.send_parts
+            ))
+            .into());
+        }
         let w0_dim = w0.dim();
         let mixer = match &cfg.gossip {
             Some(g) if !cfg.timing_only => Some(crate::gossip::Mixer::new(
@@ -1511,6 +1614,8 @@ impl<M: Model> Engine<M> {
                 tree_stats: BTreeMap::new(),
                 sent_own: 0,
                 steps: crate::bound::StepBound::new(cfg.step_bound),
+                own_parts: None,
+                parts_in: BTreeMap::new(),
             },
             worker,
             cfg,
@@ -1552,7 +1657,7 @@ impl<M: Model> Engine<M> {
         }
         let samples = (t.source)(&t.lost);
         self.worker.metrics.taken_over_samples = samples.len().saturating_sub(t.own) as u64;
-        self.worker.shard.reassign(samples);
+        self.worker.reassign_shard(samples);
     }
 
     /// A peer restarted into a run under way (`--rejoin`): it computes nothing until a
@@ -1903,6 +2008,7 @@ impl<M: Model> Engine<M> {
             });
         }
         self.check_quorum(peer)?;
+        self.side.parts_in.remove(&peer);
         self.worker.forget(peer, &mut self.side.out_neighbors);
         self.cfg.in_neighbors.retain(|&p| p != peer);
         self.cfg.out_neighbors.retain(|&p| p != peer);
@@ -2195,7 +2301,7 @@ impl<M: Model> Engine<M> {
             && from != self.cfg.id
             && from.index() < self.cfg.peers
             && match &msg {
-                Message::Factors { batch, .. } => batch.origin == from,
+                Message::Factors { batch, .. } | Message::Part { batch } => batch.origin == from,
                 Message::Copy { origin, .. } => *origin == from,
                 Message::Sum {
                     down: false, batch, ..
@@ -2214,6 +2320,85 @@ impl<M: Model> Engine<M> {
             }
         }
         self.receive(from, msg)
+    }
+
+    /// An early part of an in-neighbour's clock ([`Message::Part`]): checked as its clock's
+    /// batch would be (next clock of an awaited node, shape, finite values) and kept with
+    /// the clock's earlier parts until the last comes.
+    fn receive_part(
+        &mut self,
+        from: PeerId,
+        batch: &Arc<FactorBatch>,
+        msg: &Message,
+    ) -> Result<()> {
+        let n = self.cfg.send_parts;
+        if n < 2 {
+            return Err(Error::UnexpectedMessage {
+                from,
+                kind: msg.kind(),
+                role: "SFB peer of a run that sends its clocks whole (--send-parts 1)",
+            });
+        }
+        self.worker
+            .inbound
+            .check(from, batch.origin, batch.clock, self.cfg.clocks)?;
+        let (j, d) = self.side.replica.dim();
+        batch.validate(j, d)?;
+        let parts = self.side.parts_in.get(&from).map_or(0, |held| held.1);
+        if parts + 1 >= n {
+            return Err(Error::BadPart {
+                origin: from,
+                clock: batch.clock,
+                reason: format!(
+                    "part {} of a clock this run sends in {n} (--send-parts): the last part is \
+                     sent as the clock's factors",
+                    parts + 1
+                ),
+            });
+        }
+        let joined = self.join_part(from, batch)?;
+        self.worker.metrics.bytes_received += wire::encoded_len_with(msg, self.cfg.wire) as u64;
+        self.side.parts_in.insert(from, joined);
+        Ok(())
+    }
+
+    /// `from`'s parts of its clock in progress with `part` appended, and how many parts
+    /// that makes; on an error what was held stays held.
+    fn join_part(&mut self, from: PeerId, part: &FactorBatch) -> Result<(FactorBatch, usize)> {
+        let (mut all, n) = self
+            .side
+            .parts_in
+            .remove(&from)
+            .unwrap_or_else(|| (FactorBatch::empty_like(part), 0));
+        match self
+            .check_part_len(&all, part)
+            .and_then(|()| all.append(part))
+        {
+            Ok(()) => Ok((all, n + 1)),
+            Err(e) => {
+                if n > 0 {
+                    self.side.parts_in.insert(from, (all, n));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Refuses a part that would give its clock more pairs than a mini-batch has samples
+    /// (a separable model writes one pair per sample).
+    fn check_part_len(&self, held: &FactorBatch, part: &FactorBatch) -> Result<()> {
+        let k = self.cfg.batch_size;
+        if held.len() + part.len() > k {
+            return Err(Error::BadPart {
+                origin: part.origin,
+                clock: part.clock,
+                reason: format!(
+                    "its parts hold {} pairs, more than the mini-batch's {k} samples",
+                    held.len() + part.len()
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// [`on_message`](Self::on_message) past the topology checks.
@@ -2268,6 +2453,9 @@ impl<M: Model> Engine<M> {
             self.worker.metrics.bytes_received += wire::encoded_len(&msg) as u64;
             return Ok(());
         }
+        if let Message::Part { batch } = &msg {
+            return self.receive_part(from, batch, &msg);
+        }
         let Message::Factors {
             batch,
             mean_iter_us,
@@ -2285,6 +2473,26 @@ impl<M: Model> Engine<M> {
             .check(from, batch.origin, batch.clock, self.cfg.clocks)?;
         let (j, d) = self.side.replica.dim();
         batch.validate(j, d)?;
+        let whole;
+        let batch = if self.cfg.send_parts > 1 {
+            // The clock's last part: the clock is its earlier parts' pairs and these.
+            let n = self.side.parts_in.get(&from).map_or(0, |held| held.1);
+            if n + 1 != self.cfg.send_parts {
+                return Err(Error::BadPart {
+                    origin: from,
+                    clock: batch.clock,
+                    reason: format!(
+                        "the clock's last part came after {n} earlier parts; this run sends \
+                         a clock in {} (--send-parts)",
+                        self.cfg.send_parts
+                    ),
+                });
+            }
+            whole = Arc::new(self.join_part(from, batch)?.0);
+            &whole
+        } else {
+            batch
+        };
         self.side.steps.check(from, batch)?;
         self.worker.metrics.max_step_ratio = self.side.steps.max_ratio();
         self.worker.metrics.bytes_received += wire::encoded_len_with(&msg, self.cfg.wire) as u64;

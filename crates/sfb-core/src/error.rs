@@ -84,6 +84,20 @@ pub enum Error {
         /// The bound, a multiple of the reference.
         bound: f64,
     },
+    /// A part of a clock's factors ([`Message::Part`](crate::wire::Message::Part),
+    /// [`Config::send_parts`](crate::Config::send_parts)) that does not fit the clock's
+    /// other parts: another clock, scale, shape or kind of `v`, more pairs than a
+    /// mini-batch, or a clock's last part without its earlier ones. It blames its sender
+    /// (the origin: parts are never relayed).
+    #[error("part of {origin}'s clock {clock} refused: {reason}")]
+    BadPart {
+        /// The batch's origin (and sender).
+        origin: PeerId,
+        /// The batch's clock.
+        clock: u64,
+        /// Why.
+        reason: String,
+    },
     /// A relayed batch ([`Message::Relayed`](crate::wire::Message::Relayed)) that does not
     /// fit the relay trees: wrong sender, duplicate or missing clock, out of place in its
     /// sender's stream, or relay not enabled.
@@ -237,6 +251,7 @@ impl Error {
     pub fn blames_sender(&self) -> Option<PeerId> {
         match self {
             Error::StepTooLarge { from, .. } => Some(*from),
+            Error::BadPart { origin, .. } => Some(*origin),
             _ => None,
         }
     }

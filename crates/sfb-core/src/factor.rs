@@ -128,6 +128,98 @@ impl FactorBatch {
         f64::from(self.scale.abs()) * sum
     }
 
+    /// A batch of no pairs with `like`'s origin, clock, scale, shape and kind of `v`: what
+    /// a clock's parts are appended to ([`append`](Self::append)).
+    pub fn empty_like(like: &FactorBatch) -> Self {
+        FactorBatch {
+            origin: like.origin,
+            clock: like.clock,
+            scale: like.scale,
+            j: like.j,
+            d: like.d,
+            u: Vec::new(),
+            v: match like.v {
+                VFactors::Dense(_) => VFactors::Dense(Vec::new()),
+                VFactors::Sparse { .. } => VFactors::Sparse {
+                    indptr: vec![0],
+                    indices: Vec::new(),
+                    values: Vec::new(),
+                },
+            },
+        }
+    }
+
+    /// Appends `later`'s pairs after this batch's: the next part of the same origin's
+    /// clock ([`crate::Config::send_parts`]). Both batches must be of one origin, clock,
+    /// scale and shape, and both dense or both sparse in `v`; on an error `self` is
+    /// unchanged.
+    ///
+    /// # Errors
+    /// [`Error::BadPart`] naming what differs.
+    ///
+    /// # Complexity
+    /// O(size of `later`).
+    pub fn append(&mut self, later: &FactorBatch) -> Result<()> {
+        let differs = if later.origin != self.origin {
+            Some("its origin")
+        } else if later.clock != self.clock {
+            Some("its clock")
+        } else if later.scale.to_bits() != self.scale.to_bits() {
+            Some("its scale")
+        } else if (later.j, later.d) != (self.j, self.d) {
+            Some("its shape")
+        } else {
+            None
+        };
+        if let Some(what) = differs {
+            return Err(Error::BadPart {
+                origin: later.origin,
+                clock: later.clock,
+                reason: format!("a part differs from the clock's earlier parts in {what}"),
+            });
+        }
+        if later.is_empty() {
+            return Ok(());
+        }
+        if self.is_empty() {
+            // Nothing yet (an empty part's `v` says nothing of the kind).
+            self.u.clone_from(&later.u);
+            self.v.clone_from(&later.v);
+            return Ok(());
+        }
+        match (&mut self.v, &later.v) {
+            (VFactors::Dense(v), VFactors::Dense(w)) => v.extend_from_slice(w),
+            (
+                VFactors::Sparse {
+                    indptr,
+                    indices,
+                    values,
+                },
+                VFactors::Sparse {
+                    indptr: p,
+                    indices: i,
+                    values: x,
+                },
+            ) => {
+                let base = indices.len() as u32;
+                indptr.extend(p.iter().skip(1).map(|&r| base + r));
+                indices.extend_from_slice(i);
+                values.extend_from_slice(x);
+            }
+            _ => {
+                return Err(Error::BadPart {
+                    origin: later.origin,
+                    clock: later.clock,
+                    reason: "a part's v is dense where the clock's earlier parts are sparse, \
+                             or sparse where they are dense"
+                        .into(),
+                });
+            }
+        }
+        self.u.extend_from_slice(&later.u);
+        Ok(())
+    }
+
     /// Number of pairs `K`.
     pub fn len(&self) -> usize {
         match self.u.len().checked_div(self.j) {

@@ -283,6 +283,8 @@ impl Config {
             // FMS ships dense matrices, which need their values: never timing-only.
             timing_only: false,
             until: self.until.clone(),
+            // A client sends its clock's update when it is complete.
+            parts: 1,
         }
     }
 
@@ -568,7 +570,8 @@ impl<M: Model> Server<M> {
             | Message::Notice { .. }
             | Message::State { .. }
             | Message::Copy { .. }
-            | Message::Fetch { .. } => {
+            | Message::Fetch { .. }
+            | Message::Part { .. } => {
                 unreachable!("refused above")
             }
         };

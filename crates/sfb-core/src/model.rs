@@ -143,6 +143,17 @@ pub trait Model: Send {
         let _ = w;
     }
 
+    /// Whether a mini-batch's factors are the concatenation of its parts' factors: one pair
+    /// per sample, each computed from W and its sample alone, so that `compute_sv` on a
+    /// batch writes what `compute_sv` on each part in turn writes, and the batch's
+    /// [`scale`](Model::scale) is that of its sample count. The engine may then compute a
+    /// clock in parts and send each as it is computed
+    /// ([`Config::send_parts`](crate::Config::send_parts)). Default: `false` (a model that
+    /// couples the samples of a batch, keeps state across them, or writes extra pairs).
+    fn separable(&self) -> bool {
+        false
+    }
+
     /// The scale given to the batch committed at `clock` holding `pairs` pairs, for
     /// learning rate `lr`. Default: `-lr / pairs` (an SGD step on the mean loss).
     fn scale(&self, clock: u64, lr: f32, pairs: usize) -> f32 {

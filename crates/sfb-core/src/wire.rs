@@ -12,7 +12,8 @@
 //!   bytes;
 //! - [`Message::Copy`] (a gossip peer's public copy, for a new out-neighbour): J·D f32
 //!   row-major;
-//! - [`Message::Fetch`] (an FMS client's request for W, lazy SSP): none.
+//! - [`Message::Fetch`] (an FMS client's request for W, lazy SSP): none;
+//! - [`Message::Part`] (an early part of a clock's factors): as `Factors`.
 //!
 //! [`decode`] validates everything before a message exists: version, header, sizes (with
 //! overflow checks), exact payload length, known origin, shape, sparse structure and finite
@@ -31,13 +32,14 @@ use crate::{Error, FactorBatch, NodeState, PeerId, Result, VFactors};
 #[cfg(target_endian = "big")]
 compile_error!("sfb's wire format copies f32 arrays as little-endian bytes");
 
-/// Version written at the start of every frame (8: a [`Notice`] names the life of the
+/// Version written at the start of every frame (9: [`Message::Part`], a clock's factors
+/// sent in parts as they are computed; 8: a [`Notice`] names the life of the
 /// node it is about, and a rejoin state carries its sender's lives and losses; 7:
 /// [`Message::Fetch`], an FMS client's
 /// request for W under lazy SSP; 6: a rejoin state carries its sender's
 /// membership view; 5: the tree mode's sums, [`Message::Sum`]; 4: membership notices, rejoin states and
 /// gossip public copies in the one codec; 3: stop proposals; 2: relayed batches).
-pub const WIRE_VERSION: u16 = 8;
+pub const WIRE_VERSION: u16 = 9;
 
 /// Membership news between nodes ([`Message::Notice`]): what a node learned about
 /// another, passed on once by each receiver so that every survivor learns the same set
@@ -215,6 +217,14 @@ pub enum Message {
         /// The clocks W must include.
         clock: u64,
     },
+    /// An early part of one peer's factors of one clock, sent as soon as it is computed
+    /// ([`Config::send_parts`](crate::Config::send_parts)): the receiver keeps it until the
+    /// clock's last part, a [`Message::Factors`] with the rest of the pairs, and takes the
+    /// clock as one batch of every part's pairs in order (SFB peer → peer).
+    Part {
+        /// The part's pairs, under the whole clock's scale.
+        batch: Arc<FactorBatch>,
+    },
 }
 
 impl Message {
@@ -222,6 +232,7 @@ impl Message {
     pub fn origin(&self) -> PeerId {
         match self {
             Message::Factors { batch, .. }
+            | Message::Part { batch }
             | Message::Relayed { batch, .. }
             | Message::Mix { batch }
             | Message::Sum { batch, .. } => batch.origin,
@@ -240,6 +251,7 @@ impl Message {
     pub fn clock(&self) -> u64 {
         match self {
             Message::Factors { batch, .. }
+            | Message::Part { batch }
             | Message::Relayed { batch, .. }
             | Message::Mix { batch }
             | Message::Sum { batch, .. } => batch.clock,
@@ -254,7 +266,7 @@ impl Message {
     }
 
     /// The kind's name, for errors and logs: `factors`, `relayed`, `mix`, `params`,
-    /// `delta`, `sum-up`, `sum-down`, `stop`, `notice`, `state`, `copy` or `fetch`.
+    /// `delta`, `sum-up`, `sum-down`, `stop`, `notice`, `state`, `copy`, `fetch` or `part`.
     pub fn kind(&self) -> &'static str {
         match self {
             Message::Factors { .. } => "factors",
@@ -269,6 +281,7 @@ impl Message {
             Message::State { .. } => "state",
             Message::Copy { .. } => "copy",
             Message::Fetch { .. } => "fetch",
+            Message::Part { .. } => "part",
         }
     }
 }
@@ -350,6 +363,10 @@ enum Header {
         origin: u32,
         clock: u64,
     },
+    /// An early part of a clock's factors: as `Factors` (its `mean_iter_us` is 0).
+    Part(FactorsHeader),
+    /// As `Part`, with half-float values.
+    PartF16(FactorsHeader),
 }
 
 /// Element encoding of factor values on the wire.
@@ -431,7 +448,9 @@ pub fn round_to_f16(batch: &mut FactorBatch) -> bool {
 /// The factor batch a message carries, if it carries one.
 fn batch_of(msg: &Message) -> Option<&FactorBatch> {
     match msg {
-        Message::Factors { batch, .. } | Message::Relayed { batch, .. } => Some(batch),
+        Message::Factors { batch, .. }
+        | Message::Part { batch }
+        | Message::Relayed { batch, .. } => Some(batch),
         Message::Params { .. }
         | Message::Delta { .. }
         | Message::Mix { .. }
@@ -493,6 +512,7 @@ fn header_with(msg: &Message, half: bool) -> Header {
     match (header_of(msg), half) {
         (Header::Factors(h), true) => Header::FactorsF16(h),
         (Header::Relayed { carrier, factors }, true) => Header::RelayedF16 { carrier, factors },
+        (Header::Part(h), true) => Header::PartF16(h),
         (h, _) => h,
     }
 }
@@ -524,6 +544,7 @@ fn header_of(msg: &Message) -> Header {
             factors: factors_header(batch, 0),
         },
         Message::Mix { batch } => Header::Mix(factors_header(batch, 0)),
+        Message::Part { batch } => Header::Part(factors_header(batch, 0)),
         Message::Sum { down, batch, stats } => Header::Sum {
             down: *down,
             factors: factors_header(batch, 0),
@@ -588,6 +609,7 @@ pub fn encoded_len_with(msg: &Message, dtype: Dtype) -> usize {
     let value = if half { 2 } else { 4 };
     let payload = match msg {
         Message::Factors { batch, .. }
+        | Message::Part { batch }
         | Message::Relayed { batch, .. }
         | Message::Mix { batch }
         | Message::Sum { batch, .. } => {
@@ -664,7 +686,11 @@ pub fn encode_into_with(msg: &Message, dtype: Dtype, out: &mut Vec<u8>) {
     let header = postcard::to_allocvec(&header_with(msg, half)).expect("header encodes");
     out.extend_from_slice(&header);
     match msg {
-        Message::Factors { batch, .. } | Message::Relayed { batch, .. } if half => {
+        Message::Factors { batch, .. }
+        | Message::Part { batch }
+        | Message::Relayed { batch, .. }
+            if half =>
+        {
             push_f16(out, &batch.u);
             if let VFactors::Sparse {
                 indptr, indices, ..
@@ -676,6 +702,7 @@ pub fn encode_into_with(msg: &Message, dtype: Dtype, out: &mut Vec<u8>) {
             push_f16(out, v_values(batch));
         }
         Message::Factors { batch, .. }
+        | Message::Part { batch }
         | Message::Relayed { batch, .. }
         | Message::Mix { batch }
         | Message::Sum { batch, .. } => {
@@ -900,6 +927,12 @@ pub fn decode(bytes: &[u8], expect: &Expect) -> Result<Message> {
             Message::Factors {
                 batch: Arc::new(r.factors(h, half, expect)?),
                 mean_iter_us,
+            }
+        }
+        Header::Part(h) | Header::PartF16(h) => {
+            let half = matches!(header, Header::PartF16(_));
+            Message::Part {
+                batch: Arc::new(r.factors(h, half, expect)?),
             }
         }
         Header::Relayed { carrier, factors } | Header::RelayedF16 { carrier, factors } => {

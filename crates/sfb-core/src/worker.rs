@@ -51,6 +51,20 @@ pub(crate) struct Plan {
     pub(crate) timing_only: bool,
     /// Stop rules ([`crate::stop`]).
     pub(crate) until: Option<crate::stop::Until>,
+    /// Parts a clock is computed and sent in ([`Config::send_parts`](crate::Config::send_parts)).
+    pub(crate) parts: usize,
+}
+
+/// A clock being computed in parts ([`Plan::parts`]).
+struct InClock {
+    /// The shard indices of the clock's mini-batch, drawn at its start.
+    batch: Vec<usize>,
+    /// Parts computed so far.
+    done: usize,
+    /// The scale of the whole mini-batch, shared by its parts.
+    scale: f32,
+    /// What the clock's start applied up to (between parts the same limit holds).
+    limit: u64,
 }
 
 /// What the nodes a worker waits for have delivered (SFB: its in-neighbours; an FMS
@@ -384,6 +398,26 @@ pub(crate) trait Side<M: Model> {
         time: &mut dyn TimeSource,
     ) -> Result<()>;
 
+    /// Sends an early part of clock `fb.clock`'s factors ([`Plan::parts`]) and keeps it
+    /// for the clock's [`emit`](Self::emit), which completes it. Default: refused (a side
+    /// whose clocks are never computed in parts).
+    ///
+    /// # Errors
+    /// [`Error::BadPart`] by default.
+    fn emit_part(
+        &mut self,
+        worker: &mut Worker<M>,
+        fb: FactorBatch,
+        time: &mut dyn TimeSource,
+    ) -> Result<()> {
+        let _ = (worker, time);
+        Err(Error::BadPart {
+            origin: fb.origin,
+            clock: fb.clock,
+            reason: "this node sends its clocks whole".into(),
+        })
+    }
+
     /// After the last clock, before waiting for what is still to come: passes on what
     /// others wait for (a relaying peer's forwards). Default: nothing.
     fn drain(&mut self, worker: &mut Worker<M>) {
@@ -463,6 +497,8 @@ pub(crate) struct Worker<M: Model> {
     stopped_early: bool,
     /// Stop rules, the objectives seen and the stop agreed ([`crate::stop`]).
     pub(crate) watch: crate::stop::Watch,
+    /// The clock in progress when clocks are computed in parts (between two of its parts).
+    in_clock: Option<InClock>,
 }
 
 /// A worker's model, data and evaluator, to rebuild it for another protocol.
@@ -504,6 +540,7 @@ impl<M: Model> Worker<M> {
             cut: None,
             stopped_early: false,
             watch,
+            in_clock: None,
         }
     }
 
@@ -511,6 +548,7 @@ impl<M: Model> Worker<M> {
     /// next frame, of whatever clock).
     pub(crate) fn rejoin_at(&mut self, clock: u64) {
         self.cut = None;
+        self.in_clock = None;
         self.clock = clock;
         self.metrics.clocks = clock;
         self.drift_reported = clock;
@@ -531,12 +569,32 @@ impl<M: Model> Worker<M> {
         if self.done {
             return self.clock;
         }
-        let t = t.max(self.clock);
+        let t = t.max(self.started_clocks());
         if t < self.plan.clocks {
             self.plan.clocks = t;
             self.stopped_early = true;
         }
         self.plan.clocks
+    }
+
+    /// Replaces the shard's samples ([`Shard::reassign`]). A clock in progress computes its
+    /// remaining parts on samples drawn from the new set (the indices drawn at its start
+    /// are of the old one).
+    pub(crate) fn reassign_shard(&mut self, samples: Vec<M::Sample>) {
+        self.shard.reassign(samples);
+        if let Some(ic) = &mut self.in_clock {
+            let n = self.plan.parts;
+            let from = ic.done * ic.batch.len() / n;
+            let fresh = self.shard.next_batch_indexed(ic.batch.len() - from);
+            ic.batch.truncate(from);
+            ic.batch.extend(fresh.into_iter().map(|(i, _)| i));
+        }
+    }
+
+    /// Clocks started: the clocks completed, and a clock in progress (computed in parts,
+    /// some of them sent).
+    fn started_clocks(&self) -> u64 {
+        self.clock + u64::from(self.in_clock.is_some())
     }
 
     /// Takes a stop ([`crate::stop`]) proposed by this node or received from `from`:
@@ -553,7 +611,7 @@ impl<M: Model> Worker<M> {
         from: PeerId,
         forward: bool,
     ) -> Result<bool> {
-        if stop.at < self.clock && stop.at < self.plan.clocks {
+        if stop.at < self.started_clocks() && stop.at < self.plan.clocks {
             return Err(Error::BadClock {
                 origin: from,
                 clock: stop.at,
@@ -716,6 +774,9 @@ impl<M: Model> Worker<M> {
             self.last_step_end = Some(time.now());
             return Ok(Progress::Stepped);
         }
+        if self.in_clock.is_some() {
+            return self.next_part(side, time);
+        }
         let now = time.now();
         let started = *self.started.get_or_insert(now);
         let since = self.last_step_end.unwrap_or(started);
@@ -789,7 +850,30 @@ impl<M: Model> Worker<M> {
             self.last_checkpoint = Some(t);
             self.events.push_back(Event::Checkpoint(Box::new(state)));
         }
+        if self.plan.parts > 1 {
+            // The clock's mini-batch, drawn now, computed and sent a part a step.
+            let batch = self.draw();
+            let scale = self.model.scale(t, self.plan.lr, batch.len());
+            self.in_clock = Some(InClock {
+                batch,
+                done: 0,
+                scale,
+                limit,
+            });
+            self.send_stop(side);
+            return self.next_part(side, time);
+        }
         let fb = self.compute(side.w(), t, time)?;
+        self.send_stop(side);
+        side.emit(self, fb, time)?;
+        self.clock = t + 1;
+        self.end_step(side.w(), time);
+        Ok(Progress::Stepped)
+    }
+
+    /// Queues a stop this node has to pass on, ahead of its next factors (see
+    /// `crate::stop`: a node learns of a stop before the clock it bounds).
+    fn send_stop<S: Side<M>>(&mut self, side: &S) {
         if let Some(stop) = self.watch.to_send.take() {
             // Ahead of the batch: a node learns of a stop before the clock it bounds (see
             // `crate::stop`).
@@ -805,6 +889,42 @@ impl<M: Model> Worker<M> {
                     msg: msg.clone(),
                 });
             }
+        }
+    }
+
+    /// Computes and sends the next part of the clock in progress
+    /// ([`Plan::parts`]); the last part completes the clock. Between parts, the side
+    /// applies what has arrived under the clock's limit, unless the node checkpoints (a
+    /// cut's W is the clock's start's).
+    fn next_part<S: Side<M>>(
+        &mut self,
+        side: &mut S,
+        time: &mut dyn TimeSource,
+    ) -> Result<Progress> {
+        let Some(ic) = self.in_clock.take() else {
+            return Ok(Progress::Stepped);
+        };
+        let t = self.clock;
+        let now = time.now();
+        if ic.done > 0 {
+            // Between parts: the links' time (a full queue held the node back).
+            self.metrics.wait_s += secs(self.last_step_end.unwrap_or(now), now);
+            if self.plan.checkpoint_every == 0 {
+                side.absorb(self, ic.limit, time)?;
+            }
+        }
+        let n = self.plan.parts;
+        let k = ic.batch.len();
+        let (a, b) = (ic.done * k / n, (ic.done + 1) * k / n);
+        let fb = self.compute_part(side.w(), t, &ic.batch[a..b], Some(ic.scale), time)?;
+        if ic.done + 1 < n {
+            side.emit_part(self, fb, time)?;
+            self.in_clock = Some(InClock {
+                done: ic.done + 1,
+                ..ic
+            });
+            self.last_step_end = Some(time.now());
+            return Ok(Progress::Stepped);
         }
         side.emit(self, fb, time)?;
         self.clock = t + 1;
@@ -863,17 +983,42 @@ impl<M: Model> Worker<M> {
         self.inbound.short_of(need)
     }
 
-    /// Computes clock `clock`'s factors on `w`: draws a mini-batch, runs `compute_sv`,
-    /// commits with the model's scale and validates the batch (timed as `compute_s`;
-    /// counts `samples`).
+    /// Computes clock `clock`'s factors on `w`: draws a mini-batch and computes it whole
+    /// ([`compute_part`](Self::compute_part) with the model's scale for the pairs it wrote).
     fn compute(
         &mut self,
         w: ArrayView2<'_, f32>,
         clock: u64,
         time: &mut dyn TimeSource,
     ) -> Result<FactorBatch> {
+        let batch = self.draw();
+        self.compute_part(w, clock, &batch, None, time)
+    }
+
+    /// The next mini-batch's shard indices.
+    fn draw(&mut self) -> Vec<usize> {
+        self.shard
+            .next_batch_indexed(self.plan.batch_size)
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Computes (part of) clock `clock` on `w`: `compute_sv` on the samples at `indices`
+    /// of the shard, committed with `scale` (a part's: the whole mini-batch's; `None`: the
+    /// model's for the pairs written) and validated (timed as `compute_s`; counts
+    /// `samples`). A part must hold one pair per sample.
+    fn compute_part(
+        &mut self,
+        w: ArrayView2<'_, f32>,
+        clock: u64,
+        indices: &[usize],
+        scale: Option<f32>,
+        time: &mut dyn TimeSource,
+    ) -> Result<FactorBatch> {
         let t0 = time.now();
-        let batch = self.shard.next_batch_indexed(self.plan.batch_size);
+        let samples = self.shard.samples();
+        let batch: Vec<(usize, &M::Sample)> = indices.iter().map(|&i| (i, &samples[i])).collect();
         self.sv.clear();
         let (j, d) = (self.sv.j(), self.sv.d());
         if self.plan.timing_only {
@@ -884,21 +1029,20 @@ impl<M: Model> Worker<M> {
         }
         .map_err(|source| Error::Model { clock, source })?;
         let pairs = self.sv.len();
-        let scale = self.model.scale(clock, self.plan.lr, pairs);
-        let fb = self.sv.commit(self.id, clock, scale);
-        fb.validate(j, d).map_err(|e| Error::Model {
-            clock,
-            source: match e {
-                // The commonest cause by far: a step too large for the data.
-                Error::NonFinite { .. } => ModelError::msg(format!(
-                    "{e}: the model diverged; its step was {} at lr {}: try a smaller step \
-                     (--lr, Builder::lr) or the adaptive one (--optimizer factored, \
-                     Builder::optimizer)",
-                    self.plan.optimizer, self.plan.lr
+        if scale.is_some() && pairs != batch.len() {
+            return Err(Error::Model {
+                clock,
+                source: ModelError::msg(format!(
+                    "the model says its batches are separable (one pair per sample), but it \
+                     wrote {pairs} pairs for {} samples: computing a clock in parts \
+                     (--send-parts) needs one pair per sample",
+                    batch.len()
                 )),
-                other => other.into(),
-            },
-        })?;
+            });
+        }
+        let scale = scale.unwrap_or_else(|| self.model.scale(clock, self.plan.lr, pairs));
+        let fb = self.sv.commit(self.id, clock, scale);
+        check_factors(&self.plan, &fb, clock, j, d)?;
         let t1 = time.after(Work::Compute {
             peer: self.id,
             clock,
@@ -1003,6 +1147,24 @@ impl<M: Model> Worker<M> {
 /// How many times its first value the held-out objective may grow before the node reports
 /// [`Event::Diverging`].
 pub const DIVERGENCE_FACTOR: f64 = 10.0;
+
+/// Validates a committed batch of a node's model, naming divergence as the likely cause
+/// of non-finite values.
+fn check_factors(plan: &Plan, fb: &FactorBatch, clock: u64, j: usize, d: usize) -> Result<()> {
+    fb.validate(j, d).map_err(|e| Error::Model {
+        clock,
+        source: match e {
+            // The commonest cause by far: a step too large for the data.
+            Error::NonFinite { .. } => ModelError::msg(format!(
+                "{e}: the model diverged; its step was {} at lr {}: try a smaller step \
+                 (--lr, Builder::lr) or the adaptive one (--optimizer factored, \
+                 Builder::optimizer)",
+                plan.optimizer, plan.lr
+            )),
+            other => other.into(),
+        },
+    })
+}
 
 /// A [`ClockRecord`] of node `id` from its counters.
 pub(crate) fn record(

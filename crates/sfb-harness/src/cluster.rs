@@ -1205,6 +1205,14 @@ impl<K> Builder<K> {
         self
     }
 
+    /// Compute each clock's mini-batch in `parts` parts and send each as soon as it is
+    /// computed ([`sfb_core::Config::send_parts`]; the model must be separable). Default:
+    /// 1.
+    pub fn send_parts(mut self, parts: usize) -> Self {
+        self.s.spec.net.send_parts = parts;
+        self
+    }
+
     /// Prioritization under a send budget: each peer sends at most `spec`'s budget of
     /// pairs per clock, in its policy's order, and carries the rest over
     /// ([`sfb_core::prioritize`]; the random order is seeded by the run's seed). Default:
@@ -2246,6 +2254,7 @@ impl<K: Kind> Builder<K> {
             seed: self.s.spec.train.seed,
         });
         cfg.aggregate = self.s.spec.net.aggregate.map(|c| c.rank);
+        cfg.send_parts = self.s.spec.net.send_parts;
         cfg.timing_only = self.s.spec.sim.timing_only;
         if !self.s.spec.train.until.is_empty() {
             // An FMS node's lead is its own (`fms::Config::from_engine`).

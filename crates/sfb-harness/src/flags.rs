@@ -283,6 +283,10 @@ pub const FLAGS: &[Flag] = &[
         .net
         .prioritize
         .as_ref())),
+    row!("net.send_parts", "--send-parts", |s, d| changed(
+        &s.net.send_parts,
+        &d.net.send_parts
+    )),
     row!("topology.out_degree", "--out-degree", |s, d| set(s
         .topology
         .out_degree

@@ -624,6 +624,10 @@ impl NodeRun<'_> {
                 opts.queue_frames = opts.queue_frames.max(4 * routes.max_arc_load());
             }
         }
+        if !full_w && run.net.send_parts > 1 {
+            // A clock goes out as `send_parts` frames per out-link: room for two clocks'.
+            opts.queue_frames = opts.queue_frames.max(2 * run.net.send_parts);
+        }
         if !full_w {
             // SFB: after a loss every survivor repairs the cluster file's topology the same
             // way (sfb-topology's repair of the same set of lost peers).

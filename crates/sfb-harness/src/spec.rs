@@ -1056,6 +1056,10 @@ pub struct NetOptions {
     /// libp2p, root only: every node in its own network namespace, sends shaped by the
     /// kernel's tbf at `bandwidth` (burst `burst`) instead of the token bucket.
     pub netns: bool,
+    /// Parts each clock's mini-batch is computed and sent in (`--send-parts N`, SFB;
+    /// [`sfb_core::Config::send_parts`]): part `i` is on the wire while part `i + 1` is
+    /// computed; every replica takes the clock as one batch. Default 1.
+    pub send_parts: usize,
 }
 
 impl Default for NetOptions {
@@ -1068,6 +1072,7 @@ impl Default for NetOptions {
             burst: 256 * 1024,
             wire: Dtype::F32,
             netns: false,
+            send_parts: 1,
             compress: None,
             prioritize: None,
             relay: false,
@@ -1642,6 +1647,28 @@ impl RunSpec {
                 });
             }
         }
+        if n.send_parts != 1 {
+            let refuse = |requires: &'static str, why: &'static str| {
+                Err(Error::Requires {
+                    field: "net.send_parts",
+                    requires,
+                    why,
+                })
+            };
+            if self.backend == Backend::Fms {
+                return refuse(
+                    "the sfb backend",
+                    "an FMS client sends its clock's update when it is complete",
+                );
+            }
+            if f.rejoin {
+                return refuse(
+                    "no --rejoin",
+                    "a peer back in the run could take a clock's last part without its \
+                     earlier ones",
+                );
+            }
+        }
         if n.aggregate.is_some() {
             let refuse = |requires: &'static str, why: &'static str| {
                 Err(Error::Requires {
@@ -2174,7 +2201,7 @@ impl RunSpec {
                 features.map_or("from the data".into(), |f| f.to_string())
             ),
         };
-        let pairs: [(&str, String); 16] = [
+        let pairs: [(&str, String); 17] = [
             ("backend", self.backend.name().into()),
             (
                 "model",
@@ -2221,6 +2248,7 @@ impl RunSpec {
                     j(&n.aggregate)
                 ),
             ),
+            ("send parts", j(&n.send_parts)),
             ("fms push", j(&self.fms_push)),
             ("fms sync", j(&self.fms_sync)),
             (

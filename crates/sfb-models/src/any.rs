@@ -48,6 +48,16 @@ impl Model for AnyModel {
         }
     }
 
+    fn separable(&self) -> bool {
+        match self {
+            AnyModel::Mlr(m) => m.separable(),
+            AnyModel::L2Mlr(m) => m.separable(),
+            AnyModel::Dml(m) => m.separable(),
+            AnyModel::SparseCoding(m) => m.separable(),
+            AnyModel::Saga(m) => m.separable(),
+        }
+    }
+
     fn compute_sv_indexed(
         &mut self,
         w: ArrayView2<'_, f32>,

@@ -134,6 +134,11 @@ impl Model for Mlr {
         Ok(())
     }
 
+    /// One pair per sample, from W and the sample alone.
+    fn separable(&self) -> bool {
+        true
+    }
+
     /// `u` of zeros (the scores are not computed), `v` the sample's features as
     /// `compute_sv` sends them: sparse data keeps its sparse frames and their sizes.
     fn timing_sv(

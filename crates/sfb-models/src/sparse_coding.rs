@@ -215,6 +215,11 @@ impl Model for SparseCoding {
         Ok(())
     }
 
+    /// One pair per sample: its code, found from W and the sample alone.
+    fn separable(&self) -> bool {
+        true
+    }
+
     /// `−lr / pairs`, times the decay factor of [`SparseCoding::with_decay`].
     fn scale(&self, clock: u64, lr: f32, pairs: usize) -> f32 {
         if pairs == 0 {

@@ -668,6 +668,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 },
             }
         ),
+        arb_batch().prop_map(|b| Message::Part { batch: Arc::new(b) }),
         (arb_batch(), 0u64..1000).prop_map(|(b, carrier)| Message::Relayed {
             carrier,
             batch: Arc::new(b),
@@ -1018,7 +1019,11 @@ proptest! {
         bytes[i] = byte;
         let bytes = &bytes[..bytes.len() - cut % 3];
         match wire::decode(bytes, &EXPECT) {
-            Ok(Message::Factors { batch, .. } | Message::Relayed { batch, .. }) => {
+            Ok(
+                Message::Factors { batch, .. }
+                | Message::Relayed { batch, .. }
+                | Message::Part { batch },
+            ) => {
                 prop_assert!(batch.validate(3, 5).is_ok());
             }
             Ok(Message::Params { w, .. }) => {

@@ -6,4 +6,5 @@ mod engine;
 mod fms;
 mod kernel;
 mod optim;
+mod parts;
 mod resilience;

@@ -181,6 +181,7 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
         "stragglers" => stragglers(opts, runner)?,
         "essp" => scenarios::essp(opts, runner)?,
         "batch" => paper::batch(opts, runner)?,
+        "overlap" => scenarios::overlap(opts, runner)?,
         other => return Err(Error::UnknownScenario(other.into())),
     };
     if opts.model != PaperModel::Mlr {
