@@ -625,3 +625,38 @@ fn overlap_pairs_whole_clocks_against_clocks_sent_in_parts() {
     assert!(notes.contains("SC 25mbit: 4 parts took"), "{notes}");
     assert!(notes.contains("faster in 2 of them"), "{notes}");
 }
+
+/// `managed` (issue 33, item 3; Bösen's Fig. 4) small on the simulator: each model's
+/// unmanaged and managed arms under SSP, a target per model and the verdict.
+#[test]
+fn managed_compares_sending_during_the_clock_with_sending_at_its_end() {
+    let out = dir("managed");
+    let (ok, _, stderr) = sfb(&[
+        "bench",
+        "--scenario",
+        "managed",
+        "--quick",
+        "--transport",
+        "sim",
+        "--peers",
+        "3",
+        "--size",
+        "32",
+        "--clocks",
+        "40",
+        "--flops",
+        "1e9",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let v = json(&out.join("managed.json"));
+    check_arms(
+        &v,
+        &["SC unmanaged", "SC managed", "MLR unmanaged", "MLR managed"],
+    );
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("Bösen's claim (its Fig. 4)"), "{notes}");
+    assert!(notes.contains("a NIC of 25mbit per node"), "{notes}");
+    assert!(v["target_rule"].to_string().contains("SC: "), "{v}");
+}

@@ -182,12 +182,20 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
         "essp" => scenarios::essp(opts, runner)?,
         "batch" => paper::batch(opts, runner)?,
         "overlap" => scenarios::overlap(opts, runner)?,
+        "managed" => scenarios::managed(opts, runner)?,
         other => return Err(Error::UnknownScenario(other.into())),
     };
     if opts.model != PaperModel::Mlr {
         paper::for_model(&mut report, opts.model);
     }
     let simulated = matches!(name, "scale" | "stragglers");
+    let opts = &match (name, &opts.bandwidth) {
+        ("managed", None) => Options {
+            bandwidth: Some(scenarios::MANAGED_BANDWIDTH.into()),
+            ..opts.clone()
+        },
+        _ => opts.clone(),
+    };
     if opts.transport != sfb_harness::Transport::Sim && !simulated {
         report.notes.push(
             "All peers (and the FMS server) share this machine's cores; the bandwidth budget is per node (--bandwidth, token bucket on each node's sends). Compute-bound parts are therefore slower than on a cluster with a machine per peer, communication-bound parts are not."
