@@ -653,7 +653,14 @@ fn managed_compares_sending_during_the_clock_with_sending_at_its_end() {
     let v = json(&out.join("managed.json"));
     check_arms(
         &v,
-        &["SC unmanaged", "SC managed", "MLR unmanaged", "MLR managed"],
+        &[
+            "SC unmanaged",
+            "SC managed",
+            "SC unmanaged, K = 16",
+            "MLR unmanaged",
+            "MLR managed",
+            "MLR unmanaged, K = 16",
+        ],
     );
     let notes = v["notes"].to_string();
     assert!(notes.contains("Bösen's claim (its Fig. 4)"), "{notes}");
