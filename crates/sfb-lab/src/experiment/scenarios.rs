@@ -213,6 +213,28 @@ pub fn mlr(j: usize, d: usize, samples: usize, test: usize) -> RunSpec {
     spec
 }
 
+/// Runs every arm in turn, saying which; their summaries and per-clock records.
+///
+/// # Errors
+/// The first arm that fails.
+fn run_each(
+    runner: &Runner,
+    arms: &[Arm],
+) -> Result<Vec<(sfb_core::metrics::Summary, Vec<ClockRecord>)>> {
+    let mut runs = Vec::new();
+    for (i, a) in arms.iter().enumerate() {
+        runner.say(&format!(
+            "[{}/{}] {}: {}",
+            i + 1,
+            arms.len(),
+            a.name,
+            a.command()
+        ));
+        runs.push(runner.run(a)?);
+    }
+    Ok(runs)
+}
+
 /// Runs `arms`, takes the target from `reference` (an index into `arms`) at `frac` of its
 /// clocks, and fills `report`'s target and arms; returns every arm's per-clock records.
 ///
@@ -225,17 +247,7 @@ pub fn run_arms(
     reference: usize,
     frac: f64,
 ) -> Result<Vec<Vec<ClockRecord>>> {
-    let mut runs = Vec::new();
-    for (i, a) in arms.iter().enumerate() {
-        runner.say(&format!(
-            "[{}/{}] {}: {}",
-            i + 1,
-            arms.len(),
-            a.name,
-            a.command()
-        ));
-        runs.push(runner.run(a)?);
-    }
+    let runs = run_each(runner, arms)?;
     let (ref_summary, ref_records) = &runs[reference];
     let ref_curve = curve(ref_records, ref_summary.peers);
     let target = target_at(&ref_curve, ref_summary.clocks, frac);
@@ -1300,17 +1312,7 @@ fn run_against_first(
     label: &str,
     reference: &str,
 ) -> Result<()> {
-    let mut runs = Vec::new();
-    for (i, a) in arms.iter().enumerate() {
-        runner.say(&format!(
-            "[{}/{}] {}: {}",
-            i + 1,
-            arms.len(),
-            a.name,
-            a.command()
-        ));
-        runs.push(runner.run(a)?);
-    }
+    let runs = run_each(runner, arms)?;
     let (s0, r0) = &runs[0];
     let target = target_at(&curve(r0, s0.peers), s0.clocks, frac);
     if let Some((t, clock)) = target {
