@@ -628,13 +628,13 @@ fn overlap_pairs_whole_clocks_against_clocks_sent_in_parts() {
 
 /// `managed` (issue 33, item 3; Bösen's Fig. 4) small on the simulator: each model's
 /// unmanaged and managed arms under SSP, a target per model and the verdict.
-#[test]
-fn managed_compares_sending_during_the_clock_with_sending_at_its_end() {
-    let out = dir("managed");
+/// `scenario` simulated at P = 3, n = 32, 40 clocks (`--quick`); its output directory.
+fn small_simulated(scenario: &str) -> PathBuf {
+    let out = dir(scenario);
     let (ok, _, stderr) = sfb(&[
         "bench",
         "--scenario",
-        "managed",
+        scenario,
         "--quick",
         "--transport",
         "sim",
@@ -650,6 +650,12 @@ fn managed_compares_sending_during_the_clock_with_sending_at_its_end() {
         out.to_str().unwrap(),
     ]);
     assert!(ok, "{stderr}");
+    out
+}
+
+#[test]
+fn managed_compares_sending_during_the_clock_with_sending_at_its_end() {
+    let out = small_simulated("managed");
     let v = json(&out.join("managed.json"));
     check_arms(
         &v,
@@ -666,4 +672,42 @@ fn managed_compares_sending_during_the_clock_with_sending_at_its_end() {
     assert!(notes.contains("Bösen's claim (its Fig. 4)"), "{notes}");
     assert!(notes.contains("a NIC of 25mbit per node"), "{notes}");
     assert!(v["target_rule"].to_string().contains("SC: "), "{v}");
+}
+
+/// `rate-change` (issue 33, item 3: bandwidth that changes during a run): the measured
+/// budget's rate is the NIC's, 4x lower in the window and back after it.
+#[test]
+fn rate_change_shows_the_measured_budget_following_the_link() {
+    let out = small_simulated("rate-change");
+    let v = json(&out.join("rate-change.json"));
+    let mut names = Vec::new();
+    for m in ["SC", "MLR"] {
+        for a in [
+            "steady link, unmanaged",
+            "unmanaged",
+            "fixed budget",
+            "measured budget",
+        ] {
+            names.push(format!("{m} {a}"));
+        }
+    }
+    check_arms(&v, &names.iter().map(String::as_str).collect::<Vec<_>>());
+    let notes = v["notes"].to_string();
+    for m in ["SC", "MLR"] {
+        assert!(
+            notes.contains(&format!("{m}: to the target, steady")),
+            "{notes}"
+        );
+    }
+    assert!(
+        notes.contains("(peer 0, median) 25.00 Mbit/s before the change, 6.25 Mbit/s during it"),
+        "{notes}"
+    );
+    assert!(notes.contains("25.00 Mbit/s after"), "{notes}");
+    // Not on a transport without a link whose rate the run can change.
+    let (ok, _, stderr) = sfb(&["bench", "--scenario", "rate-change", "--quick"]);
+    assert!(
+        !ok && stderr.contains("sim: the link's rate changes mid-run"),
+        "{stderr}"
+    );
 }

@@ -2,7 +2,7 @@
 //! covers the batch changes nothing; half the pairs per clock sends half the bytes, keeps
 //! the replicas equal under BSP and learns on every policy; clear refusals.
 
-use crate::common::{num as f, refused, short_bsp_run as run, tempdir};
+use crate::common::{num as f, refused, run_summary, short_bsp_run as run, tempdir};
 
 #[test]
 fn half_the_pairs_per_clock_sends_half_the_bytes_and_still_learns() {
@@ -47,7 +47,10 @@ fn prioritization_is_refused_where_it_cannot_apply() {
         ),
         ("random:0", "a budget of 0 pairs"),
         ("random:150%", "at most 100%"),
-        ("random:half", "a percentage (50%) or a number of pairs (8)"),
+        (
+            "random:half",
+            "a percentage (50%), a number of pairs (8) or auto",
+        ),
     ] {
         let e = refused(&["--prioritize", arg]);
         assert!(
@@ -61,4 +64,103 @@ fn prioritization_is_refused_where_it_cannot_apply() {
     assert!(e.contains("--prioritize needs no --compress"), "{e}");
     let e = refused(&["--optimizer", "saga", "--prioritize", "magnitude:50%"]);
     assert!(e.contains("--prioritize needs no saga"), "{e}");
+}
+
+/// `--prioritize magnitude:auto` (issue 33, item 3: bandwidth measured, not configured):
+/// on the simulator the peer measures its NIC's rate from the time it is busy, and the
+/// budget follows a link that gets 4x slower mid-run and recovers; the replicas stay
+/// alike under BSP.
+#[test]
+fn a_measured_budget_follows_the_links_rate_down_and_back_up() {
+    let dir = tempdir("prioritize", "auto");
+    let args = [
+        "sim",
+        "--peers",
+        "4",
+        "--model",
+        "sc",
+        "--synthetic",
+        "features=128,atoms=64,samples=8000",
+        "--batch",
+        "32",
+        "--clocks",
+        "120",
+        "--eval-every",
+        "0",
+        "--egress",
+        "25mbit",
+        "--flops",
+        "5e8",
+        "--consistency",
+        "bsp",
+        "--prioritize",
+        "magnitude:auto",
+    ];
+    let records = |name: &str, extra: &[&str]| -> Vec<(f64, Option<u64>, Option<f64>)> {
+        let metrics = dir.join(format!("{name}.jsonl"));
+        let mut a = args.to_vec();
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--metrics", metrics.to_str().unwrap()]);
+        let s = run_summary(&a, &dir.join(format!("{name}.json")));
+        let sums = s["replica_checksums"].as_array().unwrap();
+        assert!(sums.iter().all(|c| c == &sums[0]), "{name}: {s}");
+        std::fs::read_to_string(&metrics)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["peer"] == 0)
+            .map(|r| {
+                (
+                    r["wall_s"].as_f64().unwrap(),
+                    r["send_budget"].as_u64(),
+                    r["link_bytes_per_s"].as_f64(),
+                )
+            })
+            .collect()
+    };
+    let steady = records("steady", &[]);
+    // The first clock sends everything: nothing is measured yet.
+    assert_eq!(steady[0].1, Some(32), "{:?}", steady[0]);
+    let end = steady.last().unwrap().0;
+    let before = steady[steady.len() / 2];
+    let rate = before.2.expect("measured");
+    // 25 Mbit/s is 3.125e6 bytes per second.
+    assert!((rate / 3.125e6 - 1.0).abs() < 0.01, "{rate}");
+    let budget = before.1.unwrap();
+    assert!((4..32).contains(&budget), "{budget} pairs");
+    // 4x slower over the second quarter of the run and the third.
+    let (from, until) = (end / 4.0, end / 2.0);
+    let window = format!("0,1,2,3@{from}..{until}:4");
+    let changed = records("changed", &["--slow", &window]);
+    // Four clocks of measurement after the change, and before its end.
+    let during: Vec<_> = changed
+        .iter()
+        .filter(|r| r.0 > from + (until - from) / 2.0 && r.0 < until)
+        .collect();
+    let after: Vec<_> = changed
+        .iter()
+        .filter(|r| r.0 > until + (until - from) / 2.0)
+        .collect();
+    assert!(!during.is_empty() && !after.is_empty(), "{changed:?}");
+    for r in &during {
+        let measured = r.2.unwrap();
+        assert!((measured / 0.78125e6 - 1.0).abs() < 0.01, "{r:?}");
+        assert!(
+            r.1.unwrap() <= budget.div_ceil(4) + 1,
+            "{r:?} against {budget}"
+        );
+    }
+    for r in &after {
+        assert!((r.2.unwrap() / 3.125e6 - 1.0).abs() < 0.01, "{r:?}");
+        assert_eq!(r.1, Some(budget), "{r:?}");
+    }
+}
+
+#[test]
+fn a_measured_budget_needs_a_link_to_measure() {
+    let e = refused(&["--prioritize", "magnitude:auto"]);
+    assert!(
+        e.contains("--transport libp2p or sfb sim") && e.contains("no link to measure"),
+        "{e}"
+    );
 }

@@ -220,7 +220,7 @@ pub struct NetArgs {
     /// Send at most BUDGET of each peer's pairs per clock, the most important first by
     /// POLICY (magnitude, relative, random, round-robin), and carry the rest over to the
     /// next clock (Bösen's prioritization). BUDGET: a share of the pairs computed per
-    /// clock (50%) or a number of pairs (8). SFB only; not with --compress.
+    /// clock (50%), a number of pairs (8), or auto: what the link carries, at the rate the transport measures, in the time the clock took to compute (libp2p and sfb sim). SFB only; not with --compress.
     #[arg(long, value_name = "POLICY:BUDGET")]
     pub prioritize: Option<sfb_harness::PrioritizeSpec>,
     /// Partial broadcast with relay: every peer also forwards other peers' batches along

@@ -582,6 +582,9 @@ struct PeerSide {
     compressor: Option<crate::compress::Compressor>,
     /// What sends the peer's pairs first under a budget, if anything.
     prioritizer: Option<crate::Prioritizer>,
+    /// The peer's compute and apply seconds when it last sent a clock (a measured
+    /// budget's clock work is the difference).
+    work_seen: f64,
     /// Relay trees and what this peer expects of them, if it relays.
     relay: Option<Relay>,
     /// The bound on the steps taken from others ([`crate::bound`]).
@@ -1319,9 +1322,16 @@ impl<M: Model> Side<M> for PeerSide {
             fb = out;
             worker.metrics.compress_s += secs(t0, time.now());
         }
+        let work = worker.metrics.compute_s + worker.metrics.apply_s;
+        let clock_work = work - std::mem::replace(&mut self.work_seen, work);
         if let Some(p) = &mut self.prioritizer {
             let t0 = time.now();
+            p.set_work(clock_work);
             let (out, stats) = p.select(fb, self.replica.w());
+            if p.spec().budget == crate::Budget::Measured {
+                worker.metrics.send_budget = Some(stats.allowed as u64);
+                worker.metrics.link_bytes_per_s = p.link_rate();
+            }
             worker.metrics.compress_s += secs(t0, time.now());
             fb = out;
             worker.metrics.held_back_pairs = stats.backlog as u64;
@@ -1348,11 +1358,16 @@ impl<M: Model> Side<M> for PeerSide {
         };
         self.sent_own = t + 1;
         self.steps.accept(t, fb.step_norm());
+        let pairs = sent.len();
         let msg = Message::Factors {
             batch: sent,
             mean_iter_us: worker.mean_iter_us(),
         };
+        let before = worker.metrics.bytes_sent;
         self.to_out_neighbors(worker, &msg);
+        if let Some(p) = &mut self.prioritizer {
+            p.sent(worker.metrics.bytes_sent - before, pairs);
+        }
         self.pending.insert((t, worker.id, t), (fb, true));
         Ok(())
     }
@@ -1579,6 +1594,7 @@ impl<M: Model> Engine<M> {
                 wire: cfg.wire,
                 compressor: cfg.compress.map(crate::compress::Compressor::new),
                 prioritizer: cfg.prioritize.map(crate::Prioritizer::new),
+                work_seen: 0.0,
                 relay: cfg.relay.clone().map(|r| {
                     // What a repair or a resume may need to hand on: the batches of the
                     // clocks still travelling the trees (their height), and as many more as
@@ -1730,6 +1746,14 @@ impl<M: Model> Engine<M> {
         self.worker.rejoin_at(state.clock);
         self.rejoining = false;
         Ok(true)
+    }
+
+    /// The transport sent `bytes` and was busy `busy` sending since it last said: what a
+    /// measured send budget (`--prioritize POLICY:auto`) sizes the next clocks by.
+    pub fn observe_egress(&mut self, bytes: u64, busy: std::time::Duration) {
+        if let Some(p) = &mut self.side.prioritizer {
+            p.observe_link(bytes, busy.as_secs_f64());
+        }
     }
 
     /// Peer `peer`, lost earlier, is back (restarted with `--rejoin`): the caller gives

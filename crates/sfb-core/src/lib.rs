@@ -94,7 +94,7 @@ pub use membership::{Action, Membership, News, View};
 pub use model::{Evaluation, Evaluator, Extras, Model};
 pub use node::StateMachine;
 pub use optim::{Method, Optimizer, Schedule, Stepper};
-pub use prioritize::{Budget, Policy, Prioritize, Prioritizer};
+pub use prioritize::{Budget, LinkRate, Policy, Prioritize, Prioritizer};
 pub use relay::{RouteError, Routes};
 pub use replica::{ApplyStats, Replica};
 pub use straggler::{Stragglers, production_factor, production_stragglers};

@@ -65,6 +65,14 @@ pub struct PeerMetrics {
     /// Pairs held back for a later clock after this peer's last batch (`--prioritize`).
     #[serde(default)]
     pub held_back_pairs: u64,
+    /// Pairs its last clock was allowed to send (`--prioritize POLICY:auto`; `None`
+    /// otherwise): the measured link rate times the clock's work, over a pair's bytes.
+    #[serde(default)]
+    pub send_budget: Option<u64>,
+    /// The link rate its transport measured, bytes per second (`--prioritize
+    /// POLICY:auto`, once measured).
+    #[serde(default)]
+    pub link_bytes_per_s: Option<f64>,
     /// `‖·‖_F²` of the updates this peer computed (`--prioritize`; 0 without it).
     #[serde(default)]
     pub computed_sq: f64,
@@ -194,6 +202,13 @@ pub struct ClockRecord {
     pub eval_s: f64,
     /// Largest staleness applied so far.
     pub max_staleness: u64,
+    /// Pairs this clock was allowed to send (`--prioritize POLICY:auto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_budget: Option<u64>,
+    /// The link rate the transport measured, bytes per second (`--prioritize
+    /// POLICY:auto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_bytes_per_s: Option<f64>,
 }
 
 /// One peer's end-of-run report, the input of [`Summary::aggregate`].

@@ -102,6 +102,12 @@ pub trait StateMachine {
     fn counted_in(&self) -> Option<(usize, usize)> {
         None
     }
+
+    /// The transport sent `bytes` and was busy sending for `busy` since it last said (the
+    /// link's measured rate, [`crate::prioritize::LinkRate`]). Default: ignored.
+    fn observe_egress(&mut self, bytes: u64, busy: std::time::Duration) {
+        let _ = (bytes, busy);
+    }
 }
 
 impl<M: Model> StateMachine for Engine<M> {
@@ -162,6 +168,9 @@ impl<M: Model> StateMachine for Engine<M> {
     }
     fn final_state(&self) -> Option<crate::NodeState> {
         Engine::final_state(self)
+    }
+    fn observe_egress(&mut self, bytes: u64, busy: std::time::Duration) {
+        Engine::observe_egress(self, bytes, busy);
     }
 }
 

@@ -92,15 +92,70 @@ pub enum Budget {
     Fraction(f64),
     /// At most this many pairs (≥ 1).
     Pairs(usize),
+    /// As many pairs as the link, at the rate its transport measured, carries in the time
+    /// the peer worked on its last clock (`--prioritize POLICY:auto`; [`LinkRate`]): the
+    /// clock's sends then take no longer than its compute, and a link that slows down
+    /// mid-run is met by sending fewer pairs, the most important first. Every pair the
+    /// peer computes until there is a measurement.
+    Measured,
 }
 
 impl Budget {
-    /// The pairs allowed for a clock in which `k` pairs were computed (at least 1).
+    /// The pairs allowed for a clock in which `k` pairs were computed (at least 1). A
+    /// [`Budget::Measured`] allows `k` here; [`Prioritizer::allowed`] is its budget.
     pub fn pairs(self, k: usize) -> usize {
         match self {
             Budget::Fraction(f) => ((f * k as f64).ceil() as usize).max(1),
             Budget::Pairs(n) => n.max(1),
+            Budget::Measured => k.max(1),
         }
+    }
+}
+
+/// Clocks over which [`LinkRate`] averages.
+const RATE_WINDOW: usize = 4;
+
+/// The rate a peer's link carries, measured by its transport: the bytes it sent and the
+/// time it was busy sending them (some frame written but not yet through, as a writer
+/// that waits on a full socket or a token bucket sees it; on the simulator the egress
+/// NIC's serialization time). Not the configured rate: a link that slows down mid-run
+/// shows it within [`RATE_WINDOW`] clocks. The rate is the bytes over the busy time of
+/// the last clocks' sends; an idle link (nothing waiting) measures nothing.
+#[derive(Debug, Clone, Default)]
+pub struct LinkRate {
+    /// Bytes and busy seconds since the last clock closed.
+    open: (u64, f64),
+    /// Each of the last clocks' bytes and busy seconds.
+    window: std::collections::VecDeque<(u64, f64)>,
+}
+
+impl LinkRate {
+    /// The transport sent `bytes` and was busy `busy_s` seconds since it last said.
+    pub fn observe(&mut self, bytes: u64, busy_s: f64) {
+        if busy_s.is_finite() && busy_s >= 0.0 {
+            self.open.0 += bytes;
+            self.open.1 += busy_s;
+        }
+    }
+
+    /// A clock ends: what was observed since the last one joins the window.
+    pub fn close_clock(&mut self) {
+        let open = std::mem::take(&mut self.open);
+        if open.0 > 0 && open.1 > 0.0 {
+            self.window.push_back(open);
+            if self.window.len() > RATE_WINDOW {
+                self.window.pop_front();
+            }
+        }
+    }
+
+    /// Bytes per second over the window, once something was measured.
+    pub fn bytes_per_s(&self) -> Option<f64> {
+        let (b, t) = self
+            .window
+            .iter()
+            .fold((0u64, 0.0), |(b, t), &(x, y)| (b + x, t + y));
+        (b > 0 && t > 0.0).then(|| b as f64 / t)
     }
 }
 
@@ -109,6 +164,7 @@ impl std::fmt::Display for Budget {
         match self {
             Budget::Fraction(x) => write!(f, "{}%", x * 100.0),
             Budget::Pairs(n) => write!(f, "{n}"),
+            Budget::Measured => write!(f, "auto"),
         }
     }
 }
@@ -131,6 +187,8 @@ pub struct PriorityStats {
     pub pairs_in: usize,
     /// Pairs sent.
     pub pairs_out: usize,
+    /// Pairs the budget allowed ([`Prioritizer::allowed`]).
+    pub allowed: usize,
     /// Pairs carried to the next clock.
     pub backlog: usize,
     /// Pairs folded into the backlog's bounded form this clock (0 when it fitted).
@@ -290,6 +348,11 @@ pub struct Prioritizer {
     backlog: Vec<Held>,
     next_seq: u64,
     lost_sq: f64,
+    /// [`Budget::Measured`]: the link's rate, the wire bytes of a pair sent (to every
+    /// out-neighbour, headers shared out) and the seconds the last clock's work took.
+    link: LinkRate,
+    bytes_per_pair: Option<f64>,
+    work_s: Option<f64>,
 }
 
 /// First word of [`Prioritizer::save_state`]'s bytes ("SFBPRIO1").
@@ -304,6 +367,53 @@ impl Prioritizer {
             backlog: Vec::new(),
             next_seq: 0,
             lost_sq: 0.0,
+            link: LinkRate::default(),
+            bytes_per_pair: None,
+            work_s: None,
+        }
+    }
+
+    /// The transport sent `bytes` and was busy `busy_s` seconds ([`LinkRate::observe`]).
+    pub fn observe_link(&mut self, bytes: u64, busy_s: f64) {
+        self.link.observe(bytes, busy_s);
+    }
+
+    /// The link's measured rate in bytes per second ([`LinkRate`]).
+    pub fn link_rate(&self) -> Option<f64> {
+        self.link.bytes_per_s()
+    }
+
+    /// The clock about to be selected took `work_s` seconds of work (compute and apply):
+    /// the time a [`Budget::Measured`] lets its sends take.
+    pub fn set_work(&mut self, work_s: f64) {
+        self.work_s = (work_s.is_finite() && work_s > 0.0).then_some(work_s);
+    }
+
+    /// The clock's selection went out as `bytes` on the wire (to every out-neighbour) for
+    /// `pairs` pairs: the cost of a pair that [`Budget::Measured`] divides by.
+    pub fn sent(&mut self, bytes: u64, pairs: usize) {
+        if pairs > 0 && bytes > 0 {
+            self.bytes_per_pair = Some(bytes as f64 / pairs as f64);
+        }
+    }
+
+    /// The pairs a clock in which `k` pairs were computed may send. For a
+    /// [`Budget::Measured`]: the link's rate times the clock's work time, over a pair's
+    /// bytes, at least 1; `k` until all three are known.
+    pub fn allowed(&self, k: usize) -> usize {
+        match self.spec.budget {
+            Budget::Measured => match (self.link.bytes_per_s(), self.work_s, self.bytes_per_pair) {
+                (Some(rate), Some(work), Some(bpp)) => {
+                    let n = (rate * work / bpp).floor();
+                    if n >= usize::MAX as f64 {
+                        usize::MAX
+                    } else {
+                        (n as usize).max(1)
+                    }
+                }
+                _ => k.max(1),
+            },
+            b => b.pairs(k),
         }
     }
 
@@ -354,10 +464,12 @@ impl Prioritizer {
     ) -> (FactorBatch, PriorityStats) {
         let k = fb.len();
         self.shape = (fb.j, fb.d);
-        let allow = self.spec.budget.pairs(k);
+        self.link.close_clock();
+        let allow = self.allowed(k);
         let mut stats = PriorityStats {
             pairs_in: k + self.backlog.len(),
             pairs_out: k,
+            allowed: allow,
             backlog: self.backlog.len(),
             ..PriorityStats::default()
         };
@@ -648,6 +760,50 @@ mod tests {
             assert_eq!(out, fb, "{policy:?}");
             assert_eq!((stats.pairs_out, stats.backlog), (3, 0));
         }
+    }
+
+    /// A measured budget: everything until the link is measured; then the rate times the
+    /// clock's work over a pair's bytes, over the last clocks' window, so a slower link
+    /// allows fewer pairs within `RATE_WINDOW` clocks and an idle one measures nothing.
+    #[test]
+    fn a_measured_budget_is_what_the_measured_link_carries_in_the_clocks_work() {
+        let w = Array2::<f32>::zeros((3, 4));
+        let mut p = prio(Policy::Magnitude, Budget::Measured);
+        let norms = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        // Nothing measured: the batch as it is.
+        let fb = batch(3, 4, &norms, 0, 1);
+        p.set_work(0.01);
+        let (out, stats) = p.select(fb.clone(), w.view());
+        assert_eq!((out, stats.allowed), (fb, 8));
+        // 100 bytes a pair; 1e4 bytes through in 0.1 s busy: 1e5 B/s, 1e3 bytes in 10 ms.
+        p.sent(800, 8);
+        p.observe_link(10_000, 0.1);
+        p.set_work(0.01);
+        let (out, stats) = p.select(batch(3, 4, &norms, 1, 2), w.view());
+        assert_eq!((out.len(), stats.allowed, stats.backlog), (8, 10, 0));
+        assert_eq!(p.link_rate(), Some(1e5));
+        // The link gets 4x slower: the window's rate falls clock by clock to a quarter.
+        let mut allowed = Vec::new();
+        for c in 2..8 {
+            p.observe_link(10_000, 0.4);
+            p.set_work(0.01);
+            let (_, stats) = p.select(batch(3, 4, &norms, c, c), w.view());
+            allowed.push(stats.allowed);
+        }
+        // 2e4 B in 0.5 s, 3e4 in 0.9, 4e4 in 1.3, then the first clock leaves the window.
+        assert_eq!(allowed, [4, 3, 3, 2, 2, 2]);
+        assert!((p.link_rate().unwrap() - 2.5e4).abs() < 1e-6);
+        // Idle clocks (nothing written, or nothing waited on) measure nothing.
+        p.observe_link(0, 0.0);
+        p.observe_link(500, 0.0);
+        p.set_work(0.01);
+        let (_, stats) = p.select(batch(3, 4, &norms, 8, 8), w.view());
+        assert_eq!(stats.allowed, 2);
+        // A clock twice as long allows twice the pairs; never fewer than one.
+        p.set_work(0.02);
+        assert_eq!(p.allowed(8), 5);
+        p.set_work(1e-9);
+        assert_eq!(p.allowed(8), 1);
     }
 
     #[test]

@@ -1193,5 +1193,7 @@ pub(crate) fn record(
         wait_s: m.wait_s,
         eval_s: m.eval_s,
         max_staleness: m.max_staleness,
+        send_budget: m.send_budget,
+        link_bytes_per_s: m.link_bytes_per_s,
     }
 }

@@ -1663,6 +1663,8 @@ mod tests {
             wait_s: 0.0,
             eval_s: 0.0,
             max_staleness: 1,
+            send_budget: None,
+            link_bytes_per_s: None,
         };
         let line = serde_json::to_string(&Event::Record(r.clone())).unwrap();
         assert!(

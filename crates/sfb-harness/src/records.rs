@@ -255,6 +255,8 @@ mod tests {
             wait_s: 0.0,
             eval_s: 0.0,
             max_staleness: 0,
+            send_budget: None,
+            link_bytes_per_s: None,
         }
     }
 

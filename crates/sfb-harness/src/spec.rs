@@ -1009,7 +1009,9 @@ pub struct NetOptions {
     pub compress: Option<CompressSpec>,
     /// Prioritization under a send budget (`--prioritize POLICY:BUDGET`, SFB;
     /// [`sfb_core::prioritize`]): each peer sends at most the budget's pairs per clock, in
-    /// the policy's order, and carries the rest over. Default: none.
+    /// the policy's order, and carries the rest over. The budget `auto` is what the link
+    /// carries, at the rate its transport measures, in the time the clock's work took.
+    /// Default: none.
     pub prioritize: Option<PrioritizeSpec>,
     /// Relay for partial broadcast (`--relay`, SFB; [`sfb_core::relay`]): every peer
     /// forwards other peers' batches along their shortest-path trees in the topology, so
@@ -1170,7 +1172,8 @@ impl From<CompressSpec> for String {
 
 /// [`NetOptions::prioritize`]: `POLICY:BUDGET` (command line and JSON), the policy one of
 /// `magnitude`, `relative`, `random`, `round-robin`, the budget a share of the pairs
-/// computed per clock (`50%`) or a number of pairs (`8`).
+/// computed per clock (`50%`), a number of pairs (`8`) or `auto` (measured from the link,
+/// [`sfb_core::Budget::Measured`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct PrioritizeSpec {
@@ -1190,21 +1193,23 @@ impl FromStr for PrioritizeSpec {
         };
         let (policy, budget) = s
             .split_once(':')
-            .ok_or_else(|| bad("no budget (e.g. magnitude:50% or magnitude:8)"))?;
+            .ok_or_else(|| bad("no budget (e.g. magnitude:50%, magnitude:8 or magnitude:auto)"))?;
         let policy = sfb_core::Policy::parse(policy)
             .ok_or_else(|| bad("the policy is magnitude, relative, random or round-robin"))?;
-        let budget = if let Some(pct) = budget.strip_suffix('%') {
-            let f: f64 = pct
-                .parse()
-                .map_err(|_| bad("the budget is a percentage (50%) or a number of pairs (8)"))?;
+        let budget = if budget == "auto" {
+            sfb_core::Budget::Measured
+        } else if let Some(pct) = budget.strip_suffix('%') {
+            let f: f64 = pct.parse().map_err(|_| {
+                bad("the budget is a percentage (50%), a number of pairs (8) or auto")
+            })?;
             if !(f > 0.0 && f <= 100.0) {
                 return Err(bad("a percentage budget is above 0% and at most 100%"));
             }
             sfb_core::Budget::Fraction(f / 100.0)
         } else {
-            let n: usize = budget
-                .parse()
-                .map_err(|_| bad("the budget is a percentage (50%) or a number of pairs (8)"))?;
+            let n: usize = budget.parse().map_err(|_| {
+                bad("the budget is a percentage (50%), a number of pairs (8) or auto")
+            })?;
             if n == 0 {
                 return Err(bad("a budget of 0 pairs would never send anything"));
             }
@@ -1644,6 +1649,17 @@ impl RunSpec {
                     requires: "no --compress",
                     why: "they are two ways to send less: pick one (a compressed batch is \
                           already ordered by importance, its singular values)",
+                });
+            }
+            if n.prioritize
+                .is_some_and(|p| p.budget == sfb_core::Budget::Measured)
+                && self.transport == Transport::Mem
+            {
+                return Err(Error::Requires {
+                    field: "net.prioritize",
+                    requires: "--transport libp2p or sfb sim",
+                    why: "an auto budget is what the link carries as its transport measures \
+                          it, and in-memory channels have no link to measure",
                 });
             }
         }

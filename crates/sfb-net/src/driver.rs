@@ -165,6 +165,13 @@ pub trait Links {
         }
     }
 
+    /// What the links have sent so far and how long they were busy ([`Egress`]), if the
+    /// transport measures it. The loop hands the node the difference each turn
+    /// ([`StateMachine::observe_egress`]). Default: not measured.
+    fn egress(&self) -> Option<Egress> {
+        None
+    }
+
     /// A line of the node's membership decisions for the log. Default: `tracing` at the
     /// line's level.
     fn log(&mut self, line: Log) {
@@ -174,6 +181,18 @@ pub trait Links {
             Log::Debug(l) => tracing::debug!("{l}"),
         }
     }
+}
+
+/// What a node's links have sent so far, as the transport measured it
+/// ([`Links::egress`]): the bytes written and the time some write was under way (waiting
+/// on the link: a full socket, the token bucket, the simulator's NIC). Their ratio over
+/// a span is the rate the link actually carried, whatever its configured rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Egress {
+    /// Bytes written.
+    pub bytes: u64,
+    /// Time some frame was being written.
+    pub busy: Duration,
 }
 
 /// A line of a node's membership decisions ([`Links::log`]).
@@ -214,6 +233,9 @@ impl<L: Links + ?Sized> Links for &mut L {
     }
     fn rewired(&mut self, out: &[PeerId], inn: &[PeerId]) {
         (**self).rewired(out, inn);
+    }
+    fn egress(&self) -> Option<Egress> {
+        (**self).egress()
     }
     fn log(&mut self, line: Log) {
         (**self).log(line);
@@ -414,6 +436,8 @@ pub struct NodeLoop {
     /// The node's progress at the last tick of the last turn, if it ticked.
     ticked: Option<Progress>,
     adopted: Option<Adopted>,
+    /// The links' [`Egress`] when the node was last told it.
+    egress: Egress,
 }
 
 impl std::fmt::Debug for NodeLoop {
@@ -447,6 +471,7 @@ impl NodeLoop {
             full: false,
             ticked: None,
             adopted: None,
+            egress: Egress::default(),
         }
     }
 
@@ -522,6 +547,15 @@ impl NodeLoop {
             self.flush(node, links, time)?;
         }
         if self.outbox.is_empty() {
+            if let Some(e) = links.egress()
+                && e != self.egress
+            {
+                node.observe_egress(
+                    e.bytes.saturating_sub(self.egress.bytes),
+                    e.busy.saturating_sub(self.egress.busy),
+                );
+                self.egress = e;
+            }
             let progress = node
                 .on_tick(time)
                 .map_err(|source| Error::Peer { peer: me, source })?;

@@ -163,6 +163,8 @@ pub(crate) mod tests {
             wait_s: 0.0,
             eval_s: eval,
             max_staleness: 0,
+            send_budget: None,
+            link_bytes_per_s: None,
         }
     }
 

@@ -183,6 +183,7 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
         "batch" => paper::batch(opts, runner)?,
         "overlap" => scenarios::overlap(opts, runner)?,
         "managed" => scenarios::managed(opts, runner)?,
+        "rate-change" => scenarios::rate_change(opts, runner)?,
         other => return Err(Error::UnknownScenario(other.into())),
     };
     if opts.model != PaperModel::Mlr {
@@ -190,7 +191,7 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
     }
     let simulated = matches!(name, "scale" | "stragglers");
     let opts = &match (name, &opts.bandwidth) {
-        ("managed", None) => Options {
+        ("managed" | "rate-change", None) => Options {
             bandwidth: Some(scenarios::MANAGED_BANDWIDTH.into()),
             ..opts.clone()
         },

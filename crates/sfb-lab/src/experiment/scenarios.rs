@@ -11,7 +11,8 @@ use super::paper::{PaperModel, claim};
 use super::report::Chart;
 use super::{Arm, ArmReport, Error, Report, Result, Runner, curve, human_bytes, target_at};
 use sfb_harness::{
-    Backend, ConsistencySpec, DataSource, ModelChoice, RunSpec, StragglerSpec, Transport,
+    Backend, ConsistencySpec, DataSource, ModelChoice, PrioritizeSpec, RunSpec, StragglerSpec,
+    Transport,
 };
 
 /// The training scenarios.
@@ -32,6 +33,7 @@ pub const SCENARIOS: &[&str] = &[
     "batch",
     "overlap",
     "managed",
+    "rate-change",
 ];
 
 /// Options of the training scenarios (`None`: the scenario's default).
@@ -1800,6 +1802,47 @@ pub fn overlap(opts: &Options, runner: &Runner) -> Result<Report> {
 /// large share of it (Bösen's regime).
 pub const MANAGED_BANDWIDTH: &str = "25mbit";
 
+/// The shapes `managed` and `rate-change` share: P peers, models of about n × n, K = 64,
+/// the clocks and the bandwidth budget (by default [`MANAGED_BANDWIDTH`]).
+struct SspSetup {
+    p: usize,
+    n: usize,
+    k: usize,
+    clocks: u64,
+    bandwidth: String,
+    opts: Options,
+}
+
+impl SspSetup {
+    fn new(opts: &Options) -> Self {
+        let bandwidth = opts
+            .bandwidth
+            .clone()
+            .unwrap_or_else(|| MANAGED_BANDWIDTH.into());
+        Self {
+            p: opts.peers.unwrap_or(8),
+            n: opts.size.unwrap_or(256),
+            k: 64,
+            clocks: opts.clocks.unwrap_or(if opts.quick { 100 } else { 300 }),
+            opts: Options {
+                bandwidth: Some(bandwidth.clone()),
+                ..opts.clone()
+            },
+            bandwidth,
+        }
+    }
+
+    /// `model`'s run under SSP(`s`): enough samples for every clock, K a clock.
+    fn base(&self, model: super::paper::PaperModel, s: u64) -> Result<RunSpec> {
+        let (p, k, clocks) = (self.p, self.k, self.clocks);
+        let mut spec = model.problem(self.n, (clocks as usize * p * k).max(8_000), 500);
+        spec.train.batch = k;
+        let mut base = self.opts.common(spec, p, clocks, (clocks / 20).max(1))?;
+        base.train.consistency = ConsistencySpec::Ssp { staleness: s };
+        Ok(base)
+    }
+}
+
 /// Bösen's managed against unmanaged communication (its Fig. 4) for SFB peers under
 /// SSP: each model's clocks sent whole at their end (unmanaged: communication at clock
 /// boundaries only) against computed and sent in [`OVERLAP_PARTS`] parts with what has
@@ -1811,18 +1854,15 @@ pub const MANAGED_BANDWIDTH: &str = "25mbit";
 /// The first arm that fails.
 pub fn managed(opts: &Options, runner: &Runner) -> Result<Report> {
     const S: u64 = 2;
-    let p = opts.peers.unwrap_or(8);
-    let n = opts.size.unwrap_or(256);
-    let k = 64;
-    let clocks = opts.clocks.unwrap_or(if opts.quick { 100 } else { 300 });
-    let bandwidth = opts
-        .bandwidth
-        .clone()
-        .unwrap_or_else(|| MANAGED_BANDWIDTH.into());
-    let opts = Options {
-        bandwidth: Some(bandwidth.clone()),
-        ..opts.clone()
-    };
+    let setup = SspSetup::new(opts);
+    let SspSetup {
+        p,
+        n,
+        k,
+        clocks,
+        ref bandwidth,
+        ref opts,
+    } = setup;
     let mut report = Report::new(
         "managed",
         &format!(
@@ -1836,10 +1876,7 @@ pub fn managed(opts: &Options, runner: &Runner) -> Result<Report> {
         ("SC", super::paper::PaperModel::Sc),
         ("MLR", super::paper::PaperModel::Mlr),
     ] {
-        let mut spec = model.problem(n, (clocks as usize * p * k).max(8_000), 500);
-        spec.train.batch = k;
-        let mut base = opts.common(spec, p, clocks, (clocks / 20).max(1))?;
-        base.train.consistency = ConsistencySpec::Ssp { staleness: S };
+        let base = setup.base(model, S)?;
         let mut arms: Vec<Arm> = [("unmanaged", 1), ("managed", OVERLAP_PARTS)]
             .into_iter()
             .map(|(name, parts)| {
@@ -1914,6 +1951,228 @@ pub fn managed(opts: &Options, runner: &Runner) -> Result<Report> {
     );
     report.notes.push(format!(
         "Bösen's claim (its Fig. 4): at an equal bandwidth budget, managed communication converges faster per iteration and per second than communicating only at clock boundaries. Here: {}.",
+        verdicts.join("; ")
+    ));
+    Ok(report)
+}
+
+/// How many times slower every link gets in the `rate-change` scenario.
+pub const RATE_DROP: f64 = 4.0;
+
+/// How many times the unmanaged arms' clocks the `rate-change` budget arms run.
+const BUDGET_CLOCKS: u64 = 3;
+
+/// Bösen's reaction to a link whose bandwidth changes during the run, for SFB peers under
+/// SSP on the simulator: at a budget of [`MANAGED_BANDWIDTH`], every link gets
+/// [`RATE_DROP`] times slower from a quarter to a half of the measured budget's run on the
+/// steady link (`--slow`, a congested link, not a reconfigured one). Per model:
+/// - the steady link, unmanaged (the target), and with the measured budget (the time
+///   scale of the change);
+/// - unmanaged, through the change;
+/// - a fixed budget of pairs per clock (`--prioritize magnitude:N`), N what the measured
+///   budget chose before the change: tuned to the link as it was;
+/// - the measured budget (`--prioritize magnitude:auto`): the link's rate from the NIC's
+///   busy time, so the budget follows the change both ways.
+///
+/// # Errors
+/// The first arm that fails; a transport other than the simulator (the change is the
+/// simulator's `--slow`).
+pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
+    const S: u64 = 2;
+    if opts.transport != Transport::Sim {
+        return Err(Error::Option {
+            option: "transport",
+            expected: "sim: the link's rate changes mid-run by the simulator's --slow",
+            got: opts.transport.name().into(),
+        });
+    }
+    let setup = SspSetup::new(opts);
+    let SspSetup {
+        p,
+        n,
+        k,
+        clocks,
+        ref bandwidth,
+        ref opts,
+    } = setup;
+    let mut report = Report::new(
+        "rate-change",
+        &format!(
+            "P={p} SFB peers, full broadcast, SSP({S}), K={k}, {bandwidth} per node, every link {RATE_DROP}x slower over the second quarter of the measured budget's steady run: unmanaged ({clocks} clocks), a fixed pair budget and the measured budget (--prioritize magnitude:auto; {BUDGET_CLOCKS}x the clocks), SC and MLR at n = {n}"
+        ),
+    );
+    let frac = opts.frac(0.5);
+    let mut targets = Vec::new();
+    let mut verdicts = Vec::new();
+    let (mut budget_series, mut rate_series) = (Vec::new(), Vec::new());
+    for (label, model) in [
+        ("SC", super::paper::PaperModel::Sc),
+        ("MLR", super::paper::PaperModel::Mlr),
+    ] {
+        let mut base = setup.base(model, S)?;
+        let steady = Arm::new(format!("{label} steady link, unmanaged"), base.clone());
+        runner.say(&format!("{}: {}", steady.name, steady.command()));
+        let (s0, r0) = runner.run(&steady)?;
+        // A budget's clocks are shorter: its arms run BUDGET_CLOCKS times the clocks (as
+        // many evaluations), so that time to the target is not cut short by the end.
+        let mut budgeted = base.clone();
+        budgeted.train.clocks = clocks * BUDGET_CLOCKS;
+        budgeted.train.eval_every = base.train.eval_every * BUDGET_CLOCKS;
+        budgeted.net.prioritize = Some(PrioritizeSpec {
+            policy: sfb_core::Policy::Magnitude,
+            budget: sfb_core::Budget::Measured,
+        });
+        // The change comes in the second quarter of the measured budget's own run on the
+        // steady link, so that its run has a before, a during and an after.
+        let pilot = Arm::new(
+            format!("{label} steady link, measured budget"),
+            budgeted.clone(),
+        );
+        runner.say(&format!(
+            "{} (the time scale): {}",
+            pilot.name,
+            pilot.command()
+        ));
+        let (sp, _) = runner.run(&pilot)?;
+        let (from_s, until_s) = (sp.wall_s / 4.0, sp.wall_s / 2.0);
+        let slow = vec![sfb_harness::sim::Slowdown {
+            peers: (0..p).collect(),
+            from_s,
+            until_s,
+            factor: RATE_DROP,
+        }];
+        base.sim.slow.clone_from(&slow);
+        budgeted.sim.slow = slow;
+        let auto = Arm::new(format!("{label} measured budget"), budgeted.clone());
+        let unmanaged = Arm::new(format!("{label} unmanaged"), base.clone());
+        runner.say(&format!("{}: {}", auto.name, auto.command()));
+        let (sa, ra) = runner.run(&auto)?;
+        // What the measured budget chose before the change: the fixed arm's budget.
+        fn phase(records: &[ClockRecord], a: f64, b: f64) -> Vec<&ClockRecord> {
+            records
+                .iter()
+                .filter(|r| r.peer == 0 && r.wall_s >= a && r.wall_s < b)
+                .collect()
+        }
+        let median = |v: Vec<f64>| -> Option<f64> {
+            let mut v = v;
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied()
+        };
+        let budget_in = |a: f64, b: f64| {
+            median(
+                phase(&ra, a, b)
+                    .iter()
+                    .filter_map(|r| r.send_budget.map(|x| x as f64))
+                    .collect(),
+            )
+        };
+        let rate_in = |a: f64, b: f64| {
+            median(
+                phase(&ra, a, b)
+                    .iter()
+                    .filter_map(|r| r.link_bytes_per_s)
+                    .collect(),
+            )
+        };
+        let before = budget_in(0.0, from_s).unwrap_or(k as f64).max(1.0) as usize;
+        let mut fixed = budgeted.clone();
+        fixed.net.prioritize = Some(PrioritizeSpec {
+            policy: sfb_core::Policy::Magnitude,
+            budget: sfb_core::Budget::Pairs(before),
+        });
+        let fixed = Arm::new(format!("{label} fixed budget"), fixed);
+        runner.say(&format!("{}: {}", unmanaged.name, unmanaged.command()));
+        let (su, ru) = runner.run(&unmanaged)?;
+        runner.say(&format!("{}: {}", fixed.name, fixed.command()));
+        let (sf, rf) = runner.run(&fixed)?;
+        let target = target_at(&curve(&r0, s0.peers), s0.clocks, frac);
+        if let Some((t, clock)) = target {
+            targets.push(format!(
+                "{label}: {t:.4}, the steady arm's held-out objective at clock {clock}"
+            ));
+        }
+        // The budget the measured arm allowed each clock and the rate it measured.
+        let own = phase(&ra, 0.0, f64::INFINITY);
+        budget_series.push(Series {
+            name: format!("{label} pairs allowed per clock (of {k})"),
+            points: own
+                .iter()
+                .filter_map(|r| r.send_budget.map(|b| (r.wall_s, b as f64)))
+                .collect(),
+        });
+        rate_series.push(Series {
+            name: format!("{label} measured"),
+            points: own
+                .iter()
+                .filter_map(|r| r.link_bytes_per_s.map(|b| (r.wall_s, b * 8e-6)))
+                .collect(),
+        });
+        let first = report.arms.len();
+        for (arm, (summary, records)) in [
+            (&steady, (s0, r0)),
+            (&unmanaged, (su, ru)),
+            (&fixed, (sf, rf)),
+            (&auto, (sa, ra.clone())),
+        ] {
+            report
+                .arms
+                .push(ArmReport::new(arm, summary, &records, target.map(|t| t.0)));
+        }
+        let time = |a: &ArmReport| {
+            a.time_to_target_s
+                .map_or("never".into(), |t| format!("{t:.3} s"))
+        };
+        let arms = &report.arms[first..];
+        let mbit = |r: Option<f64>| r.map_or("-".into(), |r| format!("{:.2} Mbit/s", r * 8e-6));
+        let pairs = |b: Option<f64>| b.map_or("-".into(), |b| format!("{b:.0}"));
+        let end = arms[3].summary.wall_s;
+        verdicts.push(format!(
+            "{label}: to the target, steady {}, unmanaged {}, fixed {} pairs {}, measured {}. The measured budget's link rate (peer 0, median) {} before the change, {} during it ({from_s:.2}-{until_s:.2} s), {} after; its budget {} pairs before, {} during, {} after, of K = {k}",
+            time(&arms[0]),
+            time(&arms[1]),
+            before,
+            time(&arms[2]),
+            time(&arms[3]),
+            mbit(rate_in(0.0, from_s)),
+            mbit(rate_in(from_s, until_s)),
+            mbit(rate_in(until_s, end + 1.0)),
+            pairs(budget_in(0.0, from_s)),
+            pairs(budget_in(from_s, until_s)),
+            pairs(budget_in(until_s, end + 1.0)),
+        ));
+    }
+    report.add_chart(
+        "rate-change-budget.png",
+        "the measured budget per clock",
+        line(
+            "rate-change: pairs the measured budget allowed per clock (peer 0)".into(),
+            "simulated seconds",
+            "pairs per clock",
+            budget_series,
+            false,
+            None,
+        ),
+    );
+    report.add_chart(
+        "rate-change-rate.png",
+        "the link rate measured",
+        line(
+            format!("rate-change: link rate measured by peer 0 (configured {bandwidth}, {RATE_DROP}x slower in the window)"),
+            "simulated seconds",
+            "Mbit/s",
+            rate_series,
+            false,
+            None,
+        ),
+    );
+    report.target_rule = format!(
+        "per model, the steady arm's held-out objective at the first evaluation at or after {:.0}% of its clocks ({})",
+        frac * 100.0,
+        targets.join("; ")
+    );
+    report.notes.push(format!(
+        "Bösen's claim: managed communication measures the bandwidth it gets and adapts to it, rather than to the configured rate. The rate here is measured from the NIC's busy time (on libp2p, from the writers' time blocked on the stream's flow-control window); the configured {bandwidth} drops to a {RATE_DROP}th of it over the window. Here: {}.",
         verdicts.join("; ")
     ));
     Ok(report)

@@ -13,8 +13,8 @@ use sfb_core::{News, Output, PeerId};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::{TryRecvError, TrySendError};
 
-use super::Inbound;
-use crate::driver::{Incoming, Links, Sent, Wake};
+use super::{Inbound, NetStats};
+use crate::driver::{Egress, Incoming, Links, Sent, Wake};
 use crate::{Error, Result};
 
 /// A node's libp2p links as the driver loop sees them.
@@ -39,6 +39,8 @@ pub(super) struct QueueLinks {
     /// sent after it (a neighbour must learn of a loss before the frames of the topology
     /// repaired for it).
     behind: Vec<Option<tokio::task::JoinHandle<()>>>,
+    /// The writers' counters, whose [`NetStats::egress`] is the links' egress.
+    stats: Option<Arc<NetStats>>,
 }
 
 /// Starts a writer to a node index and returns its queue.
@@ -65,7 +67,14 @@ impl QueueLinks {
             forgotten: Vec::new(),
             spawner: None,
             behind: (0..n).map(|_| None).collect(),
+            stats: None,
         }
+    }
+
+    /// Reports the writers' egress ([`Links::egress`]) from `stats`.
+    pub(super) fn with_stats(mut self, stats: Arc<NetStats>) -> Self {
+        self.stats = Some(stats);
+        self
     }
 
     /// Queues the notice `notice` for every out-neighbour, in order with the frames to it:
@@ -228,6 +237,9 @@ fn same_frame(a: &Message, b: &Message) -> bool {
 }
 
 impl Links for QueueLinks {
+    fn egress(&self) -> Option<Egress> {
+        self.stats.as_ref().map(|s| s.egress())
+    }
     fn try_recv(&mut self) -> Result<Option<Incoming>> {
         match self.inbox.try_recv() {
             Ok(x) => self.open(x).map(Some),

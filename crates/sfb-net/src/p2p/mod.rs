@@ -226,6 +226,17 @@ pub struct NetStats {
     first_write_us: AtomicU64,
     last_write_us: AtomicU64,
     epoch: Instant,
+    /// Frames being written now, since when some has been, and the totals
+    /// ([`NetStats::egress`]).
+    busy: std::sync::Mutex<Busy>,
+}
+
+/// [`NetStats::busy`].
+#[derive(Debug, Default)]
+struct Busy {
+    writing: usize,
+    since: Option<Instant>,
+    done: crate::driver::Egress,
 }
 
 impl NetStats {
@@ -241,7 +252,51 @@ impl NetStats {
             first_write_us: AtomicU64::new(u64::MAX),
             last_write_us: AtomicU64::new(0),
             epoch: Instant::now(),
+            busy: std::sync::Mutex::new(Busy::default()),
         }
+    }
+
+    /// A writer starts writing a frame.
+    fn write_started(&self) {
+        let mut b = self
+            .busy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if b.writing == 0 {
+            b.since = Some(Instant::now());
+        }
+        b.writing += 1;
+    }
+
+    /// A writer is done with a frame of `bytes` (written, or failed: 0).
+    fn write_ended(&self, bytes: u64) {
+        let mut b = self
+            .busy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        b.writing = b.writing.saturating_sub(1);
+        b.done.bytes += bytes;
+        if b.writing == 0
+            && let Some(t) = b.since.take()
+        {
+            b.done.busy += t.elapsed();
+        }
+    }
+
+    /// The frame bytes this peer's writers have written and the time at least one of
+    /// them was writing (waiting on the stream's flow-control window, the socket or the
+    /// token bucket): the link's measured rate, which [`Links::egress`] hands the driver
+    /// loop. Frames still being written count their time so far, not yet their bytes.
+    pub fn egress(&self) -> crate::driver::Egress {
+        let b = self
+            .busy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut e = b.done;
+        if let Some(t) = b.since {
+            e.busy += t.elapsed();
+        }
+        e
     }
 
     fn mark_write(&self, started: Instant) {

@@ -355,7 +355,8 @@ impl Node {
             tokio::runtime::Handle::current(),
             shape.dtype,
         )
-        .with_spawner(Box::new(spawn_writer));
+        .with_spawner(Box::new(spawn_writer))
+        .with_stats(Arc::clone(&stats));
         // No progress timeout: the readers declare a silent in-neighbour lost (liveness);
         // a blocked peer says whom it waits for.
         let drive_opts = DriveOptions {

@@ -271,19 +271,27 @@ impl Writer {
             let len = (buf.len() as u32).to_le_bytes();
             let mut pieces: Vec<&[u8]> = vec![&len];
             pieces.extend(buf.chunks(CHUNK));
-            for piece in pieces {
-                if let Some(b) = &self.bucket {
-                    let wait = b.reserve(piece.len());
-                    if !wait.is_zero() {
-                        tokio::time::sleep(wait).await;
+            self.stats.write_started();
+            let written = async {
+                for piece in pieces {
+                    if let Some(b) = &self.bucket {
+                        let wait = b.reserve(piece.len());
+                        if !wait.is_zero() {
+                            tokio::time::sleep(wait).await;
+                        }
                     }
+                    stream.write_all(piece).await?;
                 }
-                stream.write_all(piece).await.map_err(|e| io(frames, e))?;
+                stream.flush().await
             }
-            stream.flush().await.map_err(|e| io(frames, e))?;
+            .await;
+            let bytes = buf.len() as u64 + 4;
+            self.stats
+                .write_ended(if written.is_ok() { bytes } else { 0 });
+            written.map_err(|e| io(frames, e))?;
             last_write = tokio::time::Instant::now();
             frames += 1;
-            self.stats.sent[to].fetch_add(buf.len() as u64 + 4, Ordering::Relaxed);
+            self.stats.sent[to].fetch_add(bytes, Ordering::Relaxed);
             self.stats.mark_write(started);
         }
         stream.close().await.map_err(|e| io(frames, e))?;

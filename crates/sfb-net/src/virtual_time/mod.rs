@@ -126,7 +126,7 @@ use sfb_core::metrics::ClockRecord;
 use sfb_core::wire::Message;
 use sfb_core::{NodeState, Output, PeerId, Progress, StateMachine, Stragglers, TimeSource, Work};
 
-use crate::driver::{DriveOptions, Incoming, Links, Log, NodeLoop, Sent, Turn, Wake};
+use crate::driver::{DriveOptions, Egress, Incoming, Links, Log, NodeLoop, Sent, Turn, Wake};
 
 pub use config::{Config, Costs, Crash, CrashAt, Latency, Loss, Nic, Partition, Pause, Slow};
 pub use error::{Blocked, Error};
@@ -709,6 +709,9 @@ struct Slot {
     finished_at: Duration,
     /// When the node's egress NIC has sent everything queued on it ([`Nic`]).
     egress_free: Duration,
+    /// The bytes its egress NIC was given and the time it spends serializing them
+    /// ([`Links::egress`]).
+    egress: Egress,
     /// When its ingress NIC has taken in everything headed its way.
     ingress_free: Duration,
     /// When its transport has done the CPU work of every frame given to it ([`Nic::cpu`]).
@@ -812,6 +815,7 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
                 records: Vec::new(),
                 finished_at: Duration::ZERO,
                 egress_free: Duration::ZERO,
+                egress: Egress::default(),
                 ingress_free: Duration::ZERO,
                 transport_free: Duration::ZERO,
                 life: 0,
@@ -1520,7 +1524,15 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
             // more to do.
             return Ok(());
         }
-        let mut links = SimLinks::default();
+        let mut links = SimLinks {
+            did: Vec::new(),
+            egress: self
+                .cfg
+                .nic
+                .egress
+                .is_some()
+                .then_some(self.slots[i].egress),
+        };
         let mut records = Vec::new();
         let slot = &mut self.slots[i];
         let turn = match self.loops[i].turn(
@@ -1647,6 +1659,8 @@ impl<'o, N: StateMachine, O: Observer<N>> Sim<'o, N, O> {
         let start = at.max(self.slots[i].egress_free);
         let out = start + Nic::serialize(bytes, nic.egress).mul_f64(slow);
         self.slots[i].egress_free = out;
+        self.slots[i].egress.bytes += bytes as u64;
+        self.slots[i].egress.busy += out - start;
         let lives = (self.slots[i].life, self.slots[j].life);
         let link = self.links.get_mut(&(i, j)).expect("made above");
         link.queue.push_back((lives, msg));
@@ -1695,6 +1709,8 @@ enum Did {
 #[derive(Debug, Default)]
 struct SimLinks {
     did: Vec<Did>,
+    /// The node's egress so far, when its NIC has a rate.
+    egress: Option<Egress>,
 }
 
 impl Links for SimLinks {
@@ -1721,6 +1737,9 @@ impl Links for SimLinks {
     fn log(&mut self, line: Log) {
         let (Log::Warn(l) | Log::Info(l) | Log::Debug(l)) = line;
         tracing::debug!("{l}");
+    }
+    fn egress(&self) -> Option<Egress> {
+        self.egress
     }
 }
 
