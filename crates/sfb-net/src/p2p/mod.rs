@@ -231,6 +231,25 @@ pub struct NetStats {
     busy: std::sync::Mutex<Busy>,
 }
 
+/// One frame being written ([`NetStats::writing`]).
+struct Writing<'a> {
+    stats: &'a NetStats,
+    bytes: u64,
+}
+
+impl Writing<'_> {
+    /// The frame's `bytes` went through.
+    fn finished(mut self, bytes: u64) {
+        self.bytes = bytes;
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.stats.write_ended(self.bytes);
+    }
+}
+
 /// [`NetStats::busy`].
 #[derive(Debug, Default)]
 struct Busy {
@@ -256,7 +275,17 @@ impl NetStats {
         }
     }
 
-    /// A writer starts writing a frame.
+    /// A writer starts writing a frame; it is done when the guard is
+    /// [`finished`](Writing::finished) or dropped (a write cancelled counts no bytes), so
+    /// the meter never stays busy after a writer that went away mid-frame.
+    fn writing(&self) -> Writing<'_> {
+        self.write_started();
+        Writing {
+            stats: self,
+            bytes: 0,
+        }
+    }
+
     fn write_started(&self) {
         let mut b = self
             .busy

@@ -271,7 +271,7 @@ impl Writer {
             let len = (buf.len() as u32).to_le_bytes();
             let mut pieces: Vec<&[u8]> = vec![&len];
             pieces.extend(buf.chunks(CHUNK));
-            self.stats.write_started();
+            let writing = self.stats.writing();
             let written = async {
                 for piece in pieces {
                     if let Some(b) = &self.bucket {
@@ -286,9 +286,8 @@ impl Writer {
             }
             .await;
             let bytes = buf.len() as u64 + 4;
-            self.stats
-                .write_ended(if written.is_ok() { bytes } else { 0 });
             written.map_err(|e| io(frames, e))?;
+            writing.finished(bytes);
             last_write = tokio::time::Instant::now();
             frames += 1;
             self.stats.sent[to].fetch_add(bytes, Ordering::Relaxed);
