@@ -66,14 +66,10 @@ fn prioritization_is_refused_where_it_cannot_apply() {
     assert!(e.contains("--prioritize needs no saga"), "{e}");
 }
 
-/// `--prioritize magnitude:auto` (issue 33, item 3: bandwidth measured, not configured):
-/// on the simulator the peer measures its NIC's rate from the time it is busy, and the
-/// budget follows a link that gets 4x slower mid-run and recovers; the replicas stay
-/// alike under BSP.
-#[test]
-fn a_measured_budget_follows_the_links_rate_down_and_back_up() {
-    let dir = tempdir("prioritize", "auto");
-    let args = [
+/// `sfb sim` of SC at P = 4, BSP, 25 Mbit/s and 5e8 flop/s for 120 clocks, evaluated every
+/// `eval_every`, under `--prioritize magnitude:auto`.
+fn measured_sc_run(eval_every: &str) -> Vec<&str> {
+    vec![
         "sim",
         "--peers",
         "4",
@@ -86,7 +82,7 @@ fn a_measured_budget_follows_the_links_rate_down_and_back_up() {
         "--clocks",
         "120",
         "--eval-every",
-        "0",
+        eval_every,
         "--egress",
         "25mbit",
         "--flops",
@@ -95,7 +91,17 @@ fn a_measured_budget_follows_the_links_rate_down_and_back_up() {
         "bsp",
         "--prioritize",
         "magnitude:auto",
-    ];
+    ]
+}
+
+/// `--prioritize magnitude:auto` (issue 33, item 3: bandwidth measured, not configured):
+/// on the simulator the peer measures its NIC's rate from the time it is busy, and the
+/// budget follows a link that gets 4x slower mid-run and recovers; the replicas stay
+/// alike under BSP.
+#[test]
+fn a_measured_budget_follows_the_links_rate_down_and_back_up() {
+    let dir = tempdir("prioritize", "auto");
+    let args = measured_sc_run("0");
     let records = |name: &str, extra: &[&str]| -> Vec<(f64, Option<u64>, Option<f64>)> {
         let metrics = dir.join(format!("{name}.jsonl"));
         let mut a = args.to_vec();
@@ -154,6 +160,33 @@ fn a_measured_budget_follows_the_links_rate_down_and_back_up() {
         assert!((r.2.unwrap() / 3.125e6 - 1.0).abs() < 0.01, "{r:?}");
         assert_eq!(r.1, Some(budget), "{r:?}");
     }
+}
+
+/// Bösen's managed communication whole: a measured budget (`magnitude:auto`) spent during
+/// the clock (`--send-parts 4`), each part sending its share of the budget, most
+/// important first, while the next part is computed. On the simulator: one replica under
+/// BSP, the same pairs per clock as the budget sent whole (within the parts' headers) and a
+/// shorter clock, as without a budget.
+#[test]
+fn a_measured_budget_spent_during_the_clock_shortens_it() {
+    let dir = tempdir("prioritize", "auto-parts");
+    let args = measured_sc_run("20");
+    let whole = run_summary(&args, &dir.join("whole.json"));
+    let mut with = args.clone();
+    with.extend_from_slice(&["--send-parts", "4"]);
+    let parts = run_summary(&with, &dir.join("parts.json"));
+    let sums = parts["replica_checksums"].as_array().unwrap();
+    assert!(sums.iter().all(|c| c == &sums[0]), "{parts}");
+    let bytes = f(&parts, "bytes_per_clock") / f(&whole, "bytes_per_clock");
+    let (a, b) = (f(&whole, "wall_s"), f(&parts, "wall_s"));
+    let (oa, ob) = (f(&whole, "objective"), f(&parts, "objective"));
+    eprintln!(
+        "simulated: whole {a:.3} s, 4 parts {b:.3} s; bytes per clock {bytes:.3} of whole's; \
+         objective {oa:.4} against {ob:.4}"
+    );
+    assert!((bytes - 1.0).abs() < 0.05, "{bytes}");
+    assert!(b < 0.95 * a, "whole {a} s, 4 parts {b} s");
+    assert!((ob / oa - 1.0).abs() < 0.02, "{oa} against {ob}");
 }
 
 #[test]

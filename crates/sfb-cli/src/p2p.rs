@@ -281,7 +281,8 @@ pub struct NetArgs {
     /// results do not change (under BSP, bitwise). Between parts a peer applies what has
     /// arrived that it may (under SSP and async). SFB with MLR or sparse coding (models
     /// with one pair per sample); not with --relay, --partial gossip|tree, --compress,
-    /// --prioritize, --aggregate or --rejoin.
+    /// --aggregate or --rejoin. With --prioritize the clock's budget is shared out over
+    /// its parts, each sending its share, most important first, as it is computed.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub send_parts: usize,
 }

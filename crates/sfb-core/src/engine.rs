@@ -146,8 +146,12 @@ pub struct Config {
     /// a peer also applies what has arrived that it may already apply (under SSP and
     /// async: late batches of earlier clocks), unless it checkpoints. Needs a model whose
     /// batches are separable ([`Model::separable`]); not with relay, the gossip or tree
-    /// modes, `compress`, `prioritize` or `aggregate`. Every peer of a run must use the
-    /// same. Default: 1 (the whole clock at its end).
+    /// modes, `compress` or `aggregate`. With `prioritize` the clock's budget (at most K
+    /// pairs) is shared out evenly over its parts, and each part sends its share of its
+    /// own and the backlog's pairs in the policy's order as soon as it is computed
+    /// (Bösen's managed communication: within a budget, during the clock, most important
+    /// first). Every peer of a run must use the same. Default: 1 (the whole clock at its
+    /// end).
     pub send_parts: usize,
 }
 
@@ -356,7 +360,6 @@ impl Config {
             (self.gossip.is_some(), "the gossip mode (--partial gossip)"),
             (self.tree.is_some(), "the tree mode (--partial tree)"),
             (self.compress.is_some(), "--compress"),
-            (self.prioritize.is_some(), "--prioritize"),
             (self.aggregate.is_some(), "--aggregate"),
         ];
         match others.iter().find(|c| c.0) {
@@ -617,6 +620,68 @@ struct PeerSide {
     /// The parts received of each in-neighbour's clock in progress, as one batch, with
     /// how many parts they were.
     parts_in: BTreeMap<PeerId, (FactorBatch, usize)>,
+    /// A prioritizing peer's clock in progress sent in parts: its budget and how much of
+    /// it the parts so far were given.
+    part_budget: Option<PartBudget>,
+}
+
+/// The budget of a clock sent in parts under `--prioritize` (`--send-parts`): the clock's
+/// budget `B` (at most its K pairs, so that the parts' pairs fit the clock the receivers
+/// expect) shared out evenly, part `i` of `n` allowed `⌊(i+1)B/n⌋ − ⌊iB/n⌋` pairs of its
+/// own and the backlog's, chosen as they are computed.
+#[derive(Debug, Clone, Copy)]
+struct PartBudget {
+    budget: usize,
+    cap: usize,
+    parts: usize,
+    done: usize,
+}
+
+impl PartBudget {
+    /// The budget of a clock of `k` pairs in `parts` parts, started now (the link's meter
+    /// closes the last clock).
+    fn begin(p: &mut crate::Prioritizer, k: usize, parts: usize) -> Self {
+        let allowed = p.begin_clock(k);
+        Self {
+            budget: allowed.min(k),
+            cap: k.max(allowed),
+            parts: parts.max(1),
+            done: 0,
+        }
+    }
+
+    /// The next part's pairs, chosen from it and the backlog.
+    fn select(
+        &mut self,
+        p: &mut crate::Prioritizer,
+        fb: FactorBatch,
+        w: ArrayView2<'_, f32>,
+    ) -> (FactorBatch, crate::prioritize::PriorityStats) {
+        let share = |i: usize| i * self.budget / self.parts;
+        let allow = share(self.done + 1) - share(self.done);
+        self.done += 1;
+        let (out, mut stats) = p.select_part(fb, w, allow, self.cap);
+        stats.allowed = self.budget;
+        (out, stats)
+    }
+}
+
+/// Records a prioritizer's choice of one batch or part in the peer's metrics.
+fn note_priority<M: Model>(
+    worker: &mut Worker<M>,
+    p: &crate::Prioritizer,
+    stats: &crate::prioritize::PriorityStats,
+    took_s: f64,
+) {
+    if p.spec().budget == crate::Budget::Measured {
+        worker.metrics.send_budget = Some(stats.allowed as u64);
+        worker.metrics.link_bytes_per_s = p.link_rate();
+    }
+    worker.metrics.compress_s += took_s;
+    worker.metrics.held_back_pairs = stats.backlog as u64;
+    worker.metrics.lost_sq += stats.lost_sq;
+    worker.metrics.computed_sq += stats.computed_sq;
+    worker.metrics.top_sq += stats.top_sq;
 }
 
 /// A relaying peer's view of the trees ([`crate::relay`]).
@@ -1326,18 +1391,20 @@ impl<M: Model> Side<M> for PeerSide {
         let clock_work = work - std::mem::replace(&mut self.work_seen, work);
         if let Some(p) = &mut self.prioritizer {
             let t0 = time.now();
-            p.set_work(clock_work);
-            let (out, stats) = p.select(fb, self.replica.w());
-            if p.spec().budget == crate::Budget::Measured {
-                worker.metrics.send_budget = Some(stats.allowed as u64);
-                worker.metrics.link_bytes_per_s = p.link_rate();
-            }
-            worker.metrics.compress_s += secs(t0, time.now());
+            let (out, stats) = match self.part_budget.take() {
+                // The clock's last part; the clock's work sizes the next clock's budget.
+                Some(mut pb) => {
+                    let chosen = pb.select(p, fb, self.replica.w());
+                    p.set_work(clock_work);
+                    chosen
+                }
+                None => {
+                    p.set_work(clock_work);
+                    p.select(fb, self.replica.w())
+                }
+            };
             fb = out;
-            worker.metrics.held_back_pairs = stats.backlog as u64;
-            worker.metrics.lost_sq += stats.lost_sq;
-            worker.metrics.computed_sq += stats.computed_sq;
-            worker.metrics.top_sq += stats.top_sq;
+            note_priority(worker, p, &stats, secs(t0, time.now()));
         }
         if self.wire == wire::Dtype::F16 {
             wire::round_to_f16(&mut fb);
@@ -1372,15 +1439,24 @@ impl<M: Model> Side<M> for PeerSide {
         Ok(())
     }
 
-    /// Rounds the part for the wire if needed, queues it for every out-neighbour and keeps
-    /// it with the clock's earlier parts.
+    /// Chooses the part's pairs under the clock's budget if the peer prioritizes, rounds
+    /// the part for the wire if needed, queues it for every out-neighbour and keeps it
+    /// with the clock's earlier parts.
     fn emit_part(
         &mut self,
         worker: &mut Worker<M>,
         mut fb: FactorBatch,
         time: &mut dyn TimeSource,
     ) -> Result<()> {
-        let _ = time;
+        if let Some(p) = &mut self.prioritizer {
+            let t0 = time.now();
+            let pb = self.part_budget.get_or_insert_with(|| {
+                PartBudget::begin(p, worker.plan.batch_size, worker.plan.parts)
+            });
+            let (out, stats) = pb.select(p, fb, self.replica.w());
+            fb = out;
+            note_priority(worker, p, &stats, secs(t0, time.now()));
+        }
         if self.wire == wire::Dtype::F16 {
             wire::round_to_f16(&mut fb);
         }
@@ -1388,7 +1464,11 @@ impl<M: Model> Side<M> for PeerSide {
         let msg = Message::Part {
             batch: Arc::clone(&fb),
         };
+        let before = worker.metrics.bytes_sent;
         self.to_out_neighbors(worker, &msg);
+        if let Some(p) = &mut self.prioritizer {
+            p.sent(worker.metrics.bytes_sent - before, fb.len());
+        }
         match &mut self.own_parts {
             Some(all) => all.append(&fb)?,
             None => self.own_parts = Some(Arc::unwrap_or_clone(fb)),
@@ -1632,6 +1712,7 @@ impl<M: Model> Engine<M> {
                 steps: crate::bound::StepBound::new(cfg.step_bound),
                 own_parts: None,
                 parts_in: BTreeMap::new(),
+                part_budget: None,
             },
             worker,
             cfg,

@@ -151,8 +151,8 @@ impl FactorBatch {
 
     /// Appends `later`'s pairs after this batch's: the next part of the same origin's
     /// clock ([`crate::Config::send_parts`]). Both batches must be of one origin, clock,
-    /// scale and shape, and both dense or both sparse in `v`; on an error `self` is
-    /// unchanged.
+    /// scale and shape; where one is dense in `v` and the other sparse, the whole goes
+    /// dense. On an error `self` is unchanged.
     ///
     /// # Errors
     /// [`Error::BadPart`] naming what differs.
@@ -206,15 +206,15 @@ impl FactorBatch {
                 indices.extend_from_slice(i);
                 values.extend_from_slice(x);
             }
-            _ => {
-                return Err(Error::BadPart {
-                    origin: later.origin,
-                    clock: later.clock,
-                    reason: "a part's v is dense where the clock's earlier parts are sparse, \
-                             or sparse where they are dense"
-                        .into(),
-                });
+            (VFactors::Sparse { .. }, VFactors::Dense(w)) => {
+                // A dense part after sparse ones (a prioritized part that carries a merged,
+                // dense pair): the clock's batch goes dense, as the prioritizer's own
+                // batches do.
+                let mut v = self.dense_v();
+                v.extend_from_slice(w);
+                self.v = VFactors::Dense(v);
             }
+            (VFactors::Dense(v), VFactors::Sparse { .. }) => v.extend_from_slice(&later.dense_v()),
         }
         self.u.extend_from_slice(&later.u);
         Ok(())
@@ -234,6 +234,24 @@ impl FactorBatch {
     /// Whether the batch holds no pairs.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// `v` as K × D dense rows (a copy).
+    fn dense_v(&self) -> Vec<f32> {
+        match &self.v {
+            VFactors::Dense(v) => v.clone(),
+            VFactors::Sparse { .. } => {
+                let mut out = vec![0.0f32; self.len() * self.d];
+                for (p, row) in out.chunks_exact_mut(self.d.max(1)).enumerate() {
+                    if let VRow::Sparse(idx, vals) = self.v_row(p) {
+                        for (&c, &x) in idx.iter().zip(vals) {
+                            row[c as usize] = x;
+                        }
+                    }
+                }
+                out
+            }
+        }
     }
 
     /// `u` of pair `i`.
@@ -589,5 +607,59 @@ impl SvList {
         self.values.clear();
         self.kind = None;
         self.k = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(v: VFactors, pairs: usize) -> FactorBatch {
+        FactorBatch {
+            origin: PeerId(1),
+            clock: 3,
+            scale: -0.5,
+            j: 2,
+            d: 3,
+            u: (0..pairs * 2).map(|x| x as f32).collect(),
+            v,
+        }
+    }
+
+    fn sparse() -> FactorBatch {
+        // Rows {0: 1.0} and {1: 2.0, 2: 3.0}.
+        batch(
+            VFactors::Sparse {
+                indptr: vec![0, 1, 3],
+                indices: vec![0, 1, 2],
+                values: vec![1.0, 2.0, 3.0],
+            },
+            2,
+        )
+    }
+
+    /// A clock's parts may mix sparse and dense `v` (a prioritized part carries merged,
+    /// dense pairs): the whole goes dense, every pair's values where they were.
+    #[test]
+    fn parts_of_both_kinds_append_to_one_dense_batch() {
+        let dense = batch(VFactors::Dense(vec![4.0, 5.0, 6.0]), 1);
+        let want = vec![1.0, 0.0, 0.0, 0.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let mut a = sparse();
+        a.append(&dense).unwrap();
+        assert_eq!(a.len(), 3);
+        assert_eq!(a.v, VFactors::Dense(want.clone()));
+        assert_eq!(a.u, [0.0, 1.0, 2.0, 3.0, 0.0, 1.0]);
+        let mut b = batch(VFactors::Dense(vec![4.0, 5.0, 6.0]), 1);
+        b.append(&sparse()).unwrap();
+        assert_eq!(b.v, VFactors::Dense([&want[6..], &want[..6]].concat()));
+        // Sparse after sparse stays sparse; another clock is refused and changes nothing.
+        let mut c = sparse();
+        c.append(&sparse()).unwrap();
+        assert!(matches!(c.v, VFactors::Sparse { .. }));
+        let mut other = dense.clone();
+        other.clock = 4;
+        let before = c.clone();
+        assert!(c.append(&other).is_err());
+        assert_eq!(c, before);
     }
 }

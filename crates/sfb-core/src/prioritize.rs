@@ -34,6 +34,14 @@
 //! held back is sent as it is (bitwise the same run as without `--prioritize`). The peer
 //! applies exactly what it sends, so under BSP every replica stays the same.
 //!
+//! **A clock sent in parts** (`--send-parts N`): the clock's budget `B` (at most its K
+//! pairs, what a receiver takes a clock to hold) is shared out evenly, part `i` allowed
+//! `⌊(i+1)B/N⌋ − ⌊iB/N⌋` pairs ([`Prioritizer::begin_clock`],
+//! [`Prioritizer::select_part`]); each part chooses from its own pairs and the backlog as
+//! it is computed, and what it does not send waits in the same backlog, bounded at the
+//! clock's `max(K, B)`. So the pairs go during the clock, within the budget, most
+//! important first: Bösen's managed communication.
+//!
 //! **Optimizers**: the sent pairs are raw gradient pairs under their own scale; every
 //! method applies its rule to them as to any batch (a held-back pair's step is taken when
 //! it is sent, with the method's state of that clock).
@@ -463,9 +471,43 @@ impl Prioritizer {
         w: ArrayView2<'_, f32>,
     ) -> (FactorBatch, PriorityStats) {
         let k = fb.len();
-        self.shape = (fb.j, fb.d);
+        let allow = self.begin_clock(k);
+        self.choose(fb, w, allow, k.max(allow))
+    }
+
+    /// Starts a clock of `k` computed pairs: the link's meter closes the last clock, and
+    /// the pairs the clock may send are returned ([`allowed`](Self::allowed)). A clock
+    /// sent whole starts in [`select`](Self::select); a clock sent in parts
+    /// (`--send-parts`) starts here and sends each part through
+    /// [`select_part`](Self::select_part).
+    pub fn begin_clock(&mut self, k: usize) -> usize {
         self.link.close_clock();
-        let allow = self.allowed(k);
+        self.allowed(k)
+    }
+
+    /// Chooses what one part `fb` of a clock sends: at most `allow` pairs of `fb`'s and
+    /// the backlog's, in the policy's order, keeping the rest, with the backlog bounded
+    /// by `cap` pairs (one clock's worth: `max(K, budget)` of the clock, not of the
+    /// part). A part's `allow` may be 0: everything waits.
+    pub fn select_part(
+        &mut self,
+        fb: FactorBatch,
+        w: ArrayView2<'_, f32>,
+        allow: usize,
+        cap: usize,
+    ) -> (FactorBatch, PriorityStats) {
+        self.choose(fb, w, allow, cap.max(1))
+    }
+
+    fn choose(
+        &mut self,
+        fb: FactorBatch,
+        w: ArrayView2<'_, f32>,
+        allow: usize,
+        cap: usize,
+    ) -> (FactorBatch, PriorityStats) {
+        let k = fb.len();
+        self.shape = (fb.j, fb.d);
         let mut stats = PriorityStats {
             pairs_in: k + self.backlog.len(),
             pairs_out: k,
@@ -488,7 +530,6 @@ impl Prioritizer {
         all.extend(self.split(&fb));
         self.order(&mut all, w, fb.clock, fb.origin.0);
         let rest = all.split_off(allow.min(all.len()));
-        let cap = k.max(allow);
         if rest.len() > cap {
             stats.merged_pairs = rest.len();
             let (held, lost) = merge(&rest, fb.j, fb.d, cap);

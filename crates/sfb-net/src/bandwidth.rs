@@ -76,6 +76,14 @@ impl Bucket {
 
     /// Reserves `n` bytes; returns how long the caller must wait before sending them.
     pub fn reserve(&self, n: usize) -> Duration {
+        self.reserve_held(n).0
+    }
+
+    /// [`reserve`](Self::reserve), also returning how many of the `n` bytes the bucket
+    /// holds back (those beyond its tokens; the rest go through at once, from its burst
+    /// or what idle time refilled). Those bytes over the wait are the rate the bucket
+    /// lets through, which is what a link meter reads from it.
+    pub fn reserve_held(&self, n: usize) -> (Duration, usize) {
         let mut s = self.state.lock().expect("bucket lock");
         let now = Instant::now();
         let refill = now.saturating_duration_since(s.last).as_secs_f64() * self.rate;
@@ -83,9 +91,10 @@ impl Bucket {
         s.last = now;
         s.tokens -= n as f64;
         if s.tokens >= 0.0 {
-            Duration::ZERO
+            (Duration::ZERO, 0)
         } else {
-            Duration::from_secs_f64(-s.tokens / self.rate)
+            let held = (-s.tokens).min(n as f64).ceil() as usize;
+            (Duration::from_secs_f64(-s.tokens / self.rate), held)
         }
     }
 
@@ -120,5 +129,20 @@ mod tests {
         // A second reservation queues behind the first.
         let wait2 = b.reserve(500).as_secs_f64();
         assert!(wait2 > wait + 0.45, "{wait2}");
+    }
+
+    /// What a bucket holds back of a reservation: the bytes beyond its tokens, at most
+    /// the reservation (a debt left by earlier ones makes the wait longer, not the bytes
+    /// held more).
+    #[test]
+    fn the_bytes_held_back_are_those_beyond_the_tokens() {
+        let b = Bucket::new(Rate(1.0), 100);
+        assert_eq!(b.reserve_held(60), (Duration::ZERO, 0));
+        // 40 tokens left (a rate of 1 B/s refills nothing that counts here).
+        let (wait, held) = b.reserve_held(100);
+        assert!((60..=61).contains(&held), "{held}");
+        assert!(wait.as_secs_f64() > 59.0, "{wait:?}");
+        let (_, held) = b.reserve_held(10);
+        assert_eq!(held, 10);
     }
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use ndarray::{Array2, ArrayView2};
 use sfb_core::wire::Message;
 use sfb_core::{
-    Config, Consistency, Engine, Error, FactorBatch, ManualTime, Model, ModelError, PeerId,
-    Progress, Shard, SvList, VFactors,
+    Budget, Config, Consistency, Engine, Error, FactorBatch, ManualTime, Model, ModelError, PeerId,
+    Policy, Prioritize, Progress, Shard, SvList, VFactors,
 };
 
 /// Multi-output least squares, one pair per sample: separable.
@@ -79,7 +79,16 @@ fn engine(cfg: Config) -> Engine<Ls> {
 
 /// Drives every engine round-robin until all are done, delivering each output at once;
 /// returns the replicas and the kinds of frames sent.
-fn run(mut engines: Vec<Engine<Ls>>) -> (Vec<Array2<f32>>, Vec<&'static str>) {
+fn run(engines: Vec<Engine<Ls>>) -> (Vec<Array2<f32>>, Vec<&'static str>) {
+    let (ws, sent) = run_counting(engines);
+    (ws, sent.into_iter().map(|(kind, _, _)| kind).collect())
+}
+
+/// A frame sent: its kind, its sender and its pairs (0 for frames without a batch).
+type Sent = (&'static str, u32, usize);
+
+/// [`run`], returning each frame sent.
+fn run_counting(mut engines: Vec<Engine<Ls>>) -> (Vec<Array2<f32>>, Vec<Sent>) {
     let mut time = ManualTime::default();
     let mut kinds = Vec::new();
     let mut done = vec![false; engines.len()];
@@ -93,8 +102,12 @@ fn run(mut engines: Vec<Engine<Ls>>) -> (Vec<Array2<f32>>, Vec<&'static str>) {
                 done[i] = true;
             }
             while let Some(out) = engines[i].poll_output() {
-                kinds.push(out.msg.kind());
                 let from = engines[i].config().id;
+                let pairs = match &out.msg {
+                    Message::Part { batch } | Message::Factors { batch, .. } => batch.len(),
+                    _ => 0,
+                };
+                kinds.push((out.msg.kind(), from.0, pairs));
                 engines[out.to.index()]
                     .on_message(from, out.msg, &mut time)
                     .unwrap();
@@ -130,6 +143,57 @@ fn a_clock_sent_in_parts_is_the_same_run_bitwise() {
     // replica still ends with every update (this drive delivers at once, so alike).
     let (ssp, _) = run(cluster(3, 3, &Consistency::Ssp { staleness: 2 }));
     assert!(ssp.windows(2).all(|w| w[0] == w[1]));
+}
+
+/// Under `--prioritize` a clock's budget is shared out over its parts, each part sending
+/// its share of its own and the held-back pairs as it is computed: under BSP every replica
+/// stays the same, each clock sends exactly its budget, and a budget of K sends every part
+/// as it is (the run of no budget, bitwise).
+#[test]
+fn prioritized_parts_send_the_clocks_budget_in_shares() {
+    let prioritized = |parts: usize, pairs: usize| -> Vec<Engine<Ls>> {
+        (0..3)
+            .map(|id| {
+                let mut cfg = config(id, 3, parts, Consistency::Bsp);
+                cfg.prioritize = Some(Prioritize {
+                    policy: Policy::Magnitude,
+                    budget: Budget::Pairs(pairs),
+                    seed: 1,
+                });
+                engine(cfg)
+            })
+            .collect()
+    };
+    let (unbudgeted, _) = run(cluster(3, 3, &Consistency::Bsp));
+    let (full, _) = run(prioritized(3, 5));
+    assert_eq!(full, unbudgeted, "a budget of K: every part as it is");
+    let (ws, sent) = run_counting(prioritized(3, 2));
+    assert!(ws.windows(2).all(|w| w[0] == w[1]), "BSP: one replica");
+    assert_ne!(ws[0], unbudgeted[0], "2 pairs of 5 a clock send less");
+    // Parts of 1, 2 and 2 samples; a budget of 2 in shares of 0, 1 and 1 pairs.
+    let from0: Vec<(&str, usize)> = sent
+        .iter()
+        .filter(|&&(kind, from, _)| from == 0 && kind != "stop")
+        .map(|&(kind, _, pairs)| (kind, pairs))
+        .collect();
+    assert_eq!(
+        from0.len(),
+        2 * 20 * 3,
+        "two out-neighbours, 20 clocks, 3 parts"
+    );
+    for clock in from0.chunks(6) {
+        assert_eq!(
+            clock,
+            [
+                ("part", 0),
+                ("part", 0),
+                ("part", 1),
+                ("part", 1),
+                ("factors", 1),
+                ("factors", 1)
+            ]
+        );
+    }
 }
 
 fn part(origin: u32, clock: u64, pairs: usize) -> FactorBatch {

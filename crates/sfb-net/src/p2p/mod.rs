@@ -231,31 +231,31 @@ pub struct NetStats {
     busy: std::sync::Mutex<Busy>,
 }
 
-/// One frame being written ([`NetStats::writing`]).
-struct Writing<'a> {
-    stats: &'a NetStats,
-    bytes: u64,
-}
-
-impl Writing<'_> {
-    /// The frame's `bytes` went through.
-    fn finished(mut self, bytes: u64) {
-        self.bytes = bytes;
-    }
-}
-
-impl Drop for Writing<'_> {
-    fn drop(&mut self) {
-        self.stats.write_ended(self.bytes);
-    }
-}
-
-/// [`NetStats::busy`].
+/// [`NetStats::busy`]: the spans the link held a writer back, not yet counted, and how far
+/// the counted ones reach.
 #[derive(Debug, Default)]
 struct Busy {
-    writing: usize,
-    since: Option<Instant>,
+    spans: Vec<(Instant, Instant, u64)>,
+    counted_until: Option<Instant>,
     done: crate::driver::Egress,
+}
+
+impl Busy {
+    /// Counts the recorded spans: their bytes, and the time at least one of them covers
+    /// (concurrent writers share the node's link, so their spans are merged, and a span
+    /// recorded late is counted only past what was counted before).
+    fn count(&mut self) {
+        let mut spans = std::mem::take(&mut self.spans);
+        spans.sort_by_key(|s| s.0);
+        for (start, end, bytes) in spans {
+            self.done.bytes += bytes;
+            let from = self.counted_until.map_or(start, |c| c.max(start));
+            if end > from {
+                self.done.busy += end - from;
+                self.counted_until = Some(end);
+            }
+        }
+    }
 }
 
 impl NetStats {
@@ -275,57 +275,31 @@ impl NetStats {
         }
     }
 
-    /// A writer starts writing a frame; it is done when the guard is
-    /// [`finished`](Writing::finished) or dropped (a write cancelled counts no bytes), so
-    /// the meter never stays busy after a writer that went away mid-frame.
-    fn writing(&self) -> Writing<'_> {
-        self.write_started();
-        Writing {
-            stats: self,
-            bytes: 0,
-        }
-    }
-
-    fn write_started(&self) {
-        let mut b = self
-            .busy
+    /// A writer got `bytes` through between `start` and `end` and the link held it back
+    /// for them: the token bucket made it wait, or the stream did not take them at once
+    /// (yamux's flow-control window, which the receiver's reads open, or a full socket).
+    /// Bytes that went through without waiting (a bucket's burst, room in a buffer) say
+    /// nothing of the link's rate and are not counted.
+    fn held_back(&self, start: Instant, end: Instant, bytes: u64) {
+        self.busy
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if b.writing == 0 {
-            b.since = Some(Instant::now());
-        }
-        b.writing += 1;
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .spans
+            .push((start, end, bytes));
     }
 
-    /// A writer is done with a frame of `bytes` (written, or failed: 0).
-    fn write_ended(&self, bytes: u64) {
-        let mut b = self
-            .busy
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        b.writing = b.writing.saturating_sub(1);
-        b.done.bytes += bytes;
-        if b.writing == 0
-            && let Some(t) = b.since.take()
-        {
-            b.done.busy += t.elapsed();
-        }
-    }
-
-    /// The frame bytes this peer's writers have written and the time at least one of
-    /// them was writing (waiting on the stream's flow-control window, the socket or the
-    /// token bucket): the link's measured rate, which [`Links::egress`] hands the driver
-    /// loop. Frames still being written count their time so far, not yet their bytes.
+    /// The bytes the link held this peer's writers back for and the time it held at
+    /// least one of them back ([`held_back`](Self::held_back)): the link's measured rate,
+    /// which [`Links::egress`] hands the driver loop. Only bytes that had to wait count,
+    /// so a token bucket's burst, or a socket buffer with room, does not read as
+    /// bandwidth; a link that never holds a writer back measures nothing.
     pub fn egress(&self) -> crate::driver::Egress {
-        let b = self
+        let mut b = self
             .busy
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut e = b.done;
-        if let Some(t) = b.since {
-            e.busy += t.elapsed();
-        }
-        e
+        b.count();
+        b.done
     }
 
     fn mark_write(&self, started: Instant) {

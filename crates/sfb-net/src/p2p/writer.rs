@@ -271,23 +271,39 @@ impl Writer {
             let len = (buf.len() as u32).to_le_bytes();
             let mut pieces: Vec<&[u8]> = vec![&len];
             pieces.extend(buf.chunks(CHUNK));
-            let writing = self.stats.writing();
+            let last = pieces.len() - 1;
             let written = async {
-                for piece in pieces {
+                for (i, piece) in pieces.into_iter().enumerate() {
+                    let t0 = Instant::now();
+                    let mut held = 0;
                     if let Some(b) = &self.bucket {
-                        let wait = b.reserve(piece.len());
+                        let wait;
+                        (wait, held) = b.reserve_held(piece.len());
                         if !wait.is_zero() {
                             tokio::time::sleep(wait).await;
                         }
                     }
-                    stream.write_all(piece).await?;
+                    let mut w = Pushback::new(&mut stream);
+                    w.write_all(piece).await?;
+                    if i == last {
+                        w.flush().await?;
+                    }
+                    // With a token bucket the bucket is the link: the bytes beyond its
+                    // tokens were held back (a stream that makes a write wait a moment
+                    // on the loopback says nothing of it). Without one the stream is:
+                    // its window or socket held all of the piece back.
+                    if self.bucket.is_none() && w.pushed_back {
+                        held = piece.len();
+                    }
+                    if held > 0 {
+                        self.stats.held_back(t0, Instant::now(), held as u64);
+                    }
                 }
-                stream.flush().await
+                Ok::<(), std::io::Error>(())
             }
             .await;
             let bytes = buf.len() as u64 + 4;
             written.map_err(|e| io(frames, e))?;
-            writing.finished(bytes);
             last_write = tokio::time::Instant::now();
             frames += 1;
             self.stats.sent[to].fetch_add(bytes, Ordering::Relaxed);
@@ -301,6 +317,54 @@ impl Writer {
     }
 }
 
+/// A stream's writing half that notes whether the stream ever made it wait
+/// ([`Poll::Pending`](std::task::Poll::Pending)): the link holding the writer back.
+struct Pushback<'a, S> {
+    inner: &'a mut S,
+    pushed_back: bool,
+}
+
+impl<'a, S> Pushback<'a, S> {
+    fn new(inner: &'a mut S) -> Self {
+        Self {
+            inner,
+            pushed_back: false,
+        }
+    }
+
+    fn note<T>(&mut self, p: std::task::Poll<T>) -> std::task::Poll<T> {
+        self.pushed_back |= p.is_pending();
+        p
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Pushback<'_, S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let p = std::pin::Pin::new(&mut *self.inner).poll_write(cx, buf);
+        self.note(p)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let p = std::pin::Pin::new(&mut *self.inner).poll_flush(cx);
+        self.note(p)
+    }
+
+    fn poll_close(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let p = std::pin::Pin::new(&mut *self.inner).poll_close(cx);
+        self.note(p)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io;
@@ -309,6 +373,7 @@ mod tests {
     use std::task::{Context, Poll};
 
     use super::*;
+    use crate::driver::Egress;
     use crate::p2p::NetStats;
 
     /// A stream that keeps what is written (or refuses every write when `broken`) and
@@ -318,17 +383,23 @@ mod tests {
         written: Arc<Mutex<Vec<u8>>>,
         attempts: Arc<std::sync::atomic::AtomicUsize>,
         broken: bool,
+        /// Every other write waits once first (a stream whose window or socket is full).
+        stalls: bool,
     }
 
     impl AsyncWrite for Sink {
         fn poll_write(
             self: Pin<&mut Self>,
-            _: &mut Context<'_>,
+            cx: &mut Context<'_>,
             b: &[u8],
         ) -> Poll<io::Result<usize>> {
-            self.attempts.fetch_add(1, Ordering::Relaxed);
+            let n = self.attempts.fetch_add(1, Ordering::Relaxed);
             if self.broken {
                 return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+            }
+            if self.stalls && n.is_multiple_of(2) {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
             self.written.lock().unwrap().extend_from_slice(b);
             Poll::Ready(Ok(b.len()))
@@ -433,6 +504,66 @@ mod tests {
         );
         // The byte counter holds the two frames alone.
         assert_eq!(w.stats.sent[1].load(Ordering::Relaxed), (3 + 4) + (1 + 4));
+    }
+
+    /// Writes `frames` frames of `len` bytes through `w` to `sink`, waiting until they are
+    /// all through; returns what the link meter read for them.
+    async fn metered(w: &Arc<Writer>, sink: &Sink, frames: usize, len: usize) -> Egress {
+        let before = w.stats.egress();
+        let sent = w.stats.sent[1].load(Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(frames);
+        let task = {
+            let (w, sink) = (Arc::clone(w), sink.clone());
+            tokio::spawn(async move { w.send(sink, rx).await })
+        };
+        for _ in 0..frames {
+            tx.send(Arc::new(vec![7; len])).await.unwrap();
+        }
+        drop(tx);
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("the writer ends")
+            .unwrap()
+            .unwrap();
+        let total = (frames * (len + 4)) as u64;
+        assert_eq!(w.stats.sent[1].load(Ordering::Relaxed) - sent, total);
+        let after = w.stats.egress();
+        Egress {
+            bytes: after.bytes - before.bytes,
+            busy: after.busy - before.busy,
+        }
+    }
+
+    /// The link's meter (`--prioritize POLICY:auto`) counts only bytes the link held the
+    /// writer back for: a stream that takes everything at once, or a token bucket's
+    /// burst, measures nothing; a stream that makes every write wait counts every byte;
+    /// past the burst the bucket's waits measure its rate, not more.
+    #[tokio::test]
+    async fn the_link_meter_counts_only_bytes_the_link_held_back() {
+        let w = Arc::new(writer(Duration::from_secs(60)));
+        let free = metered(&w, &Sink::default(), 3, 100_000).await;
+        assert_eq!(free, Egress::default(), "nothing waited");
+        let stalling = Sink {
+            stalls: true,
+            ..Sink::default()
+        };
+        let held = metered(&w, &stalling, 3, 100_000).await;
+        assert_eq!(held.bytes, 3 * (100_000 + 4), "{held:?}");
+        assert!(held.busy > Duration::ZERO, "{held:?}");
+
+        let rate = 4e6;
+        let mut paced = writer(Duration::from_secs(60));
+        paced.bucket = Some(Arc::new(Bucket::new(crate::bandwidth::Rate(rate), 1 << 20)));
+        let paced = Arc::new(paced);
+        // Within the bucket's burst of 1 MiB: through at once, nothing measured.
+        let burst = metered(&paced, &Sink::default(), 3, 256 * 1024).await;
+        assert_eq!(burst, Egress::default(), "the burst is not bandwidth");
+        // Past it the bytes beyond the tokens wait: the rate, not more (a waiting task
+        // that is late only lowers it).
+        let past = metered(&paced, &Sink::default(), 6, 256 * 1024).await;
+        let measured = past.bytes as f64 / past.busy.as_secs_f64();
+        assert!(past.bytes >= 4 * 256 * 1024, "{past:?}");
+        assert!(measured < 1.05 * rate, "{measured} B/s against {rate}");
     }
 
     #[tokio::test]
