@@ -18,8 +18,14 @@ pub const PROTOCOL: &str = "/sfb/factors/1";
 /// agreed stop; 7: membership notices and rejoin states are engine-codec messages
 /// ([`sfb_core::wire::Message::Notice`], [`sfb_core::wire::Message::State`]), not a
 /// transport format of their own; a peer of another version is refused at the handshake,
-/// naming the versions).
-pub const PROTOCOL_VERSION: u32 = 7;
+/// naming the versions; 8: the reader acknowledges every frame it reads with one
+/// [`FRAME_ACK`] byte back on the stream, from which the writer measures the link).
+pub const PROTOCOL_VERSION: u32 = 8;
+
+/// The byte a reader writes back on its stream for every frame (not heartbeat) it has read
+/// whole: the writer's acknowledgement that the frame is through the link, from which it
+/// measures the rate the link carries (the time some frame was unacknowledged).
+pub const FRAME_ACK: u8 = 0xAC;
 
 /// A heartbeat as it goes on the wire: the length prefix of an empty frame. A writer sends
 /// one when it has sent nothing for a while; the reader takes it as a sign of life and

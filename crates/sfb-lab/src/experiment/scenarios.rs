@@ -2172,7 +2172,7 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
         targets.join("; ")
     );
     report.notes.push(format!(
-        "Bösen's claim: managed communication measures the bandwidth it gets and adapts to it, rather than to the configured rate. The rate here is measured from the NIC's busy time (on libp2p, from the writers' time blocked on the stream's flow-control window); the configured {bandwidth} drops to a {RATE_DROP}th of it over the window. Here: {}.",
+        "Bösen's claim: managed communication measures the bandwidth it gets and adapts to it, rather than to the configured rate. The rate here is measured from the NIC's busy time (on libp2p, from the token bucket's waits, or under --netns from each frame's time to the receiver's acknowledgement); the configured {bandwidth} drops to a {RATE_DROP}th of it over the window. Here: {}.",
         verdicts.join("; ")
     ));
     Ok(report)

@@ -275,11 +275,12 @@ impl NetStats {
         }
     }
 
-    /// A writer got `bytes` through between `start` and `end` and the link held it back
-    /// for them: the token bucket made it wait, or the stream did not take them at once
-    /// (yamux's flow-control window, which the receiver's reads open, or a full socket).
-    /// Bytes that went through without waiting (a bucket's burst, room in a buffer) say
-    /// nothing of the link's rate and are not counted.
+    /// The link carried a writer's `bytes` between `start` and `end`: with a token bucket,
+    /// the bytes beyond its tokens over the time the bucket held them (a burst that waits
+    /// for nothing says nothing of the rate and is not counted); without one, a frame from
+    /// its first write (or the previous acknowledgement) to the receiver's
+    /// [`FRAME_ACK`](crate::frame::FRAME_ACK), so bytes that sit in a socket buffer count
+    /// until they are through.
     fn held_back(&self, start: Instant, end: Instant, bytes: u64) {
         self.busy
             .lock()
@@ -288,11 +289,11 @@ impl NetStats {
             .push((start, end, bytes));
     }
 
-    /// The bytes the link held this peer's writers back for and the time it held at
-    /// least one of them back ([`held_back`](Self::held_back)): the link's measured rate,
-    /// which [`Links::egress`] hands the driver loop. Only bytes that had to wait count,
-    /// so a token bucket's burst, or a socket buffer with room, does not read as
-    /// bandwidth; a link that never holds a writer back measures nothing.
+    /// The bytes the link carried for this peer's writers and the time it was carrying
+    /// at least one of them ([`held_back`](Self::held_back)): the link's measured rate,
+    /// which [`Links::egress`] hands the driver loop. A kernel shaper's own burst (tbf's
+    /// `burst`) is carried at the line's rate and so reads as more than the shaped rate
+    /// while a clock's frames fit in it.
     pub fn egress(&self) -> crate::driver::Egress {
         let mut b = self
             .busy

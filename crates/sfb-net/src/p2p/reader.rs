@@ -210,6 +210,14 @@ impl Readers {
                 }
                 Ok(Some(buf)) => {
                     let n = buf.len() as u64 + 4;
+                    // Through the link: the writer's acknowledgement (it measures the
+                    // link by them). One that cannot be written fails nothing here: the
+                    // writer learns of a broken stream from its own writes.
+                    let _ = async {
+                        stream.write_all(&[frame::FRAME_ACK]).await?;
+                        stream.flush().await
+                    }
+                    .await;
                     match wire::decode(&buf, &self.expect) {
                         // Membership news and rejoin states are the sender's own; they
                         // are not counted as the stream's frames (of clocks).

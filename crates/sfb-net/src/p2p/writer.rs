@@ -221,16 +221,78 @@ impl Writer {
     /// bandwidth budget and the byte counters: 4 bytes each, counted apart); when `rx`
     /// closes, closes the stream and waits for the receiver to finish reading.
     ///
+    /// Meanwhile it reads the receiver's [`frame::FRAME_ACK`]s and measures the link for
+    /// [`NetStats::egress`]: with a token bucket, the bytes the bucket held back over the
+    /// time it held them; without one (the kernel shapes the link, `--netns`), each frame's
+    /// bytes over the time from its first write to its acknowledgement. So bytes that sit
+    /// in a socket buffer count until they are through, and a burst that waits for nothing
+    /// is not read as bandwidth.
+    ///
     /// A heartbeat that cannot be written stops the heartbeats and fails nothing by
     /// itself: the next frame, or the close, meets the broken stream and reports it, as
     /// without heartbeats (a receiver that finished and left early is no loss).
-    pub(super) async fn send<S>(
-        &self,
-        mut stream: S,
-        mut rx: mpsc::Receiver<Arc<Vec<u8>>>,
-    ) -> Result<()>
+    pub(super) async fn send<S>(&self, stream: S, rx: mpsc::Receiver<Arc<Vec<u8>>>) -> Result<()>
     where
         S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let (mut acks, mut stream) = stream.split();
+        // Frames written and not yet acknowledged: when their first write began, and
+        // their bytes (kept only when the acknowledgements measure the link).
+        let unacked = std::sync::Mutex::new(std::collections::VecDeque::new());
+        let measure = self.bucket.is_none();
+        let read_acks = async {
+            let mut buf = [0u8; 256];
+            let mut last = None::<Instant>;
+            loop {
+                match acks.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let now = Instant::now();
+                        let mut q = unacked
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        for _ in buf[..n].iter().filter(|&&b| b == frame::FRAME_ACK) {
+                            let Some((started, bytes)) = q.pop_front() else {
+                                break;
+                            };
+                            // In flight from its first write, or from the last ack if it
+                            // was written before that (the link was busy with the one
+                            // before it).
+                            let from = last.map_or(started, |l: Instant| l.max(started));
+                            self.stats.held_back(from, now, bytes);
+                        }
+                        last = Some(now);
+                    }
+                }
+            }
+        };
+        let write = self.write_frames(&mut stream, rx, measure.then_some(&unacked));
+        tokio::pin!(read_acks, write);
+        let mut acks_ended = false;
+        let written = loop {
+            tokio::select! {
+                r = &mut write => break r,
+                () = &mut read_acks, if !acks_ended => acks_ended = true,
+            }
+        };
+        written?;
+        // Wait for the receiver to close its side: it has read everything.
+        if !acks_ended {
+            let _ = tokio::time::timeout(self.ack_timeout, read_acks).await;
+        }
+        Ok(())
+    }
+
+    /// [`send`](Self::send)'s writing: frames and heartbeats until `rx` closes, then the
+    /// close; each frame's first write and bytes go into `unacked` when it is given.
+    async fn write_frames<W>(
+        &self,
+        stream: &mut W,
+        mut rx: mpsc::Receiver<Arc<Vec<u8>>>,
+        unacked: Option<&std::sync::Mutex<std::collections::VecDeque<(Instant, u64)>>>,
+    ) -> Result<()>
+    where
+        W: AsyncWrite + Unpin,
     {
         let to = self.to;
         let mut frames = 0u64;
@@ -268,100 +330,43 @@ impl Writer {
                 }
             };
             let started = Instant::now();
+            let bytes = buf.len() as u64 + 4;
+            if let Some(q) = unacked {
+                q.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push_back((started, bytes));
+            }
             let len = (buf.len() as u32).to_le_bytes();
             let mut pieces: Vec<&[u8]> = vec![&len];
             pieces.extend(buf.chunks(CHUNK));
-            let last = pieces.len() - 1;
             let written = async {
-                for (i, piece) in pieces.into_iter().enumerate() {
-                    let t0 = Instant::now();
-                    let mut held = 0;
+                for piece in pieces {
                     if let Some(b) = &self.bucket {
-                        let wait;
-                        (wait, held) = b.reserve_held(piece.len());
+                        let t0 = Instant::now();
+                        let (wait, held) = b.reserve_held(piece.len());
                         if !wait.is_zero() {
                             tokio::time::sleep(wait).await;
                         }
-                    }
-                    let mut w = Pushback::new(&mut stream);
-                    w.write_all(piece).await?;
-                    if i == last {
-                        w.flush().await?;
-                    }
-                    // With a token bucket the bucket is the link: the bytes beyond its
-                    // tokens were held back (a stream that makes a write wait a moment
-                    // on the loopback says nothing of it). Without one the stream is:
-                    // its window or socket held all of the piece back.
-                    if self.bucket.is_none() && w.pushed_back {
-                        held = piece.len();
-                    }
-                    if held > 0 {
-                        self.stats.held_back(t0, Instant::now(), held as u64);
+                        stream.write_all(piece).await?;
+                        // The bucket is the link: the bytes beyond its tokens were held
+                        // back this long.
+                        if held > 0 {
+                            self.stats.held_back(t0, Instant::now(), held as u64);
+                        }
+                    } else {
+                        stream.write_all(piece).await?;
                     }
                 }
-                Ok::<(), std::io::Error>(())
+                stream.flush().await
             }
             .await;
-            let bytes = buf.len() as u64 + 4;
             written.map_err(|e| io(frames, e))?;
             last_write = tokio::time::Instant::now();
             frames += 1;
             self.stats.sent[to].fetch_add(bytes, Ordering::Relaxed);
             self.stats.mark_write(started);
         }
-        stream.close().await.map_err(|e| io(frames, e))?;
-        // Wait for the receiver to close its side: it has read everything.
-        let mut rest = Vec::new();
-        let _ = tokio::time::timeout(self.ack_timeout, stream.read_to_end(&mut rest)).await;
-        Ok(())
-    }
-}
-
-/// A stream's writing half that notes whether the stream ever made it wait
-/// ([`Poll::Pending`](std::task::Poll::Pending)): the link holding the writer back.
-struct Pushback<'a, S> {
-    inner: &'a mut S,
-    pushed_back: bool,
-}
-
-impl<'a, S> Pushback<'a, S> {
-    fn new(inner: &'a mut S) -> Self {
-        Self {
-            inner,
-            pushed_back: false,
-        }
-    }
-
-    fn note<T>(&mut self, p: std::task::Poll<T>) -> std::task::Poll<T> {
-        self.pushed_back |= p.is_pending();
-        p
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Pushback<'_, S> {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let p = std::pin::Pin::new(&mut *self.inner).poll_write(cx, buf);
-        self.note(p)
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let p = std::pin::Pin::new(&mut *self.inner).poll_flush(cx);
-        self.note(p)
-    }
-
-    fn poll_close(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let p = std::pin::Pin::new(&mut *self.inner).poll_close(cx);
-        self.note(p)
+        stream.close().await.map_err(|e| io(frames, e))
     }
 }
 
@@ -383,31 +388,58 @@ mod tests {
         written: Arc<Mutex<Vec<u8>>>,
         attempts: Arc<std::sync::atomic::AtomicUsize>,
         broken: bool,
-        /// Every other write waits once first (a stream whose window or socket is full).
-        stalls: bool,
+        /// Reads give a [`frame::FRAME_ACK`] for every frame written whole, as a reader
+        /// does, and end once the stream is closed (otherwise they end at once).
+        acks: bool,
+        acked: Arc<std::sync::atomic::AtomicUsize>,
+        closed: Arc<std::sync::atomic::AtomicBool>,
+        reader: Arc<Mutex<Option<std::task::Waker>>>,
+    }
+
+    impl Sink {
+        /// Frames (not heartbeats) written whole so far.
+        fn whole_frames(&self) -> usize {
+            let written = self.written.lock().unwrap();
+            let mut rest = &written[..];
+            let mut n = 0;
+            while rest.len() >= 4 {
+                let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+                if rest.len() < 4 + len {
+                    break;
+                }
+                n += usize::from(len > 0);
+                rest = &rest[4 + len..];
+            }
+            n
+        }
+
+        fn wake_reader(&self) {
+            if let Some(w) = self.reader.lock().unwrap().take() {
+                w.wake();
+            }
+        }
     }
 
     impl AsyncWrite for Sink {
         fn poll_write(
             self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
+            _: &mut Context<'_>,
             b: &[u8],
         ) -> Poll<io::Result<usize>> {
-            let n = self.attempts.fetch_add(1, Ordering::Relaxed);
+            self.attempts.fetch_add(1, Ordering::Relaxed);
             if self.broken {
                 return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
             }
-            if self.stalls && n.is_multiple_of(2) {
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
             self.written.lock().unwrap().extend_from_slice(b);
+            self.wake_reader();
             Poll::Ready(Ok(b.len()))
         }
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
             Poll::Ready(Ok(()))
         }
         fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.closed.store(true, Ordering::Relaxed);
+            self.wake_reader();
             Poll::Ready(Ok(()))
         }
     }
@@ -415,10 +447,24 @@ mod tests {
     impl AsyncRead for Sink {
         fn poll_read(
             self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            _: &mut [u8],
+            cx: &mut Context<'_>,
+            out: &mut [u8],
         ) -> Poll<io::Result<usize>> {
-            Poll::Ready(Ok(0))
+            if !self.acks {
+                return Poll::Ready(Ok(0));
+            }
+            *self.reader.lock().unwrap() = Some(cx.waker().clone());
+            let due = self.whole_frames() - self.acked.load(Ordering::Relaxed);
+            if due > 0 {
+                let n = due.min(out.len());
+                out[..n].fill(frame::FRAME_ACK);
+                self.acked.fetch_add(n, Ordering::Relaxed);
+                return Poll::Ready(Ok(n));
+            }
+            if self.closed.load(Ordering::Relaxed) {
+                return Poll::Ready(Ok(0));
+            }
+            Poll::Pending
         }
     }
 
@@ -534,29 +580,31 @@ mod tests {
         }
     }
 
-    /// The link's meter (`--prioritize POLICY:auto`) counts only bytes the link held the
-    /// writer back for: a stream that takes everything at once, or a token bucket's
-    /// burst, measures nothing; a stream that makes every write wait counts every byte;
-    /// past the burst the bucket's waits measure its rate, not more.
+    /// The link's meter (`--prioritize POLICY:auto`): without a token bucket, each frame's
+    /// bytes from its first write to the receiver's acknowledgement (a stream that never
+    /// acknowledges measures nothing); with one, only the bytes the bucket held back, so
+    /// its burst measures nothing and past it the bucket's waits measure its rate, not
+    /// more.
     #[tokio::test]
-    async fn the_link_meter_counts_only_bytes_the_link_held_back() {
+    async fn the_link_meter_counts_acknowledged_frames_or_the_buckets_waits() {
         let w = Arc::new(writer(Duration::from_secs(60)));
-        let free = metered(&w, &Sink::default(), 3, 100_000).await;
-        assert_eq!(free, Egress::default(), "nothing waited");
-        let stalling = Sink {
-            stalls: true,
+        let silent = metered(&w, &Sink::default(), 3, 100_000).await;
+        assert_eq!(silent, Egress::default(), "nothing acknowledged");
+        let acking = Sink {
+            acks: true,
             ..Sink::default()
         };
-        let held = metered(&w, &stalling, 3, 100_000).await;
-        assert_eq!(held.bytes, 3 * (100_000 + 4), "{held:?}");
-        assert!(held.busy > Duration::ZERO, "{held:?}");
+        let acked = metered(&w, &acking, 3, 100_000).await;
+        assert_eq!(acked.bytes, 3 * (100_000 + 4), "{acked:?}");
+        assert_eq!(acking.acked.load(Ordering::Relaxed), 3);
 
         let rate = 4e6;
         let mut paced = writer(Duration::from_secs(60));
         paced.bucket = Some(Arc::new(Bucket::new(crate::bandwidth::Rate(rate), 1 << 20)));
         let paced = Arc::new(paced);
-        // Within the bucket's burst of 1 MiB: through at once, nothing measured.
-        let burst = metered(&paced, &Sink::default(), 3, 256 * 1024).await;
+        // Within the bucket's burst of 1 MiB: through at once, nothing measured (the
+        // bucket is the link; acknowledgements are not counted with it).
+        let burst = metered(&paced, &acking, 3, 256 * 1024).await;
         assert_eq!(burst, Egress::default(), "the burst is not bandwidth");
         // Past it the bytes beyond the tokens wait: the rate, not more (a waiting task
         // that is late only lowers it).
