@@ -687,6 +687,7 @@ fn rate_change_shows_the_measured_budget_following_the_link() {
             "unmanaged",
             "fixed budget",
             "measured budget",
+            "measured budget, 4 parts",
         ] {
             names.push(format!("{m} {a}"));
         }
@@ -695,7 +696,8 @@ fn rate_change_shows_the_measured_budget_following_the_link() {
     let notes = v["notes"].to_string();
     for m in ["SC", "MLR"] {
         assert!(
-            notes.contains(&format!("{m}: to the target, steady")),
+            notes.contains(&format!("{m}: to the target, steady"))
+                && notes.contains("measured in 4 parts"),
             "{notes}"
         );
     }

@@ -37,6 +37,73 @@ fn half_the_pairs_per_clock_sends_half_the_bytes_and_still_learns() {
     }
 }
 
+/// Bösen's managed communication from FMS clients to the server: each client pushes at
+/// most the budget's pairs per clock, most important first, and carries the rest over. A
+/// budget of K is the run without one, bitwise; half the pairs sends about half the
+/// clients' bytes and still learns.
+#[test]
+fn fms_clients_push_under_a_budget() {
+    let dir = tempdir("prioritize", "fms");
+    // The clients' bytes (the server's pushes of W are the same in every arm), from the
+    // per-clock records: each client's last.
+    let fms_run = |name: &str, extra: &[&str]| -> (serde_json::Value, f64) {
+        let metrics = dir.join(format!("{name}.jsonl"));
+        let mut args = vec!["--backend", "fms", "--metrics", metrics.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let summary = run(&dir, name, &args);
+        let mut last = std::collections::BTreeMap::new();
+        for line in std::fs::read_to_string(&metrics).unwrap().lines() {
+            let r: serde_json::Value = serde_json::from_str(line).unwrap();
+            let peer = r["peer"].as_u64().unwrap();
+            if peer < u64::from(u32::MAX) {
+                last.insert(peer, r["bytes_sent"].as_f64().unwrap());
+            }
+        }
+        (summary, last.values().sum())
+    };
+    let (full, full_bytes) = fms_run("fms-full", &[]);
+    let (same, _) = fms_run("fms-all", &["--prioritize", "magnitude:16"]);
+    assert_eq!(same["replica_checksums"], full["replica_checksums"]);
+    let (p, half_bytes) = fms_run("fms-half", &["--prioritize", "magnitude:50%"]);
+    let ratio = half_bytes / full_bytes;
+    eprintln!(
+        "FMS clients' pushes at half the pairs: {ratio:.3} of the bytes; objective {:.4} vs \
+         {:.4}",
+        f(&p, "objective"),
+        f(&full, "objective")
+    );
+    assert!((ratio - 0.5).abs() < 0.05, "{ratio} of the bytes");
+    assert!(f(&p, "lost_update_energy") > 0.0, "{p}");
+    assert!(
+        f(&p, "objective") < 1.1 * f(&full, "objective"),
+        "{p} against {full}"
+    );
+}
+
+/// A measured budget on FMS clients (`--backend fms --prioritize magnitude:auto`): on the
+/// simulator each client measures its own NIC and pushes what it carries in a clock's
+/// work.
+#[test]
+fn fms_clients_measure_their_link_on_the_simulator() {
+    let dir = tempdir("prioritize", "fms-auto");
+    let metrics = dir.join("fms.jsonl");
+    let mut args = measured_sc_run("0");
+    args.extend_from_slice(&["--backend", "fms", "--metrics", metrics.to_str().unwrap()]);
+    run_summary(&args, &dir.join("fms.json"));
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&metrics)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| r["peer"] == 0)
+        .collect();
+    assert_eq!(records[0]["send_budget"], 32, "{}", records[0]);
+    let last = records.last().unwrap();
+    let rate = last["link_bytes_per_s"].as_f64().expect("measured");
+    assert!((rate / 3.125e6 - 1.0).abs() < 0.01, "{last}");
+    let budget = last["send_budget"].as_u64().unwrap();
+    assert!((1..32).contains(&budget), "{last}");
+}
+
 #[test]
 fn prioritization_is_refused_where_it_cannot_apply() {
     for (arg, why) in [
@@ -58,8 +125,29 @@ fn prioritization_is_refused_where_it_cannot_apply() {
             "{arg}: {e}"
         );
     }
-    let e = refused(&["--backend", "fms", "--prioritize", "magnitude:50%"]);
-    assert!(e.contains("--prioritize needs the sfb backend"), "{e}");
+    let e = refused(&[
+        "--backend",
+        "fms",
+        "--fms-push",
+        "dense",
+        "--prioritize",
+        "magnitude:50%",
+    ]);
+    assert!(
+        e.contains("--prioritize needs the sfb backend or FMS factor push"),
+        "{e}"
+    );
+    let e = refused(&[
+        "--backend",
+        "fms",
+        "--prioritize",
+        "magnitude:50%",
+        "--checkpoint-every",
+        "5",
+        "--checkpoint-dir",
+        "/tmp/sfb-never-written",
+    ]);
+    assert!(e.contains("no checkpoints with it"), "{e}");
     let e = refused(&["--prioritize", "magnitude:50%", "--compress", "rank:2"]);
     assert!(e.contains("--prioritize needs no --compress"), "{e}");
     let e = refused(&["--optimizer", "saga", "--prioritize", "magnitude:50%"]);

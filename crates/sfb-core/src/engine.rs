@@ -320,21 +320,7 @@ impl Config {
                 )
                 .into());
             }
-            match p.budget {
-                crate::Budget::Fraction(f) if !(f > 0.0 && f <= 1.0) => {
-                    return Err(ConfigError::Sending(format!(
-                        "--prioritize budget {f} is not a fraction in (0, 1]"
-                    ))
-                    .into());
-                }
-                crate::Budget::Pairs(0) => {
-                    return Err(ConfigError::Sending(
-                        "--prioritize budget of 0 pairs: nothing would ever be sent".into(),
-                    )
-                    .into());
-                }
-                _ => {}
-            }
+            check_prioritize(p)?;
         }
         self.optimizer.validate(self.lr)
     }
@@ -666,8 +652,24 @@ impl PartBudget {
     }
 }
 
-/// Records a prioritizer's choice of one batch or part in the peer's metrics.
-fn note_priority<M: Model>(
+/// Checks a prioritization's budget (SFB peers and FMS clients).
+pub(crate) fn check_prioritize(p: &crate::Prioritize) -> Result<()> {
+    match p.budget {
+        crate::Budget::Fraction(f) if !(f > 0.0 && f <= 1.0) => Err(ConfigError::Sending(format!(
+            "--prioritize budget {f} is not a fraction in (0, 1]"
+        ))
+        .into()),
+        crate::Budget::Pairs(0) => Err(ConfigError::Sending(
+            "--prioritize budget of 0 pairs: nothing would ever be sent".into(),
+        )
+        .into()),
+        _ => Ok(()),
+    }
+}
+
+/// Records a prioritizer's choice of one batch or part in the peer's (or client's)
+/// metrics.
+pub(crate) fn note_priority<M: Model>(
     worker: &mut Worker<M>,
     p: &crate::Prioritizer,
     stats: &crate::prioritize::PriorityStats,

@@ -11,7 +11,10 @@
 //!   [`PeerId::SERVER`]: its factors as [`Message::Factors`] ([`Push::Factors`], Project
 //!   Adam style, the default) or the dense `ΔW = scale · Σ u vᵀ`, computed with the apply
 //!   kernel on a zero matrix, as [`Message::Delta`] ([`Push::Dense`], the paper's FMS).
-//!   A client never applies anything itself.
+//!   A client never applies anything itself. Under [`Config::prioritize`] a client's
+//!   factor push goes through a [`Prioritizer`](crate::Prioritizer) first (Bösen's
+//!   managed communication from clients to the server): at most the budget's pairs, most
+//!   important first, the rest carried over.
 //! - The server accepts each client's clocks in order. When every client's update of the
 //!   next clock `c` is in, it applies them in origin order in **one**
 //!   [`Replica::apply`] call (dense: [`Replica::add_dense`]), then the model's `prox`,
@@ -177,6 +180,11 @@ pub struct Config {
     /// Stop rules ([`crate::stop`]), checked on the clients' evaluations; the server
     /// forwards the agreed stop to every client. Default: none.
     pub until: Option<crate::stop::Until>,
+    /// Prioritization of each client's push under a send budget ([`crate::prioritize`],
+    /// Bösen's managed communication from clients to the server): a client pushes at most
+    /// the budget's factor pairs per clock, most important first, and carries the rest
+    /// over. Factor push only. Default: none.
+    pub prioritize: Option<crate::Prioritize>,
 }
 
 impl Config {
@@ -195,6 +203,7 @@ impl Config {
             checkpoint_every: 0,
             on_peer_loss: crate::PeerLoss::Fail,
             until: None,
+            prioritize: None,
         }
     }
 
@@ -215,6 +224,7 @@ impl Config {
             checkpoint_every: cfg.checkpoint_every,
             on_peer_loss: cfg.on_peer_loss,
             until: cfg.until.clone(),
+            prioritize: cfg.prioritize,
         };
         let lead = out.stop_lead();
         if let Some(u) = &mut out.until {
@@ -258,6 +268,24 @@ impl Config {
                     .into(),
             }
             .into());
+        }
+        if let Some(p) = &self.prioritize {
+            let refuse = |why: &str| -> Result<()> {
+                Err(ConfigError::Sending(format!("--prioritize with FMS {why}")).into())
+            };
+            if self.push == Push::Dense {
+                refuse(
+                    "needs factor push: it chooses which of a client's factor pairs go to the \
+                     server, and a dense ΔW has none",
+                )?;
+            }
+            if self.checkpoint_every > 0 {
+                refuse(
+                    "keeps each client's held-back pairs, which an FMS client's checkpoint \
+                     does not hold yet: no checkpoints with it",
+                )?;
+            }
+            crate::engine::check_prioritize(p)?;
         }
         if self.push == Push::Dense && self.optimizer.method == crate::Method::Factored {
             return Err(ConfigError::Optimizer {
@@ -894,6 +922,11 @@ struct ClientSide {
     clients: usize,
     /// Clocks of W whose updates are already counted in the staleness histogram.
     accounted: u64,
+    /// What pushes the client's pairs first under a budget, if anything.
+    prioritizer: Option<crate::Prioritizer>,
+    /// The client's compute seconds when it last pushed (a measured budget's clock work
+    /// is the difference).
+    work_seen: f64,
 }
 
 impl ClientSide {
@@ -948,6 +981,17 @@ impl<M: Model> Side<M> for ClientSide {
         time: &mut dyn TimeSource,
     ) -> Result<()> {
         let t = fb.clock;
+        let mut fb = fb;
+        let work = worker.metrics.compute_s + worker.metrics.apply_s;
+        let clock_work = work - std::mem::replace(&mut self.work_seen, work);
+        if let Some(p) = &mut self.prioritizer {
+            let t0 = time.now();
+            p.set_work(clock_work);
+            let (out, stats) = p.select(fb, self.w.view());
+            fb = out;
+            crate::engine::note_priority(worker, p, &stats, secs(t0, time.now()));
+        }
+        let pairs = fb.len();
         let msg = match self.push {
             Push::Factors => Message::Factors {
                 batch: Arc::new(fb),
@@ -971,7 +1015,11 @@ impl<M: Model> Side<M> for ClientSide {
                 }
             }
         };
-        worker.metrics.bytes_sent += wire::encoded_len(&msg) as u64;
+        let bytes = wire::encoded_len(&msg) as u64;
+        worker.metrics.bytes_sent += bytes;
+        if let Some(p) = &mut self.prioritizer {
+            p.sent(bytes, pairs);
+        }
         worker.outputs.push_back(Output {
             to: PeerId::SERVER,
             msg,
@@ -1111,6 +1159,8 @@ impl<M: Model> Client<M> {
                 push: cfg.push,
                 clients: cfg.clients,
                 accounted: 0,
+                prioritizer: cfg.prioritize.map(crate::Prioritizer::new),
+                work_seen: 0.0,
             },
             worker,
             cfg,
@@ -1127,6 +1177,14 @@ impl<M: Model> Client<M> {
     /// This client.
     pub fn id(&self) -> PeerId {
         self.worker.id
+    }
+
+    /// The transport sent `bytes` and was busy `busy` since the last call: what a
+    /// measured send budget (`--prioritize POLICY:auto`) sizes the next pushes by.
+    pub fn observe_egress(&mut self, bytes: u64, busy: std::time::Duration) {
+        if let Some(p) = &mut self.side.prioritizer {
+            p.observe_link(bytes, busy.as_secs_f64());
+        }
     }
 
     /// The configuration.

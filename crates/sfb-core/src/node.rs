@@ -246,4 +246,7 @@ impl<M: Model> StateMachine for Client<M> {
     fn stop_at(&mut self, t: u64) -> u64 {
         Client::stop_at(self, t)
     }
+    fn observe_egress(&mut self, bytes: u64, busy: std::time::Duration) {
+        Client::observe_egress(self, bytes, busy);
+    }
 }

@@ -1007,9 +1007,9 @@ pub struct NetOptions {
     /// Low-rank re-compression of each peer's batches with error feedback (`--compress
     /// rank:R`, SFB; [`sfb_core::compress`]). Default: none.
     pub compress: Option<CompressSpec>,
-    /// Prioritization under a send budget (`--prioritize POLICY:BUDGET`, SFB;
-    /// [`sfb_core::prioritize`]): each peer sends at most the budget's pairs per clock, in
-    /// the policy's order, and carries the rest over. The budget `auto` is what the link
+    /// Prioritization under a send budget (`--prioritize POLICY:BUDGET`, SFB peers and FMS
+    /// clients with factor push; [`sfb_core::prioritize`]): each peer (client) sends at
+    /// most the budget's pairs per clock, in the policy's order, and carries the rest over. The budget `auto` is what the link
     /// carries, at the rate its transport measures, in the time the clock's work took.
     /// Default: none.
     pub prioritize: Option<PrioritizeSpec>,
@@ -1636,11 +1636,12 @@ impl RunSpec {
             });
         }
         if n.prioritize.is_some() {
-            if self.backend == Backend::Fms {
+            if self.backend == Backend::Fms && self.fms_push == Push::Dense {
                 return Err(Error::Requires {
                     field: "net.prioritize",
-                    requires: "the sfb backend",
-                    why: "it chooses which of a peer's factor pairs are broadcast each clock",
+                    requires: "the sfb backend or FMS factor push",
+                    why: "it chooses which of a peer's or client's factor pairs are sent \
+                          each clock, and a dense ΔW has none",
                 });
             }
             if n.compress.is_some() {

@@ -1972,7 +1972,9 @@ const BUDGET_CLOCKS: u64 = 3;
 /// - a fixed budget of pairs per clock (`--prioritize magnitude:N`), N what the measured
 ///   budget chose before the change: tuned to the link as it was;
 /// - the measured budget (`--prioritize magnitude:auto`): the link's rate from the NIC's
-///   busy time, so the budget follows the change both ways.
+///   busy time, so the budget follows the change both ways;
+/// - the measured budget spent during the clock (`--send-parts`): Bösen's managed
+///   communication whole.
 ///
 /// # Errors
 /// The first arm that fails; a transport other than the simulator (the change is the
@@ -1998,7 +2000,7 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
     let mut report = Report::new(
         "rate-change",
         &format!(
-            "P={p} SFB peers, full broadcast, SSP({S}), K={k}, {bandwidth} per node, every link {RATE_DROP}x slower over the second quarter of the measured budget's steady run: unmanaged ({clocks} clocks), a fixed pair budget and the measured budget (--prioritize magnitude:auto; {BUDGET_CLOCKS}x the clocks), SC and MLR at n = {n}"
+            "P={p} SFB peers, full broadcast, SSP({S}), K={k}, {bandwidth} per node, every link {RATE_DROP}x slower over the second quarter of the measured budget's steady run: unmanaged ({clocks} clocks), a fixed pair budget, the measured budget (--prioritize magnitude:auto) and the measured budget in {OVERLAP_PARTS} parts (--send-parts; the budget arms {BUDGET_CLOCKS}x the clocks), SC and MLR at n = {n}"
         ),
     );
     let frac = opts.frac(0.5);
@@ -2044,6 +2046,14 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
         base.sim.slow.clone_from(&slow);
         budgeted.sim.slow = slow;
         let auto = Arm::new(format!("{label} measured budget"), budgeted.clone());
+        // Bösen's managed communication whole: the measured budget spent during the
+        // clock, each part sending its share as it is computed.
+        let mut in_parts = budgeted.clone();
+        in_parts.net.send_parts = OVERLAP_PARTS;
+        let in_parts = Arm::new(
+            format!("{label} measured budget, {OVERLAP_PARTS} parts"),
+            in_parts,
+        );
         let unmanaged = Arm::new(format!("{label} unmanaged"), base.clone());
         runner.say(&format!("{}: {}", auto.name, auto.command()));
         let (sa, ra) = runner.run(&auto)?;
@@ -2086,6 +2096,8 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
         let (su, ru) = runner.run(&unmanaged)?;
         runner.say(&format!("{}: {}", fixed.name, fixed.command()));
         let (sf, rf) = runner.run(&fixed)?;
+        runner.say(&format!("{}: {}", in_parts.name, in_parts.command()));
+        let (sq, rq) = runner.run(&in_parts)?;
         let target = target_at(&curve(&r0, s0.peers), s0.clocks, frac);
         if let Some((t, clock)) = target {
             targets.push(format!(
@@ -2114,6 +2126,7 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
             (&unmanaged, (su, ru)),
             (&fixed, (sf, rf)),
             (&auto, (sa, ra.clone())),
+            (&in_parts, (sq, rq)),
         ] {
             report
                 .arms
@@ -2128,12 +2141,13 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
         let pairs = |b: Option<f64>| b.map_or("-".into(), |b| format!("{b:.0}"));
         let end = arms[3].summary.wall_s;
         verdicts.push(format!(
-            "{label}: to the target, steady {}, unmanaged {}, fixed {} pairs {}, measured {}. The measured budget's link rate (peer 0, median) {} before the change, {} during it ({from_s:.2}-{until_s:.2} s), {} after; its budget {} pairs before, {} during, {} after, of K = {k}",
+            "{label}: to the target, steady {}, unmanaged {}, fixed {} pairs {}, measured {}, measured in {OVERLAP_PARTS} parts {}. The measured budget's link rate (peer 0, median) {} before the change, {} during it ({from_s:.2}-{until_s:.2} s), {} after; its budget {} pairs before, {} during, {} after, of K = {k}",
             time(&arms[0]),
             time(&arms[1]),
             before,
             time(&arms[2]),
             time(&arms[3]),
+            time(&arms[4]),
             mbit(rate_in(0.0, from_s)),
             mbit(rate_in(from_s, until_s)),
             mbit(rate_in(until_s, end + 1.0)),

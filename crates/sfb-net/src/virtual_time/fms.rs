@@ -84,4 +84,7 @@ impl<M: Model, S: Model> StateMachine for FmsNode<M, S> {
     fn stop_at(&mut self, t: u64) -> u64 {
         both!(self, n => StateMachine::stop_at(n, t))
     }
+    fn observe_egress(&mut self, bytes: u64, busy: std::time::Duration) {
+        both!(self, n => StateMachine::observe_egress(n, bytes, busy));
+    }
 }
