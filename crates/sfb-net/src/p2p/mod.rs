@@ -231,8 +231,8 @@ pub struct NetStats {
     busy: std::sync::Mutex<Busy>,
 }
 
-/// [`NetStats::busy`]: the spans the link held a writer back, not yet counted, and how far
-/// the counted ones reach.
+/// [`NetStats::busy`]: the spans in which the link carried a writer's bytes, not yet
+/// counted, and how far the counted ones reach.
 #[derive(Debug, Default)]
 struct Busy {
     spans: Vec<(Instant, Instant, u64)>,
@@ -281,7 +281,7 @@ impl NetStats {
     /// its first write (or the previous acknowledgement) to the receiver's
     /// [`FRAME_ACK`](crate::frame::FRAME_ACK), so bytes that sit in a socket buffer count
     /// until they are through.
-    fn held_back(&self, start: Instant, end: Instant, bytes: u64) {
+    fn carried(&self, start: Instant, end: Instant, bytes: u64) {
         self.busy
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -290,7 +290,7 @@ impl NetStats {
     }
 
     /// The bytes the link carried for this peer's writers and the time it was carrying
-    /// at least one of them ([`held_back`](Self::held_back)): the link's measured rate,
+    /// at least one of them ([`carried`](Self::carried)): the link's measured rate,
     /// which [`Links::egress`] hands the driver loop. A kernel shaper's own burst (tbf's
     /// `burst`) is carried at the line's rate and so reads as more than the shaped rate
     /// while a clock's frames fit in it.

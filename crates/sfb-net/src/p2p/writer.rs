@@ -259,7 +259,7 @@ impl Writer {
                             // was written before that (the link was busy with the one
                             // before it).
                             let from = last.map_or(started, |l: Instant| l.max(started));
-                            self.stats.held_back(from, now, bytes);
+                            self.stats.carried(from, now, bytes);
                         }
                         last = Some(now);
                     }
@@ -351,7 +351,7 @@ impl Writer {
                         // The bucket is the link: the bytes beyond its tokens were held
                         // back this long.
                         if held > 0 {
-                            self.stats.held_back(t0, Instant::now(), held as u64);
+                            self.stats.carried(t0, Instant::now(), held as u64);
                         }
                     } else {
                         stream.write_all(piece).await?;
