@@ -472,7 +472,7 @@ impl Prioritizer {
     ) -> (FactorBatch, PriorityStats) {
         let k = fb.len();
         let allow = self.begin_clock(k);
-        self.choose(fb, w, allow, k.max(allow))
+        self.select_part(fb, w, allow, k.max(allow))
     }
 
     /// Starts a clock of `k` computed pairs: the link's meter closes the last clock, and
@@ -496,16 +496,7 @@ impl Prioritizer {
         allow: usize,
         cap: usize,
     ) -> (FactorBatch, PriorityStats) {
-        self.choose(fb, w, allow, cap.max(1))
-    }
-
-    fn choose(
-        &mut self,
-        fb: FactorBatch,
-        w: ArrayView2<'_, f32>,
-        allow: usize,
-        cap: usize,
-    ) -> (FactorBatch, PriorityStats) {
+        let cap = cap.max(1);
         let k = fb.len();
         self.shape = (fb.j, fb.d);
         let mut stats = PriorityStats {
