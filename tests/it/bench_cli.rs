@@ -426,7 +426,8 @@ fn essp_compares_eager_and_lazy_sync_on_two_models() {
     }
     let md = std::fs::read_to_string(out.join("essp.md")).unwrap();
     assert!(
-        md.contains("Eager reads the fresher W, as ESSP found."),
+        md.contains("The paper's claim (ESSP Figs. 2–3)")
+            && md.contains("Eager reads the fresher W, as ESSP found;"),
         "{md}"
     );
     assert!(
@@ -610,12 +611,12 @@ fn overlap_pairs_whole_clocks_against_clocks_sent_in_parts() {
         [
             "SC 25mbit whole",
             "SC 25mbit 4 parts",
-            "SC 1gbit whole",
-            "SC 1gbit 4 parts",
             "MLR 1gbit whole",
             "MLR 1gbit 4 parts",
-        ]
+        ],
+        "--quick leaves out SC at 1gbit"
     );
+    assert_eq!(v["extra"]["paper"]["figure"], "Bösen Fig. 6", "{v}");
     let notes = v["notes"].to_string();
     assert!(notes.contains("ended with one checksum"), "{notes}");
     assert!(!notes.contains("did NOT"), "{notes}");
@@ -669,7 +670,11 @@ fn managed_compares_sending_during_the_clock_with_sending_at_its_end() {
         ],
     );
     let notes = v["notes"].to_string();
-    assert!(notes.contains("Bösen's claim (its Fig. 4)"), "{notes}");
+    assert!(
+        notes.contains("The paper's claim (Bösen Figs. 4 and 8)"),
+        "{notes}"
+    );
+    assert_eq!(v["extra"]["paper"]["figure"], "Bösen Figs. 4 and 8", "{v}");
     assert!(notes.contains("a NIC of 25mbit per node"), "{notes}");
     assert!(v["target_rule"].to_string().contains("SC: "), "{v}");
 }

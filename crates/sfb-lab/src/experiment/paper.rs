@@ -3,7 +3,8 @@
 //! 2016; arXiv:1511.08486): the models ([`PaperModel`], `sfb bench --model`), the
 //! mini-batch scenario of its Fig. 6 ([`batch`]), the claim each figure makes and how a
 //! report states ours beside it ([`claim`]), and `sfb bench --scenario paper`
-//! ([`paper`]), which runs every figure for every model.
+//! ([`paper`]), which runs every figure for every model, and the figures of ESSP and
+//! Bösen ([`SIBLING_FIGURES`]) beside them.
 //!
 //! The paper's figures are plots of its own cluster's runs on its data sets; what its
 //! text states are claims about their shape. Each of
@@ -131,6 +132,16 @@ impl PaperModel {
         }
     }
 
+    /// "MLR W n×(n+1)"-like words for a title over several sizes.
+    pub fn describe_any(self) -> String {
+        let cols = match self {
+            Self::Mlr => "(n+1)",
+            Self::L2mlr => "(n+2)",
+            Self::Dml | Self::Sc => "n",
+        };
+        format!("{} W n×{cols}", self.label())
+    }
+
     /// "MLR W 1024×1025"-like words for a title.
     pub fn describe(self, n: usize) -> String {
         let (r, c) = self.shape(n);
@@ -187,10 +198,48 @@ pub const FIGURES: [(&str, &str, &str); 5] = [
     ),
 ];
 
-/// States the paper's claim for `figure` and our `verdict` on it in `report`: a note,
-/// and `extra.paper` (`figure`, `claim`, `here`) for the `paper` scenario's index.
+/// The sibling systems' figures the `paper` scenario regenerates: (figure, scenario,
+/// the models it trains, the claim in words). ESSP: Dai et al., "High-Performance
+/// Distributed ML at Scale through Parameter Server Consistency Models", AAAI 2015.
+/// Bösen: Wei et al., "Managed Communication and Consistency for Fast Data-Parallel
+/// Iterative Analytics", SoCC 2015.
+pub const SIBLING_FIGURES: [(&str, &str, &str, &str); 4] = [
+    (
+        "ESSP Figs. 2–3",
+        "essp",
+        "MLR, L2-MLR",
+        "eager server push concentrates the clients' clock differentials near 0 where the lazy SSPTable spreads them up to the staleness bound, and so converges faster per clock",
+    ),
+    (
+        "Bösen Figs. 4 and 8",
+        "managed",
+        "SC, MLR",
+        "at an equal bandwidth budget, managed communication (updates sent during the clock as they are computed, arrivals applied as they come) converges faster per iteration and per second than communicating only at clock boundaries, and better than simply communicating more often",
+    ),
+    (
+        "Bösen Fig. 6",
+        "overlap",
+        "SC, MLR",
+        "communicating during the clock, overlapped with computation, costs little and lowers the time a clock takes when the links carry a large part of it",
+    ),
+    (
+        "Bösen, a changing link",
+        "rate-change",
+        "SC, MLR",
+        "managed communication measures the bandwidth it gets and adapts its budget to it, rather than to the configured rate",
+    ),
+];
+
+/// States the paper's claim for `figure` (of [`FIGURES`] or [`SIBLING_FIGURES`]) and our
+/// `verdict` on it in `report`: a note, and `extra.paper` (`figure`, `claim`, `here`) for
+/// the `paper` scenario's index.
 pub fn claim(report: &mut Report, figure: &str, verdict: String) {
-    let Some((_, _, text)) = FIGURES.iter().find(|f| f.0 == figure) else {
+    let text = FIGURES
+        .iter()
+        .find(|f| f.0 == figure)
+        .map(|f| f.2)
+        .or_else(|| SIBLING_FIGURES.iter().find(|f| f.0 == figure).map(|f| f.3));
+    let Some(text) = text else {
         return;
     };
     report.notes.push(format!(
@@ -251,7 +300,7 @@ pub fn batch(opts: &Options, runner: &Runner) -> Result<Report> {
         let clocks = (clocks16 * 16 / k as u64).max(2);
         for backend in [Backend::Sfb, Backend::Fms] {
             let mut spec = opts.common(
-                model.problem(n, 24_000, 500),
+                opts.problem(model, n, 24_000, 500),
                 p,
                 clocks,
                 (clocks / 12).max(1),
@@ -366,8 +415,11 @@ pub fn batch(opts: &Options, runner: &Runner) -> Result<Report> {
 /// index report (`paper`) that puts the paper's claim beside ours for each. Fig. 7
 /// (scaling) runs on the simulator with calibrated costs (one 2-core host cannot show
 /// scaling); Fig. 9 runs the default partial-broadcast mode with the paper's literal
-/// mode beside it. A figure that fails for one model is reported in the index, and the
-/// others go on; an arm stopped by SIGINT or SIGTERM stops the whole run.
+/// mode beside it. Then the sibling systems' figures of [`SIBLING_FIGURES`] (ESSP's eager
+/// against lazy SSP, Bösen's managed communication, overlap and a changing link), each on
+/// the transport it needs ([`sibling_options`]). A figure that fails for one model is
+/// reported in the index, and the others go on; an arm stopped by SIGINT or SIGTERM stops
+/// the whole run.
 ///
 /// # Errors
 /// Writing a report; the interrupted arm's.
@@ -376,7 +428,7 @@ pub fn paper(opts: &Options, runner: &Runner, dir: &Path) -> Result<Report> {
     let mut index = Report::new(
         "paper",
         &format!(
-            "the SFB paper's Figs. 5–9 for MLR, L2-MLR, DML and SC{}",
+            "the SFB paper's Figs. 5–9 for MLR, L2-MLR, DML and SC, ESSP's Figs. 2–3 and Bösen's Figs. 4, 6 and 8{}",
             if opts.quick { " (--quick)" } else { "" }
         ),
     );
@@ -404,18 +456,11 @@ pub fn paper(opts: &Options, runner: &Runner, dir: &Path) -> Result<Report> {
                         for_model(&mut r, model);
                     }
                     r.write(dir)?;
-                    let here = r
-                        .extra
-                        .get("paper")
-                        .and_then(|p| p.get("here"))
-                        .and_then(|h| h.as_str())
-                        .unwrap_or("no verdict")
-                        .to_string();
                     let _ = writeln!(
                         rows,
                         "| {figure} | {} | {text} | {} | [{}]({}.md) ({:.0} s) |",
                         model.label(),
-                        here.replace('|', "\\|"),
+                        here(&r),
                         r.scenario,
                         r.scenario,
                         t.elapsed().as_secs_f64()
@@ -428,11 +473,29 @@ pub fn paper(opts: &Options, runner: &Runner, dir: &Path) -> Result<Report> {
                         rows,
                         "| {figure} | {} | {text} | failed: {} | - |",
                         model.label(),
-                        e.to_string().replace('\n', " ").replace('|', "\\|")
+                        cell(&e.to_string())
                     );
                 }
             }
         }
+    }
+    for (figure, name, models, text) in SIBLING_FIGURES {
+        let o = sibling_options(name, opts);
+        runner.say(&format!("paper: {figure} ({name}) for {models}"));
+        let t = std::time::Instant::now();
+        let row = match super::scenario(name, &o, runner) {
+            Ok(mut r) => {
+                r.write(dir)?;
+                format!(
+                    "{} | [{name}]({name}.md) ({:.0} s)",
+                    here(&r),
+                    t.elapsed().as_secs_f64()
+                )
+            }
+            Err(e) if interrupted(&e) => return Err(e),
+            Err(e) => format!("failed: {} | -", cell(&e.to_string())),
+        };
+        let _ = writeln!(rows, "| {figure} | {models} | {text} | {row} |");
     }
     index
         .sections
@@ -455,6 +518,53 @@ pub fn paper(opts: &Options, runner: &Runner, dir: &Path) -> Result<Report> {
             .into(),
     );
     Ok(index)
+}
+
+/// The options of the sibling figure `name` of [`SIBLING_FIGURES`] in the `paper`
+/// scenario: `opts`' clocks, peers and `--quick`, on the transport and network the figure
+/// needs, as its results' README runs it. ESSP's comparison on the simulator where the
+/// clients' compute sets the pace (10 Gbit/s, 5 µs, 1 Gflop/s: ESSP's regime, not the
+/// FMS server's link); managed and rate-change on the simulator at the 25 Mbit/s budget
+/// (rate-change needs the simulator's mid-run slowdown); overlap over libp2p, real
+/// processes, since what it measures is the processes' own overlap.
+fn sibling_options(name: &str, opts: &Options) -> Options {
+    let mut o = Options {
+        model: PaperModel::Mlr,
+        size: None,
+        bandwidth: None,
+        ..opts.clone()
+    };
+    match name {
+        "essp" => {
+            o.transport = Transport::Sim;
+            o.bandwidth = Some("10gbit".into());
+            o.sim.latency_s = 5e-6;
+            o.sim.flops = 1e9;
+        }
+        "managed" | "rate-change" => {
+            o.transport = Transport::Sim;
+            o.sim.flops = 2e9;
+        }
+        _ => o.transport = Transport::Libp2p,
+    }
+    o
+}
+
+/// `report`'s verdict on its paper's claim, for a table cell.
+fn here(report: &Report) -> String {
+    cell(
+        report
+            .extra
+            .get("paper")
+            .and_then(|p| p.get("here"))
+            .and_then(|h| h.as_str())
+            .unwrap_or("no verdict"),
+    )
+}
+
+/// `text` on one line, its pipes escaped, for a Markdown table cell.
+fn cell(text: &str) -> String {
+    text.replace('\n', " ").replace('|', "\\|")
 }
 
 /// Whether `e` is an arm stopped by SIGINT or SIGTERM (the launcher stopped its nodes).
@@ -591,10 +701,14 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let index = paper(&opts, &runner_failing(false, calls.clone()), &out).unwrap();
         let rows = &index.sections[0].1;
-        assert_eq!(rows.matches("failed: ").count(), 20, "{rows}");
+        assert_eq!(rows.matches("failed: ").count(), 24, "{rows}");
         // One arm tried per figure: the first fails it. (Scaling's arms run as child
         // processes, one thread each, not through `exec`: its four figures fail there.)
-        assert_eq!(calls.load(Ordering::SeqCst), 16);
+        // Sixteen SFB figures, and the four sibling figures.
+        assert_eq!(calls.load(Ordering::SeqCst), 20);
+        for (figure, name, ..) in SIBLING_FIGURES {
+            assert!(rows.contains(&format!("| {figure} |")), "{name}: {rows}");
+        }
         let _ = std::fs::remove_dir_all(&out);
     }
 

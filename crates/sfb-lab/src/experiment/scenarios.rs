@@ -162,6 +162,24 @@ impl Options {
         }
     }
 
+    /// `model`'s problem ([`PaperModel::problem`]) at size `n`; under `--quick`, L2-MLR
+    /// trains on at most 2,048 samples (its evaluations, the primal and the dual
+    /// certificate over the whole training set, were half of the quick paper run at
+    /// 8,192).
+    pub(super) fn problem(
+        &self,
+        model: PaperModel,
+        n: usize,
+        samples: usize,
+        test: usize,
+    ) -> RunSpec {
+        let samples = match model {
+            PaperModel::L2mlr if self.quick => samples.min(2_048),
+            _ => samples,
+        };
+        model.problem(n, samples, test)
+    }
+
     pub(super) fn frac(&self, default: f64) -> f64 {
         self.target_frac.unwrap_or(default)
     }
@@ -649,7 +667,7 @@ pub fn q_sweep(opts: &Options, runner: &Runner) -> Result<Report> {
             }
         ),
     );
-    let base = opts.common(opts.model.problem(n, 24000, 500), p, clocks, 5)?;
+    let base = opts.common(opts.problem(opts.model, n, 24000, 500), p, clocks, 5)?;
     let arm = |q: usize, relay: bool| {
         let mut s = base.clone();
         s.topology.out_degree = Some(q);
@@ -978,7 +996,7 @@ pub fn staleness(opts: &Options, runner: &Runner) -> Result<Report> {
         ),
     );
     let base = opts.common(
-        opts.model.problem(n, 24000, 500),
+        opts.problem(opts.model, n, 24000, 500),
         p,
         opts.clocks.unwrap_or(80),
         5,
@@ -1174,11 +1192,18 @@ pub fn essp(opts: &Options, runner: &Runner) -> Result<Report> {
     ];
     let frac = opts.frac(0.5);
     let mut targets = Vec::new();
-    // A quarter more samples than the run takes (no sample seen twice: the held-out
-    // curve measures the sync, not overfitting); 128,000 at the defaults.
+    // MLR: a quarter more samples than the run takes (no sample seen twice: the held-out
+    // curve measures the sync, not overfitting); 128,000 at the defaults. L2-MLR's
+    // objective is SDCA's primal on the training set, whose every evaluation (with the
+    // dual certificate) passes over all of it several times: at most 8,192 samples, as in
+    // the paper's figures ([`PaperModel::problem`]), visited repeatedly as SDCA does.
     let clocks = opts.clocks.unwrap_or(200);
     let samples = (clocks as usize * p * 64 * 5 / 4).max(8_000);
     for (label, model) in models {
+        let samples = match model {
+            ModelChoice::L2mlr { .. } => samples.min(8_192),
+            _ => samples,
+        };
         let mut spec = mlr(j, n, samples, (samples / 32).max(1_000));
         spec.model = model;
         spec.train.batch = 64;
@@ -1262,21 +1287,20 @@ pub fn essp(opts: &Options, runner: &Runner) -> Result<Report> {
     }
     let near = |k: usize| shares(&report.arms[k]).iter().take(2).sum::<f64>();
     let (eager_near, lazy_near) = ((near(0) + near(2)) / 2.0, (near(1) + near(3)) / 2.0);
-    let mut claim = format!(
-        "ESSP's claim (its Figs. 2 and 3): eager push concentrates the clock differentials near 0 where SSP's lazy reads spread them up to the bound, and converges faster per clock. Here the eager arms computed on a W at most one clock old in {:.0}% (MLR) and {:.0}% (L2-MLR) of their clocks, the lazy arms in {:.0}% and {:.0}%.",
+    let mut verdict = format!(
+        "the eager arms computed on a W at most one clock old in {:.0}% (MLR) and {:.0}% (L2-MLR) of their clocks, the lazy arms in {:.0}% and {:.0}%.",
         100.0 * near(0),
         100.0 * near(2),
         100.0 * near(1),
         100.0 * near(3),
     );
     if eager_near > lazy_near {
-        claim.push_str(" Eager reads the fresher W, as ESSP found.");
+        verdict.push_str(" Eager reads the fresher W, as ESSP found");
     } else {
-        claim.push_str(
-            " Eager does not read the fresher W here: the server's link or its apply sets the pace (the FMS bottleneck; a fast CPU against the link), so eager clients run to the bound and wait there. ESSP's regime is the clients' compute setting the pace: in simulation, e.g. --bandwidth 10gbit --latency 5us --flops 1e9.",
+        verdict.push_str(
+            " Eager does not read the fresher W here: the server's link or its apply sets the pace (the FMS bottleneck; a fast CPU against the link), so eager clients run to the bound and wait there. ESSP's regime is the clients' compute setting the pace: in simulation, e.g. --bandwidth 10gbit --latency 5us --flops 1e9",
         );
     }
-    report.notes.push(claim);
     // Fig. 3's question: what the fresher reads buy, per model.
     for (k, label) in [(0, "MLR"), (2, "L2-MLR")] {
         let (e, l) = (&report.arms[k], &report.arms[k + 1]);
@@ -1287,15 +1311,18 @@ pub fn essp(opts: &Options, runner: &Runner) -> Result<Report> {
             a.clocks_to_target
                 .map_or("never".into(), |c| format!("{c:.1}"))
         };
-        report.notes.push(format!(
-            "{label}, convergence: final held-out objective {oe:.4} eager, {ol:.4} lazy ({:+.1}% lazy against eager); clocks to the target {} eager, {} lazy; lazy sent {:.0}% of eager's bytes and took {:.1}% of its time.",
+        let _ = write!(
+            verdict,
+            "; {label}, convergence: final held-out objective {oe:.4} eager, {ol:.4} lazy ({:+.1}% lazy against eager), clocks to the target {} eager, {} lazy, lazy sent {:.0}% of eager's bytes and took {:.1}% of its time",
             100.0 * (ol - oe) / oe,
             clocks(e),
             clocks(l),
             100.0 * l.summary.bytes_sent as f64 / e.summary.bytes_sent.max(1) as f64,
             100.0 * l.train_s / e.train_s.max(f64::MIN_POSITIVE),
-        ));
+        );
     }
+    verdict.push('.');
+    claim(&mut report, "ESSP Figs. 2–3", verdict);
     Ok(report)
 }
 
@@ -1356,7 +1383,7 @@ pub fn scaling(opts: &Options, runner: &Runner) -> Result<Report> {
     for &p in &ps {
         let clocks = (clocks1 / p as u64).max(1);
         let mut spec = opts.common(
-            opts.model.problem(n, 24000, 500),
+            opts.problem(opts.model, n, 24000, 500),
             p,
             clocks,
             (clocks / 10).max(1),
@@ -1483,7 +1510,7 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
         "model-size",
         &format!(
             "P={p}, {} at n ∈ {sizes:?}, K=16, BSP, {} per node: SFB full vs SFB partial (Q={q}) vs FMS",
-            model.describe(0).replace("0×0", "n×n"),
+            model.describe_any(),
             opts.bandwidth()
         ),
     );
@@ -1493,7 +1520,7 @@ pub fn model_size(opts: &Options, runner: &Runner) -> Result<Report> {
     );
     let (mut measured, mut formula, mut cats) = (Vec::new(), Vec::new(), Vec::new());
     for &n in &sizes {
-        let base = opts.common(model.problem(n, 8192, 256), p, clocks, 4)?;
+        let base = opts.common(opts.problem(model, n, 8192, 256), p, clocks, 4)?;
         let mut partial = base.clone();
         opts.partial(&mut partial, q);
         let mut fms = base.clone();
@@ -1630,7 +1657,10 @@ const OVERLAP_PARTS: usize = 4;
 /// [`OVERLAP_PARTS`] parts (`--send-parts`), full broadcast under BSP, the two arms run
 /// alternately `reps` times so that each pair shares the machine's state. Time per clock
 /// is measured after a warm-up, from every peer's clock records; the replicas' checksums
-/// say whether the results are equal.
+/// say whether the results are equal. Cases: SC where sending a clock takes about as long
+/// as computing it, SC at the budget (compute-bound on two cores) and MLR at the budget;
+/// `--quick` leaves out the second (its 2 s clocks are most of the run, and overlap has
+/// nothing to hide there) and runs 12 clocks.
 ///
 /// # Errors
 /// The first arm that fails.
@@ -1638,7 +1668,7 @@ pub fn overlap(opts: &Options, runner: &Runner) -> Result<Report> {
     let p = opts.peers.unwrap_or(8);
     let n = opts.size.unwrap_or(512);
     let k = 64;
-    let clocks = opts.clocks.unwrap_or(if opts.quick { 24 } else { 40 });
+    let clocks = opts.clocks.unwrap_or(if opts.quick { 12 } else { 40 });
     let reps = if opts.quick { 2 } else { 3 };
     // Where sending a clock takes about as long as computing it (SC's 1 MiB a peer a clock
     // against its coordinate descent at P = 8 on two cores), and the scenario's budget.
@@ -1646,7 +1676,12 @@ pub fn overlap(opts: &Options, runner: &Runner) -> Result<Report> {
     let mut report = Report::new(
         "overlap",
         &format!(
-            "P={p} SFB peers, full broadcast, BSP, K={k}: a clock sent whole at its end against computed and sent in {OVERLAP_PARTS} parts, {reps} alternating pairs per case; SC at {balanced} and {bw} per node, MLR at {bw}",
+            "P={p} SFB peers, full broadcast, BSP, K={k}: a clock sent whole at its end against computed and sent in {OVERLAP_PARTS} parts, {reps} alternating pairs per case; SC at {balanced}{} per node, MLR at {bw}",
+            if opts.quick {
+                String::new()
+            } else {
+                format!(" and {}", opts.bandwidth())
+            },
             bw = opts.bandwidth()
         ),
     );
@@ -1658,11 +1693,14 @@ pub fn overlap(opts: &Options, runner: &Runner) -> Result<Report> {
         super::paper::PaperModel::Mlr,
         "multiclass logistic regression, n classes × n features",
     );
-    let models = [
+    let mut models = vec![
         (format!("SC {balanced}"), sc, Some(balanced)),
         (format!("SC {}", opts.bandwidth()), sc, None),
         (format!("MLR {}", opts.bandwidth()), mlr, None),
     ];
+    if opts.quick {
+        models.remove(1);
+    }
     // Per case: its label, (whole, parts) time per clock of each pair, and whether every
     // replica of every arm ended with one checksum.
     struct Case(String, Vec<(f64, f64)>, bool);
@@ -1689,7 +1727,7 @@ pub fn overlap(opts: &Options, runner: &Runner) -> Result<Report> {
         times.iter().sum::<f64>() / times.len().max(1) as f64
     };
     let mut done = 0;
-    let total = 3 * reps * 2;
+    let total = models.len() * reps * 2;
     for (label, (model, what), rate) in models {
         let mut spec = model.problem(n, (clocks as usize * p * k).max(8_000), 500);
         spec.train.batch = k;
@@ -1744,10 +1782,8 @@ pub fn overlap(opts: &Options, runner: &Runner) -> Result<Report> {
         ));
         rows.push(Case(label, pairs, sums.len() == 1));
     }
-    let median = |mut xs: Vec<f64>| -> f64 {
-        xs.sort_by(f64::total_cmp);
-        xs[xs.len() / 2]
-    };
+    // Of an even count, the mean of the middle two (of two pairs, their mean).
+    let median = |xs: Vec<f64>| -> f64 { curve::median(&xs).unwrap_or(f64::NAN) };
     report.add_chart(
         "overlap-time-per-clock.png",
         "time per clock, median of the pairs",
@@ -1791,10 +1827,15 @@ pub fn overlap(opts: &Options, runner: &Runner) -> Result<Report> {
             }
         ));
     }
-    report.notes.push(format!(
-        "Bösen's claim (its Sec. 4 and Fig. 6): communicating during the clock, overlapped with computation, costs little and lowers the time a clock takes when the links carry a large part of it. Here: {}. The parts are on the wire while the next part is computed; the apply of a clock's batches still waits for all of them under BSP, so the most overlap can hide is the smaller of a clock's compute and its sending.",
-        verdicts.join("; ")
-    ));
+    claim(
+        &mut report,
+        "Bösen Fig. 6",
+        format!("{}.", verdicts.join("; ")),
+    );
+    report.notes.push(
+        "The parts are on the wire while the next part is computed; the apply of a clock's batches still waits for all of them under BSP, so the most overlap can hide is the smaller of a clock's compute and its sending."
+            .into(),
+    );
     Ok(report)
 }
 
@@ -1823,7 +1864,7 @@ impl SspSetup {
             p: opts.peers.unwrap_or(8),
             n: opts.size.unwrap_or(256),
             k: 64,
-            clocks: opts.clocks.unwrap_or(if opts.quick { 100 } else { 300 }),
+            clocks: opts.clocks.unwrap_or(if opts.quick { 64 } else { 300 }),
             opts: Options {
                 bandwidth: Some(bandwidth.clone()),
                 ..opts.clone()
@@ -1949,10 +1990,11 @@ pub fn managed(opts: &Options, runner: &Runner) -> Result<Report> {
         frac * 100.0,
         targets.join("; ")
     );
-    report.notes.push(format!(
-        "Bösen's claim (its Fig. 4): at an equal bandwidth budget, managed communication converges faster per iteration and per second than communicating only at clock boundaries. Here: {}.",
-        verdicts.join("; ")
-    ));
+    claim(
+        &mut report,
+        "Bösen Figs. 4 and 8",
+        format!("{}.", verdicts.join("; ")),
+    );
     Ok(report)
 }
 
@@ -1988,7 +2030,12 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
             got: opts.transport.name().into(),
         });
     }
-    let setup = SspSetup::new(opts);
+    // --quick: 40 clocks (the budget arms 120), not managed's 64: its twelve arms are
+    // the longest of the paper's quick run.
+    let setup = SspSetup::new(&Options {
+        clocks: opts.clocks.or(opts.quick.then_some(40)),
+        ..opts.clone()
+    });
     let SspSetup {
         p,
         n,
@@ -2186,9 +2233,13 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
         targets.join("; ")
     );
     report.notes.push(format!(
-        "Bösen's claim: managed communication measures the bandwidth it gets and adapts to it, rather than to the configured rate. The rate here is measured from the NIC's busy time (on libp2p, from the token bucket's waits, or under --netns from each frame's time to the receiver's acknowledgement); the configured {bandwidth} drops to a {RATE_DROP}th of it over the window. Here: {}.",
-        verdicts.join("; ")
+        "The rate is measured from the NIC's busy time (on libp2p, from the token bucket's waits, or under --netns from each frame's time to the receiver's acknowledgement); the configured {bandwidth} drops to a {RATE_DROP}th of it over the window."
     ));
+    claim(
+        &mut report,
+        "Bösen, a changing link",
+        format!("{}.", verdicts.join("; ")),
+    );
     Ok(report)
 }
 
