@@ -82,7 +82,10 @@ async fn try_deliver(
         frame::write_frame(&mut stream, &frame_bytes)
             .await
             .map_err(|e| e.to_string())?;
-        stream.flush().await.map_err(|e| e.to_string())?;
+        // Closing waits until the connection has sent the frame and the stream's end:
+        // a flush only hands it to the muxer, whose bytes were lost when the driver below
+        // was aborted first (the receiver then saw a broken stream, not the frame).
+        stream.close().await.map_err(|e| e.to_string())?;
         Ok(ack)
     };
     let out = tokio::time::timeout(Duration::from_secs(10), r)
