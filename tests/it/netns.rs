@@ -373,3 +373,126 @@ fn a_peer_cut_off_past_the_timeout_stops_and_the_majority_finishes() {
     );
     assert!(leftovers(pid).is_empty(), "{:?}", leftovers(pid));
 }
+
+#[test]
+fn netns_slow_needs_netns_and_a_window_of_the_run() {
+    let d = tempdir("slow-flags");
+    let base = [
+        "run",
+        "--transport",
+        "libp2p",
+        "--bandwidth",
+        "1gbit",
+        "--peers",
+        "2",
+    ];
+    for (extra, says) in [
+        (
+            &["--netns-slow", "0@1..2:4"][..],
+            "--netns-slow needs --netns",
+        ),
+        (
+            &["--netns", "--netns-slow", "2@1..2:4"][..],
+            "a peer of the run (below --peers)",
+        ),
+        (
+            &["--netns", "--netns-slow", "0@1..2:0.5"][..],
+            "a factor of 1 or more",
+        ),
+        (
+            &["--netns", "--netns-slow", "0@2..1:4"][..],
+            "a span that ends after it starts",
+        ),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let r = sfb(&d, &args, Duration::from_secs(30));
+        assert!(!r.ok && r.stderr.contains(says), "{extra:?}: {}", r.stderr);
+        assert!(leftovers(r.pid).is_empty(), "{:?}", leftovers(r.pid));
+    }
+    let r = sfb(
+        &d,
+        &["run", "--netns-slow", "0@1..2"],
+        Duration::from_secs(30),
+    );
+    assert!(
+        !r.ok
+            && r.stderr
+                .contains("expected PEER[,PEER…]@FROM..UNTIL:FACTOR"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+#[ignore = "needs root and iproute2 (cargo test --test it netns:: -- --ignored, as root)"]
+fn netns_slow_slows_the_links_mid_run_and_sets_them_back() {
+    // Three peers whose clocks are their links' (BSP, full broadcast, 8 Mbit/s): every
+    // link 4x slower from 1.5 to 3.5 s. A clock in the window takes several times one
+    // after it, and the launcher made six changes (each node slowed, then restored).
+    assert_eq!(euid(), Some(0), "this test needs root");
+    let d = tempdir("slow");
+    let (summary, metrics) = (d.join("s.json"), d.join("m.jsonl"));
+    let (summary_s, metrics_s) = (summary.display().to_string(), metrics.display().to_string());
+    let r = sfb(
+        &d,
+        &[
+            "run",
+            "--transport",
+            "libp2p",
+            "--netns",
+            "--bandwidth",
+            "8mbit",
+            "--netns-slow",
+            "0,1,2@1.5..3.5:4",
+            "--peers",
+            "3",
+            "--clocks",
+            "200",
+            "--batch",
+            "16",
+            "--synthetic",
+            "classes=20,features=200,samples=12000",
+            "--summary",
+            &summary_s,
+            "--metrics",
+            &metrics_s,
+        ],
+        Duration::from_secs(180),
+    );
+    assert!(r.ok, "{}", r.stderr);
+    assert!(leftovers(r.pid).is_empty(), "{:?}", leftovers(r.pid));
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert_eq!(s["netns_rate_changes"], 6.0, "{s}");
+    // Peer 0's clock lengths, by when they ended.
+    let mut ends: Vec<f64> = std::fs::read_to_string(&metrics)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["peer"] == 0)
+        .filter_map(|v| v["wall_s"].as_f64())
+        .collect();
+    ends.sort_by(f64::total_cmp);
+    let lengths = |a: f64, b: f64| -> Vec<f64> {
+        let mut l: Vec<f64> = ends
+            .windows(2)
+            .filter(|w| w[1] >= a && w[1] < b)
+            .map(|w| w[1] - w[0])
+            .collect();
+        l.sort_by(f64::total_cmp);
+        l
+    };
+    let median = |l: &[f64]| l[l.len() / 2];
+    let (during, after) = (lengths(2.0, 3.5), lengths(4.0, f64::INFINITY));
+    assert!(
+        during.len() >= 3 && after.len() >= 3,
+        "{} clocks in the window, {} after: {ends:?}",
+        during.len(),
+        after.len()
+    );
+    let (d_ms, a_ms) = (1e3 * median(&during), 1e3 * median(&after));
+    eprintln!("netns-slow: a clock took {d_ms:.1} ms in the window, {a_ms:.1} ms after");
+    assert!(
+        d_ms > 2.0 * a_ms,
+        "{d_ms:.1} ms during vs {a_ms:.1} ms after"
+    );
+}

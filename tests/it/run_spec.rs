@@ -182,6 +182,7 @@ fn every_option_lands_in_the_spec() {
             burst: 100,
             wire: sfb::core::wire::Dtype::F16,
             netns: false,
+            netns_slow: Vec::new(),
             compress: None,
             prioritize: None,
             relay: true,
@@ -257,6 +258,7 @@ fn arm_commands_reproduce_their_specs() {
     s.net.bandwidth = Some("1gbit".parse().unwrap());
     s.net.burst = 1000;
     s.net.netns = true;
+    s.net.netns_slow = vec!["0,1@1..2.5:4".parse().unwrap(), "1@3..4:2".parse().unwrap()];
     s.backend = Backend::Fms;
     s.fms_push = Push::Dense;
     s.train.consistency = ConsistencySpec::Ssp { staleness: 2 };

@@ -54,6 +54,11 @@ pub struct RunArgs {
     /// at --bandwidth (burst --burst) instead of the built-in token bucket.
     #[arg(long)]
     pub netns: bool,
+    /// With --netns: those nodes' links get FACTOR times slower from FROM to UNTIL
+    /// (seconds since the nodes' first step, e.g. 0,1@10..20:4; repeatable), by changing
+    /// their tbf rate mid-run, and recover after: a congested link the nodes must measure.
+    #[arg(long = "netns-slow", value_name = "PEERS@FROM..UNTIL:FACTOR")]
+    pub netns_slow: Vec<sfb_harness::sim::Slowdown>,
     /// Run the serialized run description (RunSpec JSON) in FILE; no other option may be
     /// given with it.
     #[arg(long, value_name = "FILE")]
@@ -98,6 +103,7 @@ impl RunArgs {
         };
         spec.net.timeout_s = self.timeout;
         spec.net.netns = self.netns;
+        spec.net.netns_slow.clone_from(&self.netns_slow);
         self.train.fill(&mut spec);
         spec
     }

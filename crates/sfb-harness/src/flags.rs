@@ -414,6 +414,9 @@ pub const FLAGS: &[Flag] = &[
         !s.train.intercept
     )),
     row!("net.netns", "--netns", |s, d| switch(s.net.netns)),
+    row!("net.netns_slow", "--netns-slow", |s, d| Arg::Repeat(
+        s.net.netns_slow.iter().map(ToString::to_string).collect()
+    )),
     row!("sim.egress", "--egress", |s, d| set(s
         .sim
         .egress

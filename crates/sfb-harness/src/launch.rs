@@ -1072,6 +1072,8 @@ impl Launcher {
         };
         child.run.output = Default::default();
         child.run.net.netns = false;
+        // The launcher changes the links' rates; the nodes only see what that does.
+        child.run.net.netns_slow.clear();
         if shaping.is_some() {
             // The kernel shapes the links: no token bucket on top.
             child.run.net.bandwidth = None;
@@ -1101,12 +1103,18 @@ impl Launcher {
                     .keep_all(spec.output.keep_records),
             ),
         };
+        // `--netns-slow`: the qdisc changes due during the run, and those made.
+        let changes = shaping
+            .as_ref()
+            .map(|n| n.rate_changes(&spec.net.netns_slow))
+            .unwrap_or_default();
+        let changed = Arc::new(Mutex::new(Vec::new()));
         let ran = rt.block_on(self.children(
             &spec_path,
             &cluster_path,
             (&prefixes, &keys),
             (fms, survive),
-            (margin, listen),
+            (margin, listen, (changes, &changed)),
             (&sink, &mut signals),
         ));
         // The runtime (and with it every child still running) ends before the namespaces
@@ -1140,6 +1148,16 @@ impl Launcher {
         if let Some(n) = &shaping {
             outcome.summary.transport = "libp2p+netns".into();
             add_qdisc_stats(&mut outcome.summary, n);
+            let made = changed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .len();
+            if !spec.net.netns_slow.is_empty() {
+                outcome
+                    .summary
+                    .extra
+                    .insert("netns_rate_changes".into(), made as f64);
+            }
         }
         drop(shaping);
         Ok(outcome)
@@ -1148,14 +1166,15 @@ impl Launcher {
     /// Starts every node, exchanges addresses, waits for all; the first failure stops
     /// the rest (dropping the [`JoinSet`] kills them). With `survive`, a node killed by a
     /// signal once the run has begun is lost, not a failure: the others go on (they drop
-    /// it themselves) and its index is returned.
+    /// it themselves) and its index is returned. Meanwhile it makes `changes`
+    /// ([`RateSchedule`]) at their times from the nodes' first step.
     async fn children(
         &self,
         spec: &Path,
         cluster: &Path,
         (prefixes, keys): (&[Vec<String>], &[Vec<u8>]),
         (fms, survive): (bool, bool),
-        (margin, listen): (u64, Duration),
+        (margin, listen, (changes, changed)): (u64, Duration, RateSchedule<'_>),
         (sink, signals): (&Arc<RecordSink>, &mut Signals),
     ) -> Result<(Vec<usize>, Option<u64>), Error> {
         let n = prefixes.len();
@@ -1179,6 +1198,10 @@ impl Launcher {
         // The highest clock any node has reported, and when the nodes started.
         let fastest = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let started = std::time::Instant::now();
+        // When the nodes took their first step, on this process's clock: the first record
+        // to arrive, less the wall time it reports (what `--netns-slow`'s windows count
+        // from, as the records' `wall_s` do).
+        let (origin_tx, origin_rx) = tokio::sync::watch::channel(None::<tokio::time::Instant>);
         let threads = child_threads(n);
         if let Some(t) = &threads {
             tracing::info!("{n} nodes on this host: RAYON_NUM_THREADS={t} each");
@@ -1233,6 +1256,7 @@ impl Launcher {
             let progress = self.progress.clone();
             let fastest = Arc::clone(&fastest);
             let sink = Arc::clone(sink);
+            let origin_tx = origin_tx.clone();
             set.spawn(async move {
                 // The child lives in this task: aborting the task kills it.
                 let mut c = c;
@@ -1258,6 +1282,16 @@ impl Launcher {
                                 let _ = tx.send((i, a)).await;
                             }
                             Ok(Event::Record(r)) => {
+                                origin_tx.send_if_modified(|o| {
+                                    if o.is_some() {
+                                        return false;
+                                    }
+                                    let back =
+                                        Duration::try_from_secs_f64(r.wall_s).unwrap_or_default();
+                                    let now = tokio::time::Instant::now();
+                                    *o = Some(now.checked_sub(back).unwrap_or(now));
+                                    true
+                                });
                                 let k = r.clock;
                                 fastest.fetch_max(k, std::sync::atomic::Ordering::Relaxed);
                                 sink.write(&r);
@@ -1330,10 +1364,24 @@ impl Launcher {
         // Wait for all; the first failure stops the rest. The first Ctrl-C or SIGTERM asks
         // every node to stop at one clock (a coordinated stop, checkpointed if the run
         // checkpoints); a second one kills them.
+        // The rate changes, each at its time from the nodes' first step; one that fails
+        // fails the run (it would not be the run asked for). Dropping `timers` when this
+        // returns stops the schedule.
+        let (change_failed_tx, mut change_failed) = tokio::sync::mpsc::channel(1);
+        let mut timers = JoinSet::new();
+        if !changes.is_empty() {
+            timers.spawn(rate_schedule(
+                changes,
+                origin_rx,
+                Arc::clone(changed),
+                change_failed_tx,
+            ));
+        }
         let mut lost = Vec::new();
         let mut stopping: Option<u64> = None;
         loop {
             let signalled = tokio::select! {
+                Some(e) = change_failed.recv() => return Err(Error::from(e)),
                 done = set.join_next() => {
                     let Some(done) = done else { return Ok((lost, stopping)) };
                     let (i, status) = done.expect("node task panicked");
@@ -1405,6 +1453,51 @@ impl Launcher {
                 }
                 stopping = Some(t);
             }
+        }
+    }
+}
+
+/// `--netns-slow`'s qdisc changes, in the order they are due, and where those made go.
+type RateSchedule<'a> = (
+    Vec<netns::RateChange>,
+    &'a Arc<Mutex<Vec<netns::RateChange>>>,
+);
+
+/// Makes each of `changes` ([`Netns::rate_changes`]) at its time from the nodes' first
+/// step (`origin`, once known), logging it and keeping it in `changed`; the first that
+/// fails goes to `failed`, and the schedule ends.
+async fn rate_schedule(
+    changes: Vec<netns::RateChange>,
+    mut origin: tokio::sync::watch::Receiver<Option<tokio::time::Instant>>,
+    changed: Arc<Mutex<Vec<netns::RateChange>>>,
+    failed: tokio::sync::mpsc::Sender<netns::Error>,
+) {
+    let Ok(Some(start)) = origin.wait_for(Option::is_some).await.map(|o| *o) else {
+        return;
+    };
+    for c in changes {
+        tokio::time::sleep_until(start + Duration::try_from_secs_f64(c.at_s).unwrap_or_default())
+            .await;
+        let done = tokio::task::spawn_blocking(move || c.apply().map(|()| c)).await;
+        match done {
+            Ok(Ok(c)) => {
+                tracing::info!(
+                    "--netns-slow: node {} at {:.3} Mbit/s from {:.2} s",
+                    c.node,
+                    c.rate.0 * 8e-6,
+                    start.elapsed().as_secs_f64()
+                );
+                changed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(c);
+            }
+            Ok(Err(e)) => {
+                let _ = failed.send(e).await;
+                return;
+            }
+            // The runtime is shutting down.
+            Err(_) => return,
         }
     }
 }

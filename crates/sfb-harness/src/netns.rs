@@ -225,6 +225,15 @@ impl Netns {
         parse_qdisc_stats(&out).ok_or(Error::NoQdiscStats(out))
     }
 
+    /// The qdisc changes that make `slow`'s nodes `factor` times slower over their
+    /// windows, and their rate whole again after, in the order they are due: each a
+    /// `tc qdisc change` of the node's tbf at a time since the nodes' first step.
+    /// Windows of one node may overlap: a node's rate is its base rate over the product
+    /// of the factors of the windows that hold at that moment.
+    pub fn rate_changes(&self, slow: &[crate::sim::Slowdown]) -> Vec<RateChange> {
+        schedule(self.names, self.nodes, (self.rate, self.burst), slow)
+    }
+
     /// TCP segments node `i` retransmitted (`RetransSegs` of its `/proc/net/snmp`).
     ///
     /// # Errors
@@ -235,6 +244,92 @@ impl Netns {
         let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
         let out = output(&argv[0], &args)?;
         snmp_counter(&out, "Tcp", "RetransSegs").ok_or_else(|| Error::NoRetransmits(self.name(i)))
+    }
+}
+
+/// [`Netns::rate_changes`] of the layout `names` of `nodes` at `rate` and `burst`.
+fn schedule(
+    names: Names,
+    nodes: usize,
+    (rate, burst): (Rate, usize),
+    slow: &[crate::sim::Slowdown],
+) -> Vec<RateChange> {
+    let mut due: Vec<(f64, usize)> = slow
+        .iter()
+        .flat_map(|w| {
+            w.peers
+                .iter()
+                .flat_map(|&i| [(w.from_s, i), (w.until_s, i)])
+        })
+        .filter(|&(_, i)| i < nodes)
+        .collect();
+    due.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    due.dedup();
+    due.into_iter()
+        .map(|(at_s, i)| {
+            let factor: f64 = slow
+                .iter()
+                .filter(|w| w.peers.contains(&i) && w.from_s <= at_s && at_s < w.until_s)
+                .map(|w| w.factor)
+                .product();
+            RateChange {
+                at_s,
+                node: i,
+                netns: names.netns(i),
+                rate: Rate(rate.0 / factor),
+                burst,
+            }
+        })
+        .collect()
+}
+
+/// One change of a node's tbf rate at a moment of the run ([`Netns::rate_changes`]): a
+/// link that gets slower (congestion, a shared uplink) and recovers, under the running
+/// nodes, who see only what their sends take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateChange {
+    /// When, seconds since the nodes' first step.
+    pub at_s: f64,
+    /// The node.
+    pub node: usize,
+    /// Its namespace.
+    pub netns: String,
+    /// Its rate from then on.
+    pub rate: Rate,
+    /// Its burst, bytes (unchanged).
+    pub burst: usize,
+}
+
+impl RateChange {
+    /// Changes the node's tbf qdisc to [`rate`](Self::rate) (`tc qdisc change`), its
+    /// burst and queue as they were set up.
+    ///
+    /// # Errors
+    /// If `tc` fails (the namespace is gone, or the rate is below 8 bit/s).
+    pub fn apply(&self) -> Result<()> {
+        let bits = (self.rate.0 * 8.0).round();
+        if !(bits.is_finite() && bits >= 8.0) {
+            return Err(Error::Rate);
+        }
+        run(
+            "tc",
+            &[
+                "-n",
+                &self.netns,
+                "qdisc",
+                "change",
+                "dev",
+                "eth0",
+                "root",
+                "tbf",
+                "rate",
+                &format!("{}bit", bits as u64),
+                "burst",
+                &self.burst.to_string(),
+                "latency",
+                &format!("{TBF_LATENCY_MS}ms"),
+            ],
+        )
     }
 }
 
@@ -434,6 +529,52 @@ fn quiet(prog: &str, args: &[&str]) -> std::io::Result<std::process::ExitStatus>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slowdown_is_two_changes_per_node_and_overlaps_multiply() {
+        use crate::sim::Slowdown;
+        let names = Names { pid: 7 };
+        let slow = [
+            Slowdown {
+                peers: vec![0, 1],
+                from_s: 1.0,
+                until_s: 3.0,
+                factor: 4.0,
+            },
+            Slowdown {
+                peers: vec![1],
+                from_s: 2.0,
+                until_s: 4.0,
+                factor: 2.0,
+            },
+            // A node the layout does not have: nothing to change.
+            Slowdown {
+                peers: vec![5],
+                from_s: 0.5,
+                until_s: 1.0,
+                factor: 3.0,
+            },
+        ];
+        let got: Vec<(f64, usize, f64)> = schedule(names, 2, (Rate(1000.0), 4096), &slow)
+            .into_iter()
+            .map(|c| {
+                assert_eq!(c.netns, names.netns(c.node));
+                assert_eq!(c.burst, 4096);
+                (c.at_s, c.node, c.rate.0)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1.0, 0, 250.0),
+                (1.0, 1, 250.0),
+                (2.0, 1, 125.0),
+                (3.0, 0, 1000.0),
+                (3.0, 1, 500.0),
+                (4.0, 1, 1000.0),
+            ]
+        );
+    }
 
     #[test]
     fn names_of_the_scheme_and_their_owner() {

@@ -1058,6 +1058,13 @@ pub struct NetOptions {
     /// libp2p, root only: every node in its own network namespace, sends shaped by the
     /// kernel's tbf at `bandwidth` (burst `burst`) instead of the token bucket.
     pub netns: bool,
+    /// With `netns`: links that get slower during the run (`--netns-slow
+    /// PEERS@FROM..UNTIL:FACTOR`): over each window, seconds since the nodes' first step,
+    /// the listed nodes' tbf rate is divided by the factor (`tc qdisc change`), and set
+    /// back after. What the simulator's `sim.slow` does to its NICs, on real links: the
+    /// nodes see only what their sends take.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub netns_slow: Vec<crate::sim::Slowdown>,
     /// Parts each clock's mini-batch is computed and sent in (`--send-parts N`, SFB;
     /// [`sfb_core::Config::send_parts`]): part `i` is on the wire while part `i + 1` is
     /// computed; every replica takes the clock as one batch. Default 1.
@@ -1074,6 +1081,7 @@ impl Default for NetOptions {
             burst: 256 * 1024,
             wire: Dtype::F32,
             netns: false,
+            netns_slow: Vec::new(),
             send_parts: 1,
             compress: None,
             prioritize: None,
@@ -1598,6 +1606,22 @@ impl RunSpec {
                 transport: Transport::Sim.name(),
             });
         }
+        if !n.netns_slow.is_empty() && !n.netns {
+            return Err(Error::Requires {
+                field: "net.netns_slow",
+                requires: "net.netns",
+                why: "the kernel's qdiscs are what change rate (the token bucket's rate is fixed)",
+            });
+        }
+        for w in &n.netns_slow {
+            check(
+                "net.netns_slow",
+                "a factor of 1 or more",
+                w.factor,
+                w.factor.is_finite() && w.factor >= 1.0,
+            )?;
+            self.check_window("net.netns_slow", "net.netns_slow", &w.window())?;
+        }
         if n.netns && n.bandwidth.is_none() {
             return Err(Error::Requires {
                 field: "net.netns",
@@ -1916,24 +1940,7 @@ impl RunSpec {
                 });
             }
             for w in windows {
-                check(field, "at least one peer", 0.0, !w.peers.is_empty())?;
-                for &peer in &w.peers {
-                    let ok = peer < self.peers;
-                    check(
-                        peer_field,
-                        "a peer of the run (below --peers)",
-                        peer as f64,
-                        ok,
-                    )?;
-                }
-                preflight::seconds(field, w.from_s, true)?;
-                preflight::seconds(field, w.until_s, true)?;
-                check(
-                    field,
-                    "a span that ends after it starts",
-                    w.until_s,
-                    w.until_s > w.from_s,
-                )?;
+                self.check_window(field, peer_field, w)?;
                 let side: std::collections::BTreeSet<_> = w.peers.iter().collect();
                 if field == "sim.partitions" {
                     let ok = side.len() < self.peers;
@@ -1947,6 +1954,34 @@ impl RunSpec {
             }
         }
         Ok(())
+    }
+
+    /// One window of `field` (`peer_field` naming its peers): at least one peer, each a
+    /// peer of the run, over a span that ends after it starts.
+    fn check_window(
+        &self,
+        field: &'static str,
+        peer_field: &'static str,
+        w: &crate::sim::Window,
+    ) -> Result<()> {
+        check(field, "at least one peer", 0.0, !w.peers.is_empty())?;
+        for &peer in &w.peers {
+            let ok = peer < self.peers;
+            check(
+                peer_field,
+                "a peer of the run (below --peers)",
+                peer as f64,
+                ok,
+            )?;
+        }
+        preflight::seconds(field, w.from_s, true)?;
+        preflight::seconds(field, w.until_s, true)?;
+        check(
+            field,
+            "a span that ends after it starts",
+            w.until_s,
+            w.until_s > w.from_s,
+        )
     }
 
     /// What a registered model ([`custom_model`](Self::custom_model)) cannot do: the

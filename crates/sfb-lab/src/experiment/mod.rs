@@ -199,7 +199,7 @@ pub fn scenario(name: &str, opts: &Options, runner: &Runner) -> Result<Report> {
     };
     if opts.transport != sfb_harness::Transport::Sim && !simulated {
         report.notes.push(
-            "All peers (and the FMS server) share this machine's cores; the bandwidth budget is per node (--bandwidth, token bucket on each node's sends). Compute-bound parts are therefore slower than on a cluster with a machine per peer, communication-bound parts are not."
+            "All peers (and the FMS server) share this machine's cores; the bandwidth budget is per node (--bandwidth: a token bucket on each node's sends, or under --netns the kernel's tbf). Compute-bound parts are therefore slower than on a cluster with a machine per peer, communication-bound parts are not."
                 .into(),
         );
     } else if !simulated {

@@ -2005,9 +2005,11 @@ pub const RATE_DROP: f64 = 4.0;
 const BUDGET_CLOCKS: u64 = 3;
 
 /// Bösen's reaction to a link whose bandwidth changes during the run, for SFB peers under
-/// SSP on the simulator: at a budget of [`MANAGED_BANDWIDTH`], every link gets
-/// [`RATE_DROP`] times slower from a quarter to a half of the measured budget's run on the
-/// steady link (`--slow`, a congested link, not a reconfigured one). Per model:
+/// SSP: at a budget of [`MANAGED_BANDWIDTH`], every link gets [`RATE_DROP`] times slower
+/// from a quarter to a half of the measured budget's run on the steady link (a congested
+/// link, not a reconfigured one). On the simulator by its `--slow`; over libp2p on real
+/// processes, each node in its own network namespace (`--netns`, root), by changing every
+/// node's tbf rate mid-run (`--netns-slow`). Per model:
 /// - the steady link, unmanaged (the target), and with the measured budget (the time
 ///   scale of the change);
 /// - unmanaged, through the change;
@@ -2019,17 +2021,31 @@ const BUDGET_CLOCKS: u64 = 3;
 ///   communication whole.
 ///
 /// # Errors
-/// The first arm that fails; a transport other than the simulator (the change is the
-/// simulator's `--slow`).
+/// The first arm that fails; the in-memory transport, or libp2p where `--netns` cannot
+/// run.
 pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
     const S: u64 = 2;
-    if opts.transport != Transport::Sim {
-        return Err(Error::Option {
-            option: "transport",
-            expected: "sim: the link's rate changes mid-run by the simulator's --slow",
-            got: opts.transport.name().into(),
-        });
-    }
+    let real = match opts.transport {
+        Transport::Sim => false,
+        Transport::Libp2p => {
+            if let Err(why) = sfb_harness::netns::available() {
+                return Err(Error::Option {
+                    option: "transport",
+                    expected: "sim, or libp2p where --netns can run (its links' tbf rate changes mid-run)",
+                    got: format!("libp2p, but {why}"),
+                });
+            }
+            true
+        }
+        _ => {
+            return Err(Error::Option {
+                option: "transport",
+                expected: "sim (the simulator's --slow) or libp2p (real processes under --netns, the tbf rate changed mid-run: --netns-slow)",
+                got: opts.transport.name().into(),
+            });
+        }
+    };
+    let seconds = if real { "seconds" } else { "simulated seconds" };
     // --quick: 40 clocks (the budget arms 120), not managed's 64: its twelve arms are
     // the longest of the paper's quick run.
     let setup = SspSetup::new(&Options {
@@ -2047,18 +2063,28 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
     let mut report = Report::new(
         "rate-change",
         &format!(
-            "P={p} SFB peers, full broadcast, SSP({S}), K={k}, {bandwidth} per node, every link {RATE_DROP}x slower over the second quarter of the measured budget's steady run: unmanaged ({clocks} clocks), a fixed pair budget, the measured budget (--prioritize magnitude:auto) and the measured budget in {OVERLAP_PARTS} parts (--send-parts; the budget arms {BUDGET_CLOCKS}x the clocks), SC and MLR at n = {n}"
+            "P={p} SFB peers, full broadcast, SSP({S}), K={k}, {bandwidth} per node, every link {RATE_DROP}x slower over the second quarter of the measured budget's steady run: unmanaged ({clocks} clocks), a fixed pair budget, the measured budget (--prioritize magnitude:auto) and the measured budget in {OVERLAP_PARTS} parts (--send-parts; the budget arms {BUDGET_CLOCKS}x the clocks), SC and MLR at n = {n}, {}",
+            if real {
+                "real processes over libp2p, each node's sends shaped by tbf in its own network namespace"
+            } else {
+                "on the simulator"
+            }
         ),
     );
     let frac = opts.frac(0.5);
     let mut targets = Vec::new();
     let mut verdicts = Vec::new();
     let (mut budget_series, mut rate_series) = (Vec::new(), Vec::new());
+    let mut burst = 0;
     for (label, model) in [
         ("SC", super::paper::PaperModel::Sc),
         ("MLR", super::paper::PaperModel::Mlr),
     ] {
         let mut base = setup.base(model, S)?;
+        // On real processes every node in its own namespace, its sends shaped by tbf
+        // (whose rate the change then sets), and the rate measured from acknowledgements.
+        base.net.netns = real;
+        burst = base.net.burst;
         let steady = Arm::new(format!("{label} steady link, unmanaged"), base.clone());
         runner.say(&format!("{}: {}", steady.name, steady.command()));
         let (s0, r0) = runner.run(&steady)?;
@@ -2090,8 +2116,13 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
             until_s,
             factor: RATE_DROP,
         }];
-        base.sim.slow.clone_from(&slow);
-        budgeted.sim.slow = slow;
+        if real {
+            base.net.netns_slow.clone_from(&slow);
+            budgeted.net.netns_slow = slow;
+        } else {
+            base.sim.slow.clone_from(&slow);
+            budgeted.sim.slow = slow;
+        }
         let auto = Arm::new(format!("{label} measured budget"), budgeted.clone());
         // Bösen's managed communication whole: the measured budget spent during the
         // clock, each part sending its share as it is computed.
@@ -2111,11 +2142,7 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
                 .filter(|r| r.peer == 0 && r.wall_s >= a && r.wall_s < b)
                 .collect()
         }
-        let median = |v: Vec<f64>| -> Option<f64> {
-            let mut v = v;
-            v.sort_by(f64::total_cmp);
-            v.get(v.len() / 2).copied()
-        };
+        let median = |v: Vec<f64>| curve::median(&v);
         let budget_in = |a: f64, b: f64| {
             median(
                 phase(&ra, a, b)
@@ -2208,7 +2235,7 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
         "the measured budget per clock",
         line(
             "rate-change: pairs the measured budget allowed per clock (peer 0)".into(),
-            "simulated seconds",
+            seconds,
             "pairs per clock",
             budget_series,
             false,
@@ -2218,14 +2245,21 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
     report.add_chart(
         "rate-change-rate.png",
         "the link rate measured",
-        line(
-            format!("rate-change: link rate measured by peer 0 (configured {bandwidth}, {RATE_DROP}x slower in the window)"),
-            "simulated seconds",
-            "Mbit/s",
-            rate_series,
-            false,
-            None,
-        ),
+        // Log y: under --netns a frame that fits in tbf's burst is acknowledged at the
+        // veth's speed, hundreds of Mbit/s, beside the shaped rate of the others.
+        Chart::Line(LineChart {
+            title: format!("rate-change: link rate measured by peer 0 (configured {bandwidth}, {RATE_DROP}x slower in the window)"),
+            x_label: seconds.into(),
+            y_label: "Mbit/s".into(),
+            series: rate_series,
+            log_x: false,
+            log_y: real,
+            hline: bandwidth
+                .parse::<Rate>()
+                .ok()
+                .map(|r| (r.0 * 8e-6, format!("configured {bandwidth}"))),
+            markers: true,
+        }),
     );
     report.target_rule = format!(
         "per model, the steady arm's held-out objective at the first evaluation at or after {:.0}% of its clocks ({})",
@@ -2235,6 +2269,12 @@ pub fn rate_change(opts: &Options, runner: &Runner) -> Result<Report> {
     report.notes.push(format!(
         "The rate is measured from the NIC's busy time (on libp2p, from the token bucket's waits, or under --netns from each frame's time to the receiver's acknowledgement); the configured {bandwidth} drops to a {RATE_DROP}th of it over the window."
     ));
+    if real {
+        report.notes.push(format!(
+            "Real processes: every node in its own network namespace, its sends shaped by the kernel's tbf at {bandwidth} (burst {} B); the launcher changes every node's tbf rate at the window's start and end (`--netns-slow`, `tc qdisc change`), seconds counted from the nodes' first step. A frame that fits in the burst's tokens leaves at the veth's speed, so a measured rate mixes those with the shaped ones (the chart's spikes), and its median reads above the shaped rate in the window.",
+            burst
+        ));
+    }
     claim(
         &mut report,
         "Bösen, a changing link",
