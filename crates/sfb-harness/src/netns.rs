@@ -121,10 +121,7 @@ impl Netns {
         if nodes == 0 || nodes > 65_000 {
             return Err(Error::Nodes(nodes));
         }
-        let bits = (rate.0 * 8.0).round();
-        if !(bits.is_finite() && bits >= 8.0) {
-            return Err(Error::Rate);
-        }
+        tbf_bits(rate)?;
         let live = match LIVE.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
@@ -150,9 +147,6 @@ impl Netns {
         run("ip", &["netns", "add", &sw])?;
         run("ip", &["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
         run("ip", &["-n", &sw, "link", "set", "br0", "up"])?;
-        let rate = format!("{}bit", (self.rate.0 * 8.0).round() as u64);
-        let burst = self.burst.to_string();
-        let latency = format!("{TBF_LATENCY_MS}ms");
         for i in 0..self.nodes {
             let ns = self.names.netns(i);
             let port = format!("n{i}");
@@ -182,13 +176,7 @@ impl Netns {
             )?;
             run("ip", &["-n", &ns, "link", "set", "lo", "up"])?;
             run("ip", &["-n", &ns, "link", "set", "eth0", "up"])?;
-            run(
-                "tc",
-                &[
-                    "-n", &ns, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", &rate,
-                    "burst", &burst, "latency", &latency,
-                ],
-            )?;
+            tbf(&ns, "add", self.rate, self.burst)?;
         }
         Ok(())
     }
@@ -307,30 +295,33 @@ impl RateChange {
     /// # Errors
     /// If `tc` fails (the namespace is gone, or the rate is below 8 bit/s).
     pub fn apply(&self) -> Result<()> {
-        let bits = (self.rate.0 * 8.0).round();
-        if !(bits.is_finite() && bits >= 8.0) {
-            return Err(Error::Rate);
-        }
-        run(
-            "tc",
-            &[
-                "-n",
-                &self.netns,
-                "qdisc",
-                "change",
-                "dev",
-                "eth0",
-                "root",
-                "tbf",
-                "rate",
-                &format!("{}bit", bits as u64),
-                "burst",
-                &self.burst.to_string(),
-                "latency",
-                &format!("{TBF_LATENCY_MS}ms"),
-            ],
-        )
+        tbf(&self.netns, "change", self.rate, self.burst)
     }
+}
+
+/// `rate` in whole bits per second, as tbf takes it: at least 8.
+fn tbf_bits(rate: Rate) -> Result<u64> {
+    let bits = (rate.0 * 8.0).round();
+    if bits.is_finite() && bits >= 8.0 {
+        Ok(bits as u64)
+    } else {
+        Err(Error::Rate)
+    }
+}
+
+/// `tc qdisc OP` (`add` or `change`) of the tbf on `eth0` in namespace `ns`: `rate`,
+/// `burst` bytes, a queue of [`TBF_LATENCY_MS`].
+fn tbf(ns: &str, op: &str, rate: Rate, burst: usize) -> Result<()> {
+    let rate = format!("{}bit", tbf_bits(rate)?);
+    let burst = burst.to_string();
+    let latency = format!("{TBF_LATENCY_MS}ms");
+    run(
+        "tc",
+        &[
+            "-n", ns, "qdisc", op, "dev", "eth0", "root", "tbf", "rate", &rate, "burst", &burst,
+            "latency", &latency,
+        ],
+    )
 }
 
 impl Drop for Netns {
