@@ -186,6 +186,24 @@ impl L2Mlr {
     }
 }
 
+/// `Σ a_i b_i` in eight f32 lanes (which the compiler vectorizes; one running sum does not).
+fn dot32(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for k in 0..8 {
+            lanes[k] += x[k] * y[k];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
 fn entropy(p: &[f64]) -> f64 {
     p.iter().filter(|&&v| v > 0.0).map(|&v| -v * v.ln()).sum()
 }
@@ -490,49 +508,80 @@ pub fn intercept_objectives(
                 .sum::<f64>()
         })
         .sum();
-    let primal = mlr::evaluate(w.view(), train).objective + 0.5 * lambda * sq;
     if train.is_empty() || d == 0 || j == 0 {
-        return (primal, f64::NAN, w);
+        return (
+            mlr::evaluate(w.view(), train).objective + 0.5 * lambda * sq,
+            f64::NAN,
+            w,
+        );
     }
-    let mut fitted = w.clone();
-    fit_intercept(&mut fitted, train, bias);
-    let mut logits = Array2::zeros((0, 0));
+    // One product for all three passes: the logits without the intercept, `s`; the
+    // primal's are `s + b`, the fitted point's `s + b*`.
+    let mut rest = w.clone();
+    rest.column_mut(d - 1).fill(0.0);
+    let s = logits_of(rest.view(), train);
+    let loss = |b: &mut dyn FnMut(usize) -> f32, per_row: &mut dyn FnMut(usize, &[f32])| {
+        let mut row = vec![0f32; j];
+        let mut loss = 0f64;
+        for (i, (logits, e)) in s.rows().into_iter().zip(train).enumerate() {
+            for (c, (o, &v)) in row.iter_mut().zip(logits.iter()).enumerate() {
+                *o = v + b(c);
+            }
+            let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let lse = m + row.iter().map(|x| (x - m).exp()).sum::<f32>().ln();
+            loss += f64::from(lse - row.get(e.y as usize).copied().unwrap_or(f32::NEG_INFINITY));
+            per_row(i, &row);
+        }
+        loss / train.len() as f64
+    };
+    let primal = loss(&mut |c| w[[c, d - 1]], &mut |_, _| {}) + 0.5 * lambda * sq;
+    fit_bias(s.view(), train, bias);
     let mut g = Array2::<f64>::zeros((j, d - 1));
     let mut entropy_sum = 0.0;
     let mut x = vec![0f32; d];
     let mut p = vec![0f64; j];
     // Σ_i α'_i x_iᵀ as one product per chunk (residuals ᵀ · features), not an outer
     // product per sample.
+    const CHUNK: usize = 256;
     let (mut residuals, mut features) = (
-        Array2::<f64>::zeros((0, j)),
-        Array2::<f64>::zeros((0, d - 1)),
+        Array2::<f64>::zeros((CHUNK.min(train.len()), j)),
+        Array2::<f64>::zeros((CHUNK.min(train.len()), d - 1)),
     );
-    for chunk in train.chunks(256) {
-        let refs: Vec<&Example> = chunk.iter().collect();
-        mlr::logits(fitted.view(), &refs, &mut logits);
-        if residuals.nrows() != chunk.len() {
-            residuals = Array2::zeros((chunk.len(), j));
-            features = Array2::zeros((chunk.len(), d - 1));
+    let mut filled = 0;
+    let mut flush = |residuals: &Array2<f64>, features: &Array2<f64>, rows: usize| {
+        let (r, f) = (
+            residuals.slice(ndarray::s![..rows, ..]),
+            features.slice(ndarray::s![..rows, ..]),
+        );
+        ndarray::linalg::general_mat_mul(1.0, &r.t(), &f, 1.0, &mut g);
+    };
+    let fitted = bias.iter().map(|&b| b as f32).collect::<Vec<_>>();
+    loss(&mut |c| fitted[c], &mut |i, row| {
+        let e = &train[i];
+        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0;
+        for (o, &v) in p.iter_mut().zip(row) {
+            *o = f64::from(v - m).exp();
+            sum += *o;
         }
-        for (i, (row, e)) in logits.rows().into_iter().zip(chunk).enumerate() {
-            let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for (o, &v) in p.iter_mut().zip(row.iter()) {
-                *o = f64::from(v - m).exp();
-                sum += *o;
-            }
-            p.iter_mut().for_each(|o| *o /= sum);
-            entropy_sum += entropy(&p);
-            for (c, a) in residuals.row_mut(i).iter_mut().enumerate() {
-                *a = f64::from(u8::from(e.y as usize == c)) - p[c];
-            }
-            x.fill(0.0);
-            e.x.write_dense(&mut x);
-            for (o, &v) in features.row_mut(i).iter_mut().zip(&x) {
-                *o = f64::from(v);
-            }
+        p.iter_mut().for_each(|o| *o /= sum);
+        entropy_sum += entropy(&p);
+        for (c, a) in residuals.row_mut(filled).iter_mut().enumerate() {
+            *a = f64::from(u8::from(e.y as usize == c)) - p[c];
         }
-        ndarray::linalg::general_mat_mul(1.0, &residuals.t(), &features, 1.0, &mut g);
+        x.fill(0.0);
+        e.x.write_dense(&mut x);
+        for (o, &v) in features.row_mut(filled).iter_mut().zip(&x) {
+            *o = f64::from(v);
+        }
+        filled += 1;
+        if filled == residuals.nrows() {
+            flush(&residuals, &features, filled);
+            filled = 0;
+        }
+    });
+    if filled > 0 {
+        flush(&residuals, &features, filled);
     }
     let n = train.len() as f64;
     let gsq: f64 = g.iter().map(|v| (v / (lambda * n)).powi(2)).sum();
@@ -556,9 +605,24 @@ pub fn fit_intercept(w: &mut Array2<f32>, train: &[Example], bias: &mut Vec<f64>
         return;
     }
     w.column_mut(d - 1).fill(0.0);
+    let s = logits_of(w.view(), train);
+    fit_bias(s.view(), train, bias);
+    for (c, b) in bias.iter().enumerate() {
+        w[[c, d - 1]] = *b as f32;
+    }
+}
+
+/// The logits `W x_i` of every sample of `train`, row `i` (`n × J`), by one product.
+fn logits_of(w: ArrayView2<'_, f32>, train: &[Example]) -> Array2<f32> {
     let mut s = Array2::zeros((0, 0));
     let refs: Vec<&Example> = train.iter().collect();
-    mlr::logits(w.view(), &refs, &mut s);
+    mlr::logits(w, &refs, &mut s);
+    s
+}
+
+/// [`fit_intercept`]'s bias, given the samples' logits `s` without it (`n × J`).
+fn fit_bias(s: ArrayView2<'_, f32>, train: &[Example], bias: &mut Vec<f64>) {
+    let j = s.ncols();
     let n = train.len() as f64;
     if bias.len() != j {
         *bias = vec![0.0; j];
@@ -606,12 +670,30 @@ pub fn fit_intercept(w: &mut Array2<f32>, train: &[Example], bias: &mut Vec<f64>
         f / n
     };
     // (H + 11ᵀ/J + 10⁻¹²I) v: the softmax's constant direction made definite (g ⊥ 1).
-    let hessian_times = |probs: &[f32], v: &[f64], out: &mut [f64]| {
+    // In f32 lanes, summed into f64 every 64 samples: the product only shapes the Newton
+    // direction (the gradient, objective and line search stay f64), and f64 scalars made
+    // it half of an evaluation's time. `v` is scaled to its largest entry first, so that
+    // a direction near the optimum (entries ~1e-12) keeps its digits.
+    let mut v32 = vec![0f32; j];
+    let mut acc = vec![0f32; j];
+    let mut hessian_times = |probs: &[f32], v: &[f64], out: &mut [f64]| {
         out.fill(0.0);
-        for p in probs.chunks_exact(j) {
-            let t: f64 = p.iter().zip(v).map(|(&p, v)| f64::from(p) * v).sum();
-            for ((o, &p), v) in out.iter_mut().zip(p).zip(v) {
-                *o += f64::from(p) * (v - t);
+        let scale = v.iter().fold(0f64, |a, x| a.max(x.abs()));
+        if scale > 0.0 && scale.is_finite() {
+            for (o, x) in v32.iter_mut().zip(v) {
+                *o = (x / scale) as f32;
+            }
+            for block in probs.chunks(64 * j) {
+                acc.fill(0.0);
+                for p in block.chunks_exact(j) {
+                    let t = dot32(p, &v32);
+                    for ((a, &p), &v) in acc.iter_mut().zip(p).zip(&v32) {
+                        *a += p * (v - t);
+                    }
+                }
+                for (o, &a) in out.iter_mut().zip(&acc) {
+                    *o += f64::from(a) * scale;
+                }
             }
         }
         let mean = v.iter().sum::<f64>() / j as f64;
@@ -647,7 +729,9 @@ pub fn fit_intercept(w: &mut Array2<f32>, train: &[Example], bias: &mut Vec<f64>
         // Solve (H + 11ᵀ/J) δ = g by preconditioned CG, to a relative residual that
         // shrinks with ‖g‖ (an inexact Newton step: superlinear near the optimum).
         let gnorm = dot(&g, &g).sqrt();
-        let tol = gnorm * gnorm.sqrt().min(0.1);
+        // (Not below 1e-5 of ‖g‖: the f32 product's rounding floor, under which CG would
+        // spend its whole budget of 2J iterations; a step still cuts ‖g‖ 10⁵-fold.)
+        let tol = gnorm * gnorm.sqrt().clamp(1e-5, 0.1);
         let precond = |r: &[f64], z: &mut [f64]| {
             for ((z, r), d) in z.iter_mut().zip(r).zip(&diag) {
                 *z = r / (d + 1.0 / j as f64);
@@ -719,9 +803,6 @@ pub fn fit_intercept(w: &mut Array2<f32>, train: &[Example], bias: &mut Vec<f64>
     }
     let mean = bias.iter().sum::<f64>() / j as f64;
     bias.iter_mut().for_each(|b| *b -= mean);
-    for (c, b) in bias.iter().enumerate() {
-        w[[c, d - 1]] = *b as f32;
-    }
 }
 
 impl Evaluator for L2MlrEvaluator {
@@ -890,6 +971,40 @@ mod tests {
             let z = Array2::from_shape_fn((j, d + 1), |_| (rng.random::<f32>() - 0.5) * scale);
             let (primal, dual, _) = intercept_objectives(z.view(), &train, 1e-2, &mut Vec::new());
             assert!(dual <= primal + 1e-6, "dual {dual} above primal {primal}");
+        }
+    }
+
+    /// The evaluation's one product of the logits gives the primal the direct evaluation
+    /// of W gives (its intercept a feature like the others), and its certificate at
+    /// [`fit_intercept`]'s bias.
+    #[test]
+    fn one_product_gives_the_direct_primal_and_the_fitted_bias() {
+        use rand::{Rng, SeedableRng};
+        let (j, d, lambda) = (5, 7, 1e-2);
+        let train = toy(300, j, d, 4);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let z = Array2::from_shape_fn((j, d + 1), |_| (rng.random::<f32>() - 0.5) * 0.02);
+        let (primal, _, w) = intercept_objectives(z.view(), &train, lambda, &mut Vec::new());
+        let sq: f64 = w
+            .rows()
+            .into_iter()
+            .flat_map(|r| {
+                r.iter()
+                    .take(d - 1)
+                    .map(|&v| f64::from(v).powi(2))
+                    .collect::<Vec<_>>()
+            })
+            .sum();
+        let direct = mlr::evaluate(w.view(), &train).objective + 0.5 * lambda * sq;
+        assert!(
+            (primal - direct).abs() < 1e-6 * direct.abs(),
+            "{primal} vs {direct}"
+        );
+        let (mut fitted, mut bias, mut again) = (w.clone(), Vec::new(), Vec::new());
+        fit_intercept(&mut fitted, &train, &mut bias);
+        intercept_objectives(z.view(), &train, lambda, &mut again);
+        for (a, b) in bias.iter().zip(&again) {
+            assert!((a - b).abs() < 1e-9, "{bias:?} vs {again:?}");
         }
     }
 
